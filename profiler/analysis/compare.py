@@ -1,0 +1,430 @@
+"""Compare runs: records in, a comparison dict out (no I/O, no drawing). The first run is the baseline.
+
+For each metric we report every run's value, the ratio to the baseline, and whether the difference is beyond
+run-to-run noise. "Noise" here is the step-to-step (sample-to-sample) spread *inside* each run: we bootstrap the
+per-observation distributions the metric is made of (per-step wall time and idle, per-step stall by cause, per-sample
+read/decode/augment, per-batch collate/transfer, per-step wait/h2d/compute) and take a percentile 95 % interval of
+B's statistic over A's (ratio) or minus A's (difference). A difference is "significant" when that interval excludes
+1.0 (ratio) or 0 (difference). docs/compare.md has the long form and the limits of the test.
+
+The records must have been through ``profiler.analysis.analyze`` (stall.per_step is read from there).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from ..errors import UserError
+from .attribution import _DETAIL_CAUSE, CAUSES
+from .stats import _asked_at, tables
+
+# --- Noise test settings, each with its reason ------------------------------------------------------------------------
+# 2,000 resamples: the 2.5/97.5 % percentiles then rest on 50 resamples each side, enough for a stable interval edge
+# (Efron & Tibshirani recommend >= 1,000 for percentile intervals); vectorised it costs milliseconds per metric.
+RESAMPLES = 2000
+CONFIDENCE = 0.95
+SEED = 0
+# Beyond this many observations (a long run's per-sample spans) the interval is computed on a seeded random subsample:
+# it keeps the (resamples x n) matrix to ~20 M floats; the interval only gets wider (conservative), never narrower.
+MAX_OBS = 10_000
+# Matrix elements per bootstrap chunk (~64 MB of float64): bounds memory whatever n is.
+CHUNK_ELEMENTS = 8_000_000
+# The one-sentence story attributes a speed change to the wait when the wait's change is at least this share of the
+# per-step time change; below it, compute (the model) moved the speed, and the sentence says so instead.
+WAIT_EXPLAINS_FROM = 0.5
+# A cause is "mostly" responsible when it holds at least this share of the change in wait; else the top two are named.
+MOSTLY_FROM = 0.5
+# Runs that differ in these measure different work; comparing their speed says nothing about the input pipeline.
+MUST_MATCH = ("model", "batch_size", "mode")
+# Config keys never worth a mention (where output went, the sampler's rate, forward-compatible leftovers).
+IGNORED_CONFIG = ("out", "extra", "sample_interval_s")
+STAGES = ("read", "decode", "augment", "collate", "transfer", "wait", "h2d", "compute")
+STAGE_STATS = ("mean", "p95", "p99")
+CAUSE_WORDS = {"io": "disk read (io)", "transfer": "worker→main transfer (transfer)", "other": "unexplained time (other)"}
+
+
+@dataclass
+class Observations:
+    """The raw per-observation arrays (seconds) of one run that every compared metric is a statistic of."""
+    wall: np.ndarray  # per measured step: compute_end[i] - compute_end[i-1] (the first from the window start)
+    samples: np.ndarray  # per measured step
+    idle: np.ndarray  # per measured step: compute device idle
+    by_cause: dict[str, np.ndarray]  # per measured step, stall seconds by cause
+    by_stage: dict[str, np.ndarray]  # per measured step, stall seconds by detail stage (read, decode, ...)
+    stages: dict[str, np.ndarray]  # per sample / batch / step durations, measured window only
+
+
+def observations(rec: Any) -> Observations:
+    t = tables(rec.timeline)
+    st, sp, bt = t.steps, t.spans, t.batches
+    n = int(st["wait_start"].size) if "wait_start" in st else 0
+    ce = st["compute_end"].astype(float) if n else np.zeros(0)
+    start = float(rec.window.get("start_s", ce[0] if n else 0.0))
+    wall = np.diff(np.concatenate([[start], ce])) if n else np.zeros(0)
+    per_step = (rec.stall or {}).get("per_step") or {}
+    by_stage = {k: np.asarray(v, dtype=float) for k, v in per_step.items() if len(v) == n}
+    by_cause = {c: np.zeros(n) for c in CAUSES}
+    for k, v in by_stage.items():
+        by_cause[_DETAIL_CAUSE.get(k, "other")] += v
+    stages: dict[str, np.ndarray] = {k: np.zeros(0) for k in STAGES}
+    if sp.get("batch") is not None and sp["batch"].size:
+        sel = np.isin(sp["batch"], t.measured_batches)
+        stages["read"] = (sp["read_end"] - sp["read_start"])[sel]
+        stages["decode"] = (sp["decode_end"] - sp["read_end"])[sel]
+        stages["augment"] = (sp["augment_end"] - sp["decode_end"])[sel]
+    if bt.get("batch") is not None and bt["batch"].size:
+        sel = np.isin(bt["batch"], t.measured_batches)
+        stages["collate"] = (bt["collate_end"] - bt["collate_start"])[sel]
+        # Same definition as stats.stage_stats: from finished-and-asked-for until the main process held it.
+        begin = np.maximum(bt["collate_end"], _asked_at(t, bt))
+        stages["transfer"] = np.maximum(0.0, bt["received"] - begin)[sel]
+    if n:
+        stages["wait"] = st["wait_end"] - st["wait_start"]
+        stages["h2d"] = st["h2d_end"] - st["h2d_start"]
+        stages["compute"] = st["compute_end"] - st["h2d_end"]
+    return Observations(wall=wall, samples=st["samples"].astype(float) if n else np.zeros(0),
+                        idle=st["idle"].astype(float) if n else np.zeros(0), by_cause=by_cause, by_stage=by_stage,
+                        stages={k: np.asarray(v, dtype=float) for k, v in stages.items()})
+
+
+# --- bootstrap ---------------------------------------------------------------------------------------------------------
+Stat = Callable[[list[np.ndarray]], np.ndarray]  # columns resampled to (R, n) each -> (R,) statistic
+
+
+def _ratio_of_sums(cols: list[np.ndarray]) -> np.ndarray:
+    num, den = cols[0].sum(axis=-1), cols[1].sum(axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+
+
+STATS: dict[str, Stat] = {
+    "mean": lambda c: c[0].mean(axis=-1),
+    "p95": lambda c: np.percentile(c[0], 95, axis=-1),
+    "p99": lambda c: np.percentile(c[0], 99, axis=-1),
+    "ratio_of_sums": _ratio_of_sums,  # throughput (samples / wall), stall fraction (idle / wall)
+}
+
+
+def bootstrap(cols: list[np.ndarray], stats: list[str], rng: np.random.Generator,
+              resamples: int = RESAMPLES) -> dict[str, np.ndarray] | None:
+    """Each statistic over ``resamples`` resamples of the paired columns (same step indices for all); None if n < 2."""
+    n = int(cols[0].size)
+    if n < 2:
+        return None
+    if n > MAX_OBS:
+        keep = rng.choice(n, MAX_OBS, replace=False)
+        cols, n = [c[keep] for c in cols], MAX_OBS
+    out: dict[str, list[np.ndarray]] = {s: [] for s in stats}
+    per_chunk = max(1, CHUNK_ELEMENTS // n)
+    done = 0
+    while done < resamples:
+        r = min(per_chunk, resamples - done)
+        idx = rng.integers(0, n, size=(r, n))
+        res = [c[idx] for c in cols]
+        for s in stats:
+            out[s].append(STATS[s](res))
+        done += r
+    return {s: np.concatenate(v) for s, v in out.items()}
+
+
+def _interval(a: np.ndarray) -> list[float] | None:
+    ok = a[np.isfinite(a)]
+    if ok.size < 0.9 * a.size or ok.size == 0:  # too many undefined resamples: no honest interval
+        return None
+    lo, hi = np.percentile(a, [50 * (1 - CONFIDENCE), 100 - 50 * (1 - CONFIDENCE)])
+    return [float(lo), float(hi)]
+
+
+def versus(base: float | None, val: float | None, bb: np.ndarray | None, bv: np.ndarray | None,
+           test: str, scale: float = 1.0) -> dict[str, Any]:
+    """Ratio and difference of ``val`` to ``base`` with the bootstrap interval of the ``test`` ('ratio'|'difference').
+
+    A ratio test falls back to a difference test when the baseline is 0 in the data or in some resamples (the ratio
+    is then undefined). ``scale`` multiplies differences (e.g. per-step seconds → seconds over the baseline's steps).
+    """
+    out: dict[str, Any] = {"ratio": None, "difference": None, "test": None, "ci": None, "significant": None}
+    if base is None or val is None:
+        return out
+    out["difference"] = (val - base) * scale
+    if base:
+        out["ratio"] = val / base
+    if bb is None or bv is None:
+        return out
+    if test == "ratio" and base > 0 and np.all(bb > 0):
+        ci = _interval(bv / bb)
+        out.update(test="ratio", ci=ci, significant=None if ci is None else bool(ci[0] > 1.0 or ci[1] < 1.0))
+    else:
+        ci = _interval((bv - bb) * scale)
+        out.update(test="difference", ci=ci, significant=None if ci is None else bool(ci[0] > 0.0 or ci[1] < 0.0))
+    return out
+
+
+# --- metrics -------------------------------------------------------------------------------------------------------------
+def _metric(key: str, label: str, unit: str, group: str, values: list, higher_is_better: bool | None = None,
+            **kw: Any) -> dict[str, Any]:
+    return {"key": key, "label": label, "unit": unit, "group": group, "values": values,
+            "higher_is_better": higher_is_better, "ci_self": [None] * len(values), "vs_baseline": [None] * len(values),
+            **kw}
+
+
+def _fill(m: dict[str, Any], boots: list[dict[str, np.ndarray] | None], stat: str, test: str,
+          scales: list[float] | None = None, point_scale: list[float] | None = None) -> None:
+    """Set ci_self and vs_baseline of metric ``m`` from per-run bootstrap draws of ``stat``."""
+    vals = m["values"]
+    ps = point_scale or [1.0] * len(vals)
+    b0 = boots[0][stat] if boots[0] else None
+    for i, b in enumerate(boots):
+        draws = b[stat] if b else None
+        if draws is not None:
+            m["ci_self"][i] = _interval(draws * ps[i])
+        if i:
+            # Tests run on per-step/per-observation statistics; displayed values may be totals (point_scale).
+            base = None if vals[0] is None else vals[0] / ps[0]
+            val = None if vals[i] is None else vals[i] / ps[i]
+            m["vs_baseline"][i] = versus(base, val, b0, draws, test, scale=(scales or [1.0] * len(vals))[i])
+
+
+def _per_run(fn: Callable[[Any], Any], recs: list[Any]) -> list[Any]:
+    return [fn(r) for r in recs]
+
+
+def build_metrics(recs: list[Any], obs: list[Observations], seed: int, resamples: int) -> list[dict[str, Any]]:
+    metrics: list[dict[str, Any]] = []
+    nsteps = [max(1, o.wall.size) for o in obs]
+
+    def rng(*k: int) -> np.random.Generator:
+        return np.random.default_rng([seed, *k])
+
+    # Throughput and stall fraction: ratios of per-step sums, resampled over steps (paired columns).
+    step_boot = [bootstrap([o.samples, o.wall], ["ratio_of_sums"], rng(0, i), resamples) for i, o in enumerate(obs)]
+    m = _metric("throughput", "throughput", "samples/s", "throughput",
+                _per_run(lambda r: (r.throughput or {}).get("samples_per_s"), recs), higher_is_better=True)
+    _fill(m, step_boot, "ratio_of_sums", "ratio")
+    metrics.append(m)
+    idle_boot = [bootstrap([o.idle, o.wall], ["ratio_of_sums"], rng(1, i), resamples) for i, o in enumerate(obs)]
+    m = _metric("stall_fraction", "stall fraction", "fraction", "stall",
+                _per_run(lambda r: (r.stall or {}).get("fraction"), recs), higher_is_better=False)
+    _fill(m, idle_boot, "ratio_of_sums", "difference")
+    metrics.append(m)
+    # Stall seconds: totals shown; tested as per-step means, differences scaled to the baseline's step count so that
+    # runs of different length compare fairly ("seconds over a run as long as A").
+    scales = [float(nsteps[0])] * len(obs)
+    pts = [float(n) for n in nsteps]
+    for j, (key, arrs, total) in enumerate(
+            [("stall_seconds", [o.idle for o in obs], lambda r: (r.stall or {}).get("seconds"))] +
+            [(f"stall_{c}", [o.by_cause[c] for o in obs], (lambda c: lambda r: ((r.stall or {}).get("by_cause")
+                                                                               or {}).get(c))(c)) for c in CAUSES]):
+        boots = [bootstrap([a], ["mean"], rng(2, j, i), resamples) for i, a in enumerate(arrs)]
+        label = "stall seconds" if key == "stall_seconds" else f"stall {key[6:]}"
+        m = _metric(key, label, "s", "stall", _per_run(total, recs), higher_is_better=False)
+        _fill(m, boots, "mean", "difference", scales=scales, point_scale=pts)
+        metrics.append(m)
+    for j, s in enumerate(STAGES):
+        boots = [bootstrap([o.stages[s]], list(STAGE_STATS), rng(3, j, i), resamples) for i, o in enumerate(obs)]
+        for stat in STAGE_STATS:
+            vals = [float(STATS[stat]([o.stages[s]])) * 1e3 if o.stages[s].size else None for o in obs]
+            m = _metric(f"{s}_{stat}", f"{s} {stat}", "ms", "stages", vals, higher_is_better=False,
+                        stage=s, stat=stat, count=[int(o.stages[s].size) for o in obs])
+            _fill(m, [{k: v * 1e3 for k, v in b.items()} if b else None for b in boots], stat, "ratio")
+            metrics.append(m)
+    # Storage totals: one number per run, no per-observation distribution, so no noise test.
+    st = [r.storage or {} for r in recs]
+    m = _metric("bytes_from_device", "bytes from device", "bytes", "storage",
+                [s.get("bytes_from_device") for s in st], higher_is_better=None)
+    _fill(m, [None] * len(recs), "mean", "ratio")
+    metrics.append(m)
+    m = _metric("page_cache_hit", "page-cache hit", "fraction", "storage",
+                [s.get("page_cache_hit_fraction") for s in st], higher_is_better=True)
+    _fill(m, [None] * len(recs), "mean", "difference")
+    metrics.append(m)
+    verdicts = [(r.verdict or {}).get("bottleneck") for r in recs]
+    m = _metric("verdict", "verdict", "", "verdict", verdicts)
+    m["vs_baseline"] = [None] + [{"changed": v != verdicts[0]} for v in verdicts[1:]]
+    metrics.append(m)
+    return metrics
+
+
+# --- what changed: config differences and the one-sentence story ----------------------------------------------------------
+def _show(v: Any) -> str:
+    if v is None:
+        return "none"
+    if isinstance(v, bool):
+        return "on" if v else "off"
+    return str(v)
+
+
+def config_diffs(a: Any, b: Any) -> list[dict[str, Any]]:
+    """Settings that differ between two runs, each with a short text such as ``workers 2 → 8``."""
+    out: list[dict[str, Any]] = []
+
+    def add(key: str, va: Any, vb: Any, name: str | None = None) -> None:
+        out.append({"key": key, "a": va, "b": vb, "text": f"{name or key} {_show(va)} → {_show(vb)}"})
+
+    ca, cb = a.config or {}, b.config or {}
+    for k in [k for k in ca if k not in IGNORED_CONFIG] + [k for k in cb if k not in ca and k not in IGNORED_CONFIG]:
+        va, vb = ca.get(k), cb.get(k)
+        if va != vb:
+            add(k, va, vb, k.replace("_", " "))
+    sa, sb = a.storage or {}, b.storage or {}
+    ta, tb = sa.get("throttle") or {}, sb.get("throttle") or {}
+    if ta and tb and ta.get("mechanism") != tb.get("mechanism"):
+        add("throttle_mechanism", ta.get("mechanism"), tb.get("mechanism"), "throttle mechanism")
+    ra = (sa.get("residency_start") or {}).get("fraction")
+    rb = (sb.get("residency_start") or {}).get("fraction")
+    # Cold vs warm without --cache: the page cache at start is what differed. 25 points: below, a re-run's normal drift.
+    if ra is not None and rb is not None and abs(ra - rb) >= 0.25 and ca.get("cache") == cb.get("cache"):
+        out.append({"key": "residency_start", "a": ra, "b": rb,
+                    "text": f"data in page cache at start {ra * 100:.0f} % → {rb * 100:.0f} %"})
+    da, db = a.compute_device or {}, b.compute_device or {}
+    if (da.get("type"), da.get("name")) != (db.get("type"), db.get("name")):
+        add("compute_device", f"{da.get('type')} ({da.get('name')})", f"{db.get('type')} ({db.get('name')})",
+            "compute device")
+    cpa, cpb = (a.environment or {}).get("cpu") or {}, (b.environment or {}).get("cpu") or {}
+    if cpa.get("model") != cpb.get("model"):
+        add("cpu_model", cpa.get("model"), cpb.get("model"), "CPU")
+    if cpa.get("usable_cores") != cpb.get("usable_cores"):
+        add("usable_cores", cpa.get("usable_cores"), cpb.get("usable_cores"), "usable cores")
+    pa, pb = (a.environment or {}).get("packages") or {}, (b.environment or {}).get("packages") or {}
+    if pa.get("torch") != pb.get("torch"):
+        add("torch", pa.get("torch"), pb.get("torch"))
+    return out
+
+
+def mismatches(recs: list[Any], labels: list[str]) -> list[str]:
+    """Texts like ``model (A: tiny, B: resnet18)`` for MUST_MATCH settings that differ from the baseline's."""
+    out = []
+    for key in MUST_MATCH:
+        vals = [(r.config or {}).get(key) for r in recs]
+        if any(v != vals[0] for v in vals[1:]):
+            out.append(f"{key.replace('_', ' ')} (" + ", ".join(f"{lab}: {_show(v)}" for lab, v in zip(labels, vals))
+                       + ")")
+    return out
+
+
+def fmt_rate(v: float) -> str:
+    return f"{v:.0f}" if v >= 100 else f"{v:.1f}" if v >= 10 else f"{v:.2f}"
+
+
+def fmt_s(v: float) -> str:
+    v = abs(v)
+    return f"{v:.0f} s" if v >= 10 else f"{v:.1f} s" if v >= 1 else f"{v:.2f} s" if v >= 0.01 else f"{v * 1e3:.1f} ms"
+
+
+def _cause_words(cause: str, stage_delta: dict[str, float]) -> str:
+    if cause != "cpu":
+        return CAUSE_WORDS[cause]
+    parts = [k for k in ("decode", "augment", "collate")]
+    tot = sum(stage_delta.get(k, 0.0) for k in parts)
+    named = [k for k in parts if tot and stage_delta.get(k, 0.0) / tot >= 0.2] or parts
+    return f"cpu ({'+'.join(named)})"
+
+
+def _blame(delta: dict[str, float], stage_delta: dict[str, float], sign: float) -> tuple[float | None, str]:
+    """Which causes moved the wait in direction ``sign`` (+1 added, -1 fell): (share, words) when one cause holds
+    MOSTLY_FROM of the change, else (None, 'io 45 % and cpu (decode) 40 %')."""
+    moved = {c: sign * v for c, v in delta.items() if sign * v > 0}
+    tot = sum(moved.values())
+    if tot <= 0:
+        return None, "spread over every cause"
+    ranked = sorted(moved, key=moved.get, reverse=True)
+    share = moved[ranked[0]] / tot
+    sd = {k: sign * v for k, v in stage_delta.items()}
+    if share >= MOSTLY_FROM or len(ranked) == 1:
+        return share, _cause_words(ranked[0], sd)
+    second = ranked[1]
+    return None, (f"{_cause_words(ranked[0], sd)} {share * 100:.0f} % and {_cause_words(second, sd)} "
+                  f"{moved[second] / tot * 100:.0f} %")
+
+
+def story(lab_a: str, lab_b: str, a: Any, b: Any, oa: Observations, ob: Observations,
+          thr: dict[str, Any] | None, diffs: list[dict[str, Any]]) -> str:
+    """One sentence of what changed from ``a`` to ``b`` and why, plus the configuration differences found."""
+    tpa = (a.throughput or {}).get("samples_per_s") or 0.0
+    tpb = (b.throughput or {}).get("samples_per_s") or 0.0
+    cfg = ("Differences: " + "; ".join(d["text"] for d in diffs) + ".") if diffs else "Same configuration."
+    notes = "".join(f" Note: {lab} is a partial run ({r.partial_reason})." for lab, r in ((lab_a, a), (lab_b, b))
+                    if r.partial)
+    if not tpa or not tpb or not oa.wall.size or not ob.wall.size:
+        return f"{lab_b} cannot be compared with {lab_a}: one of them has no measured steps. {cfg}{notes}"
+    na = oa.wall.size
+    rate = f"{fmt_rate(tpa)} → {fmt_rate(tpb)} samples/s"
+    r = tpb / tpa
+    sig = (thr or {}).get("significant")
+    ci = (thr or {}).get("ci")
+    if sig is False:
+        head = (f"{lab_b} is as fast as {lab_a} within run-to-run noise ({rate}; 95 % interval of the ratio "
+                f"{ci[0]:.2f}–{ci[1]:.2f}x)")
+        return f"{head}. {cfg}{notes}"
+    slower = r < 1
+    head = f"{lab_b} is {1 / r if slower else r:.1f}x {'slower' if slower else 'faster'} ({rate})"
+    if sig is None:
+        head += " (too few steps to test against noise)"
+    d_step = float(ob.wall.mean() - oa.wall.mean())
+    d_wait = float(ob.idle.mean() - oa.idle.mean())
+    delta = {c: float(ob.by_cause[c].mean() - oa.by_cause[c].mean()) for c in CAUSES}
+    stage_delta = {k: float(ob.by_stage.get(k, np.zeros(1)).mean() - oa.by_stage.get(k, np.zeros(1)).mean())
+                   for k in ("read", "decode", "augment", "collate", "transfer", "other")}
+    sign = 1.0 if slower else -1.0
+    comp_a = float((oa.stages["h2d"].mean() if oa.stages["h2d"].size else 0) + oa.stages["compute"].mean()) * 1e3
+    comp_b = float((ob.stages["h2d"].mean() if ob.stages["h2d"].size else 0) + ob.stages["compute"].mean()) * 1e3
+    if sign * d_wait > 0 and sign * d_wait >= WAIT_EXPLAINS_FROM * sign * d_step:
+        share, what = _blame(delta, stage_delta, sign)
+        if slower:
+            why = f"{share * 100:.0f} % of the added wait is {what}" if share is not None else f"the added wait is {what}"
+        else:
+            why = f"the wait fell by {fmt_s(d_wait * na)}, " + (f"mostly {what}" if share is not None else what)
+    else:
+        why = (f"the wait for input barely changed ({fmt_s(oa.idle.sum())} → {fmt_s(ob.idle.sum())}); compute per "
+               f"step {'rose' if comp_b > comp_a else 'fell'} {comp_a:.0f} → {comp_b:.0f} ms")
+    return f"{head}; {why}. {cfg}{notes}"
+
+
+# --- entry point -------------------------------------------------------------------------------------------------------------
+def _storage_text(r: Any) -> str:
+    """'cold, throttle 2MB/s,50iops (userspace)': the storage conditions a reader needs next to each run."""
+    st, cfg = r.storage or {}, r.config or {}
+    thr = cfg.get("throttle") or cfg.get("storage")
+    mech = (st.get("throttle") or {}).get("mechanism")
+    text = f"cache {st.get('cache_mode') or cfg.get('cache') or '?'}"
+    return text + (f", throttle {thr}" + (f" ({mech})" if mech else "") if thr else "")
+
+
+def run_labels(n: int) -> list[str]:
+    return [chr(ord("A") + i) if i < 26 else f"R{i + 1}" for i in range(n)]
+
+
+def compare(records: list[Any], names: list[str] | None = None, force: bool = False, seed: int = SEED,
+            resamples: int = RESAMPLES) -> dict[str, Any]:
+    """Compare analysed records; the first is the baseline. UserError for < 2 runs or incomparable runs (no force)."""
+    if len(records) < 2:
+        raise UserError(f"compare needs at least two runs (got {len(records)})")
+    labels = run_labels(len(records))
+    names = names or labels
+    bad = mismatches(records, labels)
+    if bad and not force:
+        raise UserError(f"the runs differ in {' and '.join(bad)}: they measure different work, not the input "
+                        "pipeline; pass --force to compare them anyway")
+    obs = [observations(r) for r in records]
+    metrics = build_metrics(records, obs, seed, resamples)
+    thr = next(m for m in metrics if m["key"] == "throughput")
+    diffs = {labels[i]: config_diffs(records[0], r) for i, r in enumerate(records) if i}
+    sentences = {labels[i]: story(labels[0], labels[i], records[0], r, obs[0], obs[i], thr["vs_baseline"][i],
+                                  diffs[labels[i]]) for i, r in enumerate(records) if i}
+    runs = [{"label": lab, "name": nm, "created_utc": r.created_utc, "partial": r.partial,
+             "partial_reason": r.partial_reason, "steps": int(o.wall.size),
+             "samples": int(o.samples.sum()), "window_s": (r.window or {}).get("seconds"),
+             "compute_device": (r.compute_device or {}).get("type"),
+             "config": {k: v for k, v in (r.config or {}).items() if k not in IGNORED_CONFIG},
+             "throttle": (r.storage or {}).get("throttle"), "cache_mode": (r.storage or {}).get("cache_mode"),
+             "storage_text": _storage_text(r),
+             "verdict": (r.verdict or {}).get("bottleneck"), "summary": (r.verdict or {}).get("summary")}
+            for lab, nm, r, o in zip(labels, names, records, obs)]
+    return {
+        "baseline": labels[0], "labels": labels, "runs": runs, "metrics": metrics, "config_diffs": diffs,
+        "sentences": sentences, "forced": bad,
+        "noise_test": {"method": "percentile bootstrap of per-step / per-sample observations, each run resampled "
+                                 "independently", "resamples": resamples, "confidence": CONFIDENCE, "seed": seed,
+                       "max_observations": MAX_OBS},
+    }

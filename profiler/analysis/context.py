@@ -1,0 +1,117 @@
+"""The handful of derived numbers that verdicts and recommendations reason with, computed once per record."""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .stats import Tables
+
+
+@dataclass
+class Context:
+    device_type: str  # "cpu" | "cuda"
+    device_name: str
+    window_s: float
+    steps: int
+    samples: int
+    samples_per_s: float
+    batch_size: int
+    workers: int
+    usable_cores: float
+    cpu_util: float | None  # mean share of all cores busy in the window, 0-1
+    compute_ms: float  # per step
+    h2d_ms: float
+    wait_ms: float
+    sample_cpu_ms: float  # decode + augment per sample
+    sample_read_ms: float
+    collate_ms: float  # per batch
+    transfer_ms: float  # per batch
+    mean_file_bytes: float
+    mean_pixels: float
+    read_mb_s_per_worker: float
+    dataset_bytes: int
+    ram_available_bytes: int | None
+    pin_memory: bool
+    amp: bool
+    mode: str
+    model: str
+    augment: str
+    image_size: int
+
+    @property
+    def batch_build_ms(self) -> float:
+        """Time one worker needs to make one batch, from its own spans."""
+        return self.batch_size * (self.sample_read_ms + self.sample_cpu_ms) + self.collate_ms
+
+    @property
+    def loader_batches_per_s(self) -> float:
+        w = max(1, self.workers)
+        return w * 1e3 / self.batch_build_ms if self.batch_build_ms > 0 else math.inf
+
+    @property
+    def model_batches_per_s(self) -> float:
+        """What the compute device could consume if input were free."""
+        ms = self.compute_ms + self.h2d_ms
+        return 1e3 / ms if ms > 0 else math.inf
+
+    @property
+    def idle_cores(self) -> float | None:
+        if self.cpu_util is None:
+            return None
+        return self.usable_cores * (1.0 - self.cpu_util)
+
+    @property
+    def device_phrase(self) -> str:
+        return "the GPU" if self.device_type == "cuda" else "the CPU (compute device; no GPU used)"
+
+
+def cpu_util_in_window(samples: dict[str, Any], start_s: float, end_s: float) -> float | None:
+    t = np.asarray(samples.get("t_s") or [], dtype=float)
+    per_core = samples.get("cpu_percent_per_core") or []
+    if t.size == 0 or not per_core:
+        return None
+    m = (t >= start_s) & (t <= end_s)
+    rows = [np.mean(r) for r, keep in zip(per_core, m) if keep and r]
+    if not rows:
+        return None
+    return float(np.mean(rows)) / 100.0
+
+
+def build_context(rec: Any, t: Tables, stages: dict[str, Any]) -> Context:
+    cfg, env, win = rec.config, rec.environment, rec.window
+    window_s = float(win.get("seconds", 0.0))
+    samples = int(np.sum(t.steps["samples"])) if "samples" in t.steps else 0
+    sp = t.spans
+    sel = np.isin(sp["batch"], t.measured_batches) if sp.get("batch") is not None and sp["batch"].size else None
+    mean_bytes = float(sp["bytes"][sel].mean()) if sel is not None and sel.any() else 0.0
+    mean_px = float(sp["pixels"][sel].mean()) if sel is not None and sel.any() and "pixels" in sp else 0.0
+    read_total = stages.get("read", {}).get("total_s", 0.0)
+    read_bytes = stages.get("read", {}).get("bytes", 0)
+    cpu, ram_info = env.get("cpu") or {}, env.get("ram") or {}
+    usable = cpu.get("usable_cores") or cpu.get("logical_cores") or os.cpu_count() or 1
+    ram = ram_info.get("available_bytes") or (rec.samples.get("ram_available_bytes") or [None])[0]
+    return Context(
+        device_type=rec.compute_device.get("type", "cpu"),
+        device_name=rec.compute_device.get("name", ""),
+        window_s=window_s, steps=int(t.steps["wait_start"].size) if "wait_start" in t.steps else 0,
+        samples=samples, samples_per_s=samples / window_s if window_s > 0 else 0.0,
+        batch_size=int(cfg.get("batch_size", 1)), workers=int(cfg.get("workers", 0)),
+        usable_cores=float(usable),
+        cpu_util=cpu_util_in_window(rec.samples, float(win.get("start_s", 0)), float(win.get("end_s", 0))),
+        compute_ms=stages.get("compute", {}).get("mean_ms", 0.0), h2d_ms=stages.get("h2d", {}).get("mean_ms", 0.0),
+        wait_ms=stages.get("wait", {}).get("mean_ms", 0.0),
+        sample_cpu_ms=stages.get("decode", {}).get("mean_ms", 0.0) + stages.get("augment", {}).get("mean_ms", 0.0),
+        sample_read_ms=stages.get("read", {}).get("mean_ms", 0.0),
+        collate_ms=stages.get("collate", {}).get("mean_ms", 0.0),
+        transfer_ms=stages.get("transfer", {}).get("mean_ms", 0.0),
+        mean_file_bytes=mean_bytes, mean_pixels=mean_px,
+        read_mb_s_per_worker=(read_bytes / 1e6 / read_total) if read_total > 0 else 0.0,
+        dataset_bytes=int(rec.dataset.get("total_bytes", 0) or 0),
+        ram_available_bytes=int(ram) if ram else None,
+        pin_memory=bool(cfg.get("pin_memory")), amp=bool(cfg.get("amp")), mode=str(cfg.get("mode", "train")),
+        model=str(cfg.get("model", "")), augment=str(cfg.get("augment", "")), image_size=int(cfg.get("image_size", 224)),
+    )

@@ -1,0 +1,207 @@
+"""Host-RAM analysis of DataLoader workers from the run's ``samples`` (pure: dicts in, dicts out, no I/O).
+
+Two questions:
+
+1. Copy-on-read (pytorch/pytorch#13246): workers are forked, so they share the parent's memory pages copy-on-write.
+   A dataset that keeps its per-sample metadata as a Python list/dict of Python objects makes every ``__getitem__``
+   touch reference counts, i.e. *write* to the object headers; each touched page is then copied into the worker.
+   Over an epoch every worker ends up with a private copy of the whole list, and RAM use grows with the number of
+   workers. The sign: a worker's private memory (USS) climbing steadily through the run.
+2. How much RAM would N workers take? Projected from the measured main process, the private memory of each worker
+   and the pages they share.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MIB = 1024**2
+
+# A worker's USS rises by a few tens of MiB at start-up (imports touched after fork, decode buffers, the first
+# prefetched batches) and then levels off. Growth beyond 50 MiB per worker over the run is more than that start-up
+# cost and, multiplied by the worker count, is RAM a user notices.
+COPY_ON_READ_MIN_GROWTH_BYTES = 50 * MIB
+# At least this many USS (or PSS) readings per worker: fewer cannot tell a trend from a step. The sampler budgets
+# smaps reads (one every few seconds per process), so a short run may not reach it, and then nothing is claimed.
+COPY_ON_READ_MIN_READINGS = 3
+# Net growth / sum of all rises. Copy-on-read only ever adds pages (~1.0); allocator churn (batches allocated and
+# freed) rises and falls, so its net growth is a small share of its rises. 0.7 tolerates a few dips from freed buffers.
+COPY_ON_READ_MIN_MONOTONE_SHARE = 0.7
+# Share of the net growth that happens in the second half of the worker's readings. Steady growth puts ~50 % there;
+# a start-up ramp that levels off puts ~0 %. 20 % separates "still growing" from "grew once, at start".
+COPY_ON_READ_MIN_LATE_SHARE = 0.2
+
+COPY_ON_READ_FIX = (
+    "keep the dataset's per-sample metadata (file names, labels, boxes) in numpy arrays or torch tensors "
+    "(for strings: a numpy array of fixed-width bytes, or pyarrow) instead of Python lists/dicts of Python objects: "
+    "every access updates the objects' reference counts, which writes to their pages, and copy-on-write then "
+    "duplicates those pages into each forked worker; a numpy/tensor buffer is one object whose data pages are "
+    "only read, so they stay shared"
+)
+
+# When no worker was measured (a run with 0 workers), this private memory per worker is assumed: a forked worker
+# with torch imported privately holds ~50-150 MiB (heap pages it writes, decode buffers, prefetch_factor batches);
+# 150 MiB errs high. Results that use it say basis "assumed".
+ASSUMED_WORKER_PRIVATE_BYTES = 150 * MIB
+# Warn when the projection leaves less than this share of the available RAM: the page cache that feeds the loader
+# shrinks first, so the input pipeline slows down before anything is killed.
+RAM_HEADROOM_WARN_FRACTION = 0.10
+
+
+@dataclass
+class _Series:
+    t: list[float]
+    v: list[float]
+    basis: str
+
+
+def _private_series(proc: dict) -> _Series | None:
+    """The process's private memory over time: USS when sampled, else PSS (its fair share of shared pages, which
+    still rises as shared pages become private). RSS cannot show copy-on-write: a copied page was resident before."""
+    for key, basis in (("uss_bytes", "uss"), ("pss_bytes", "pss")):
+        values = proc.get(key)
+        if not values:
+            continue
+        pairs = [(t, v) for t, v in zip(proc.get("t_s") or [], values) if v is not None]
+        if pairs:
+            return _Series([p[0] for p in pairs], [float(p[1]) for p in pairs], basis)
+    return None
+
+
+def _slope(t: list[float], v: list[float]) -> float:
+    """Least-squares slope of v over t (bytes per second)."""
+    n = len(t)
+    mt, mv = sum(t) / n, sum(v) / n
+    var = sum((x - mt) ** 2 for x in t)
+    return sum((x - mt) * (y - mv) for x, y in zip(t, v)) / var if var > 0 else 0.0
+
+
+def _value_at(s: _Series, when: float) -> float:
+    """Linear interpolation of the series at time ``when`` (clamped to its ends)."""
+    if when <= s.t[0]:
+        return s.v[0]
+    for (t0, v0), (t1, v1) in zip(zip(s.t, s.v), zip(s.t[1:], s.v[1:])):
+        if t0 <= when <= t1:
+            return v0 if t1 == t0 else v0 + (v1 - v0) * (when - t0) / (t1 - t0)
+    return s.v[-1]
+
+
+def _worker_growth(proc: dict) -> dict | None:
+    """The copy-on-read test for one worker; the figures when it matches, else None."""
+    s = _private_series(proc)
+    if s is None or len(s.v) < COPY_ON_READ_MIN_READINGS or s.t[-1] <= s.t[0]:
+        return None
+    growth = s.v[-1] - s.v[0]
+    slope = _slope(s.t, s.v)
+    rises = sum(max(0.0, b - a) for a, b in zip(s.v, s.v[1:]))
+    late = s.v[-1] - _value_at(s, (s.t[0] + s.t[-1]) / 2)
+    if (slope <= 0 or growth < COPY_ON_READ_MIN_GROWTH_BYTES or rises <= 0
+            or growth / rises < COPY_ON_READ_MIN_MONOTONE_SHARE or late / growth < COPY_ON_READ_MIN_LATE_SHARE):
+        return None
+    return {"pid": proc.get("pid"), "worker_id": proc.get("worker_id"), "basis": s.basis,
+            "growth_bytes": int(growth), "slope_bytes_per_s": slope, "duration_s": s.t[-1] - s.t[0],
+            "start_bytes": int(s.v[0]), "end_bytes": int(s.v[-1])}
+
+
+def _workers(samples: dict) -> list[dict]:
+    return [p for p in samples.get("processes") or [] if p.get("role") == "worker"]
+
+
+def detect_copy_on_read(samples: dict) -> dict | None:
+    """The pytorch#13246 finding when DataLoader workers' private memory grows steadily, else None.
+
+    A worker matches when its USS (PSS when USS was not sampled) has a positive least-squares slope, grew by at least
+    ``COPY_ON_READ_MIN_GROWTH_BYTES``, grew mostly monotonically and was still growing in the second half of the run.
+    """
+    workers = _workers(samples)
+    hits = [h for h in (_worker_growth(p) for p in workers) if h is not None]
+    if not hits:
+        return None
+    growth = sum(h["growth_bytes"] for h in hits) / len(hits)
+    slope = sum(h["slope_bytes_per_s"] for h in hits) / len(hits)
+    basis = hits[0]["basis"].upper()
+    message = (f"{len(hits)} of {len(workers)} DataLoader workers grew their private memory ({basis}) steadily, "
+               f"by {growth / MIB:.0f} MiB each on average ({slope / MIB:.1f} MiB/s): the dataset's Python objects "
+               "are being copied into every worker (copy-on-read, pytorch#13246), so RAM use grows with the number "
+               "of workers and the length of the epoch")
+    return {"kind": "copy_on_read", "workers": hits, "growth_bytes_per_worker": int(growth),
+            "slope_bytes_per_s": slope, "message": message, "fix": COPY_ON_READ_FIX}
+
+
+def _last(values: list | None) -> float | None:
+    for v in reversed(values or []):
+        if v is not None:
+            return float(v)
+    return None
+
+
+def _peak(values: list | None) -> float | None:
+    vals = [v for v in values or [] if v is not None]
+    return float(max(vals)) if vals else None
+
+
+def _budget(samples: dict, procs: list[dict]) -> int | None:
+    """RAM the job could hold: min over ticks of (available + the job's private memory then), carrying each
+    process's last private reading forward; the job's own private pages are not in ``available`` but are its to
+    reuse. None when the run has no available-RAM series."""
+    avail, ticks = samples.get("ram_available_bytes") or [], samples.get("t_s") or []
+    best = None
+    for t, a in zip(ticks, avail):
+        if a is None:
+            continue
+        ours = 0.0
+        for p in procs:
+            series = _private_series(p)
+            if series is None or t < series.t[0] or t > (p.get("t_s") or [t])[-1]:
+                continue
+            ours += next(v for tt, v in zip(reversed(series.t), reversed(series.v)) if tt <= t)
+        value = a + ours
+        best = value if best is None else min(best, value)
+    return int(best) if best is not None else None
+
+
+def project_ram(samples: dict, workers_now: int, workers_target: list[int]) -> list[dict]:
+    """Projected host RAM for each worker count in ``workers_target``, from this run's measurements.
+
+    projected = main private + N x per-worker private + shared (pages counted once: main RSS - main USS).
+    ``fits`` compares the private part with what the job could hold (available RAM + its own private memory);
+    ``projected_worst_bytes`` is the copy-on-read worst case where every worker ends up copying the shared pages.
+    """
+    procs = samples.get("processes") or []
+    main = next((p for p in procs if p.get("role") == "main"), None)
+    workers = _workers(samples)
+    main_series = _private_series(main) if main else None
+    main_rss = _last(main.get("rss_bytes")) if main else None
+    main_private = main_series.v[-1] if main_series else (main_rss or 0.0)
+    shared = max(0.0, (main_rss or 0.0) - main_private) if main_series else 0.0
+    worker_series = [s for s in (_private_series(w) for w in workers) if s is not None]
+    if worker_series:  # each worker's peak: the projection is about the most RAM held at once
+        per_worker = sum(max(s.v) for s in worker_series) / len(worker_series)
+        basis = worker_series[0].basis
+    elif workers and any(_peak(w.get("rss_bytes")) for w in workers):
+        rss_peaks = [_peak(w.get("rss_bytes")) or 0.0 for w in workers]
+        per_worker, basis = sum(rss_peaks) / len(rss_peaks), "rss"  # overstates: includes shared pages
+    else:
+        per_worker, basis = float(ASSUMED_WORKER_PRIVATE_BYTES), "assumed"
+    budget = _budget(samples, procs)
+    growing = detect_copy_on_read(samples) is not None
+    out = []
+    for n in workers_target:
+        private = main_private + n * per_worker
+        row = {"workers": n, "workers_now": workers_now, "projected_bytes": int(private + shared),
+               "projected_worst_bytes": int(private + shared + n * shared), "main_bytes": int(main_private),
+               "per_worker_bytes": int(per_worker), "shared_bytes": int(shared), "available_bytes": budget,
+               "fits": None if budget is None else private <= budget,
+               "headroom_bytes": None if budget is None else int(budget - private), "basis": basis, "warning": None}
+        warnings = []
+        if budget is not None and private > budget:
+            warnings.append(f"{n} workers need ~{private / MIB:,.0f} MiB of private RAM but only "
+                            f"{budget / MIB:,.0f} MiB is available: expect swapping or the OOM killer")
+        elif budget is not None and budget - private < RAM_HEADROOM_WARN_FRACTION * budget:
+            warnings.append(f"{n} workers leave under {RAM_HEADROOM_WARN_FRACTION:.0%} of RAM free: the page cache "
+                            "that feeds the loader shrinks first, slowing reads")
+        if growing:
+            warnings.append("worker memory was still growing (copy-on-read): this projection is a lower bound; "
+                            "see projected_worst_bytes")
+        row["warning"] = "; ".join(warnings) or None
+        out.append(row)
+    return out

@@ -1,0 +1,180 @@
+"""Recommendations computed from this run's numbers. Each rule fires only when the numbers support it.
+
+Every recommendation is ``{action, reason, expected_gain}``: what to change, the measured figures that justify it,
+and what it should give, estimated from the same figures (a ceiling, stated as such).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .. import thresholds as th
+from .context import Context
+
+
+def _rec(action: str, reason: str, gain: str, cause: str) -> dict[str, str]:
+    return {"action": action, "reason": reason, "expected_gain": gain, "cause": cause}
+
+
+def _ceiling_gain(ctx: Context, new_rate_samples: float) -> str:
+    now = ctx.samples_per_s
+    model_cap = ctx.model_batches_per_s * ctx.batch_size
+    target = min(new_rate_samples, model_cap)
+    if now <= 0 or not math.isfinite(target):
+        return "removes this part of the wait"
+    return (f"up to {target:.0f} samples/s ({target / now:.2f}x the measured {now:.0f}); "
+            f"the model alone could take {model_cap:.0f} samples/s")
+
+
+def _cpu_rules(ctx: Context, stall: dict[str, Any]) -> list[dict[str, str]]:
+    out = []
+    idle = ctx.idle_cores
+    saturated = ctx.cpu_util is not None and ctx.cpu_util >= th.CPU_SATURATED_FROM
+    per_worker_sps = 1e3 / (ctx.sample_cpu_ms + ctx.sample_read_ms) if (ctx.sample_cpu_ms + ctx.sample_read_ms) > 0 else 0
+    if ctx.workers == 0:
+        out.append(_rec(
+            "Use DataLoader workers: --workers "
+            f"{max(1, min(int(ctx.usable_cores) - 1, 4)) or 1}",
+            f"with workers = 0 every batch is decoded in the main process while the model waits "
+            f"({ctx.batch_build_ms:.0f} ms per batch, serial with {ctx.compute_ms:.0f} ms of compute).",
+            _ceiling_gain(ctx, per_worker_sps * max(1, int(ctx.usable_cores) - 1)), "cpu"))
+    elif idle is not None and idle >= th.MIN_IDLE_CORES_FOR_MORE_WORKERS and not saturated:
+        need = math.ceil(ctx.model_batches_per_s * ctx.batch_build_ms / 1e3) if math.isfinite(
+            ctx.model_batches_per_s) else ctx.workers + int(idle)
+        cap = int(ctx.usable_cores * th.MAX_WORKERS_PER_CORE)
+        target = max(ctx.workers + 1, min(need, ctx.workers + int(idle), cap))
+        out.append(_rec(
+            f"Raise --workers from {ctx.workers} to {target}",
+            f"one worker makes a batch in {ctx.batch_build_ms:.0f} ms ({per_worker_sps:.0f} samples/s) and the CPU "
+            f"was only {ctx.cpu_util * 100:.0f} % busy: about {idle:.1f} of {ctx.usable_cores:g} cores sat idle.",
+            _ceiling_gain(ctx, per_worker_sps * target), "cpu"))
+    if ctx.workers > 0 and (saturated or idle is None or idle < th.MIN_IDLE_CORES_FOR_MORE_WORKERS):
+        busy = f"{ctx.cpu_util * 100:.0f} %" if ctx.cpu_util is not None else "fully"
+        by = stall.get("by_stage", {})
+        dec, aug = float(by.get("decode", 0)), float(by.get("augment", 0))
+        if aug >= dec and ctx.augment in ("standard", "heavy"):
+            lighter = "light" if ctx.augment == "heavy" else "light (eval-style resize + crop)"
+            out.append(_rec(
+                f"Make augmentation cheaper: --augment {lighter.split()[0]}, or move it to the GPU "
+                "(torchvision.transforms.v2 on CUDA tensors, or NVIDIA DALI)",
+                f"the cores are saturated ({busy} busy) and augmentation is the largest part of the wait "
+                f"({aug:.2f} s; {ctx.sample_cpu_ms:.1f} ms of decode+augment per sample).",
+                f"removes up to {aug:.2f} s of the {stall.get('seconds', 0):.2f} s wait", "cpu"))
+        if dec > 0 and ctx.mean_pixels > 0:
+            target_px = (ctx.image_size * th.PRE_RESIZE_FACTOR) ** 2 * 4 / 3
+            if ctx.mean_pixels > target_px * 1.2:
+                factor = ctx.mean_pixels / target_px
+                short = int(ctx.image_size * th.PRE_RESIZE_FACTOR)
+                out.append(_rec(
+                    f"Pre-resize the images once to a short side of ~{short} px (or use PIL's draft mode)",
+                    f"the cores are saturated and decode takes {dec:.2f} s of the wait; the images average "
+                    f"{ctx.mean_pixels / 1e6:.2f} MP for a {ctx.image_size} px input, and JPEG decode cost "
+                    "grows with pixel count.",
+                    f"decode roughly {factor:.1f}x cheaper, saving up to {dec * (1 - 1 / factor):.2f} s of the wait",
+                    "cpu"))
+        if ctx.device_type == "cuda" and dec > 0:
+            out.append(_rec(
+                "Decode JPEGs on the GPU: torchvision.io.decode_jpeg(device='cuda') or NVIDIA DALI",
+                f"decode on saturated CPU cores costs {dec:.2f} s of the wait; the GPU waited meanwhile.",
+                f"removes up to {dec:.2f} s of the wait", "cpu"))
+    return out
+
+
+def _io_rules(ctx: Context, stall: dict[str, Any]) -> list[dict[str, str]]:
+    out = []
+    io_s = float(stall.get("by_cause", {}).get("io", 0))
+    rate = f"{ctx.read_mb_s_per_worker:.1f} MB/s per worker" if ctx.read_mb_s_per_worker else "a slow rate"
+    if ctx.dataset_bytes and ctx.ram_available_bytes and ctx.dataset_bytes < 0.5 * ctx.ram_available_bytes:
+        out.append(_rec(
+            "Serve the dataset from RAM: it fits (keep it in the page cache by reading it once, or copy it to local "
+            "NVMe / tmpfs)",
+            f"reads took {io_s:.2f} s of the wait at {rate}; the dataset is {ctx.dataset_bytes / 1e9:.2f} GB and "
+            f"{ctx.ram_available_bytes / 1e9:.1f} GB of RAM is available.",
+            f"removes up to {io_s:.2f} s of the wait after the first epoch", "io"))
+    else:
+        out.append(_rec(
+            "Move the data to faster local storage (NVMe) or cache a pre-processed copy",
+            f"reads took {io_s:.2f} s of the wait at {rate}"
+            + (f"; the dataset ({ctx.dataset_bytes / 1e9:.1f} GB) is too large to stay in RAM" if ctx.dataset_bytes else ""),
+            f"removes up to {io_s:.2f} s of the wait", "io"))
+    if ctx.workers > 0:
+        target = max(ctx.workers * 2, ctx.workers + 2)
+        out.append(_rec(
+            f"Raise --workers from {ctx.workers} to {target} to keep more reads in flight",
+            f"a worker blocked on a read uses no CPU; {ctx.sample_read_ms:.1f} ms per read dominates its "
+            f"{ctx.sample_read_ms + ctx.sample_cpu_ms:.1f} ms per sample, so more outstanding reads hide latency "
+            "until the device's own bandwidth is reached.",
+            _ceiling_gain(ctx, ctx.samples_per_s * target / ctx.workers), "io"))
+    if 0 < ctx.mean_file_bytes < th.SMALL_FILE_BYTES:
+        out.append(_rec(
+            "Pack the small files into large shards (tar / WebDataset, or one memory-mapped array)",
+            f"files average {ctx.mean_file_bytes / 1024:.0f} KiB: below {th.SMALL_FILE_BYTES // 1024} KiB, "
+            "HDDs and network storage are limited by operations per second, not bandwidth.",
+            "sequential reads at the device's bandwidth instead of its IOPS limit", "io"))
+    return out
+
+
+def _transfer_rules(ctx: Context, stall: dict[str, Any]) -> list[dict[str, str]]:
+    out = []
+    tr = float(stall.get("by_cause", {}).get("transfer", 0))
+    if ctx.device_type == "cuda" and not ctx.pin_memory:
+        out.append(_rec("Turn on --pin-memory and copy with non_blocking=True",
+                        f"the H2D copy takes {ctx.h2d_ms:.1f} ms per step from pageable memory, and transfer is "
+                        f"{tr:.2f} s of the wait.",
+                        "pinned copies run at full PCIe bandwidth and overlap compute", "transfer"))
+    bytes_per_batch = ctx.batch_size * 3 * ctx.image_size ** 2 * 4
+    out.append(_rec(
+        "Send uint8 images from the workers and convert/normalise on the device",
+        f"each batch is ~{bytes_per_batch / 1e6:.0f} MB of float32 passing through shared memory "
+        f"({ctx.transfer_ms:.1f} ms per batch worker→main).",
+        "4x fewer bytes per batch through shared memory, pinning and PCIe", "transfer"))
+    return out
+
+
+def _compute_rules(ctx: Context, memory: dict[str, Any] | None) -> list[dict[str, str]]:
+    out = []
+    if ctx.device_type == "cuda":
+        if not ctx.amp:
+            out.append(_rec("Use mixed precision (torch.autocast with bfloat16, --amp)",
+                            f"the input keeps up and compute takes {ctx.compute_ms:.1f} ms per step in fp32.",
+                            "tensor-core math: typically 1.5-3x faster convolutions/matmuls on Ampere or newer", "compute"))
+        peak = (memory or {}).get("device_peak_bytes")
+        total = (memory or {}).get("device_total_bytes")
+        if peak and total and peak < 0.5 * total:
+            factor = int(0.8 * total // peak)
+            if factor >= 2:
+                out.append(_rec(f"Raise --batch-size from {ctx.batch_size} to {ctx.batch_size * factor}",
+                                f"the step peaked at {peak / 2**30:.1f} GiB of {total / 2**30:.0f} GiB.",
+                                "better GPU occupancy per kernel; scale the learning rate with it", "compute"))
+        out.append(_rec("Try channels_last memory format and torch.compile",
+                        f"compute ({ctx.compute_ms:.1f} ms per step) is the limit; both cut kernel time for convnets.",
+                        "commonly 10-30 % on convolutional models", "compute"))
+    else:
+        out.append(_rec("Run the model on a GPU (this run computed on the CPU)",
+                        f"compute takes {ctx.compute_ms:.0f} ms per step on the CPU and the input keeps up.",
+                        "GPU compute is typically 10-100x faster; the input pipeline then decides speed", "compute"))
+        if ctx.workers > 0 and ctx.cpu_util is not None and ctx.cpu_util >= th.CPU_SATURATED_FROM:
+            out.append(_rec(f"On a CPU-only machine, try fewer workers ({max(1, ctx.workers - 1)})",
+                            f"the {ctx.workers} workers and the model share {ctx.usable_cores:g} cores that were "
+                            f"{ctx.cpu_util * 100:.0f} % busy; idle-free input costs compute threads.",
+                            "more cores for the model's own threads", "compute"))
+    return out
+
+
+def recommend(verdict: dict[str, Any], stall: dict[str, Any], ctx: Context,
+              memory: dict[str, Any] | None = None) -> list[dict[str, str]]:
+    b = verdict.get("bottleneck")
+    if b == "memory":
+        return list((memory or {}).get("oom_recommendations", []))
+    if b == "compute":
+        return _compute_rules(ctx, memory)
+    recs: list[dict[str, str]] = []
+    total = float(stall.get("seconds", 0.0)) or 1.0
+    by = stall.get("by_cause", {})
+    # Rules for every cause holding a worthwhile share, the verdict's own cause first.
+    order = [b] + [c for c in ("io", "cpu", "transfer") if c != b]
+    for cause in order:
+        if float(by.get(cause, 0.0)) / total < th.CAUSE_WORTH_ACTING_ON and cause != b:
+            continue
+        recs += {"io": _io_rules, "cpu": _cpu_rules, "transfer": _transfer_rules}[cause](ctx, stall)
+    return recs

@@ -1,0 +1,90 @@
+"""Per-stage statistics from the record's timeline, measured window only (warm-up excluded)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+# Stage names in pipeline order, with what one observation is.
+WORKER_STAGES = {"read": "sample", "decode": "sample", "augment": "sample", "collate": "batch", "transfer": "batch",
+                 "ready_ahead": "batch"}
+MAIN_STAGES = {"wait": "step", "h2d": "step", "compute": "step"}
+STAGE_ORDER = tuple(WORKER_STAGES) + tuple(MAIN_STAGES)
+
+
+def describe(values_s: np.ndarray, per: str) -> dict[str, Any]:
+    """total_s, mean/p50/p95/p99/max in ms, count; NaN-free (empty → zeros)."""
+    v = np.asarray(values_s, dtype=np.float64)
+    if v.size == 0:
+        return {"per": per, "count": 0, "total_s": 0.0, "mean_ms": 0.0, "p50_ms": 0.0, "p95_ms": 0.0,
+                "p99_ms": 0.0, "max_ms": 0.0}
+    p50, p95, p99 = np.percentile(v, [50, 95, 99])
+    return {"per": per, "count": int(v.size), "total_s": round(float(v.sum()), 6),
+            "mean_ms": round(float(v.mean()) * 1e3, 4), "p50_ms": round(float(p50) * 1e3, 4),
+            "p95_ms": round(float(p95) * 1e3, 4), "p99_ms": round(float(p99) * 1e3, 4),
+            "max_ms": round(float(v.max()) * 1e3, 4)}
+
+
+@dataclass
+class Tables:
+    """The timeline as numpy columns, restricted to what the measured window used."""
+    steps: dict[str, np.ndarray]  # measured steps only
+    batches: dict[str, np.ndarray]  # all batches (warm-up too: attribution needs the workers' whole activity)
+    spans: dict[str, np.ndarray]  # all sample spans
+    measured_batches: np.ndarray  # batch numbers received in measured steps
+
+
+def tables(timeline: dict[str, Any]) -> Tables:
+    st = {k: np.asarray(v) for k, v in timeline["steps"].items()}
+    m = st.get("measured")
+    if m is not None and m.size:
+        keep = m.astype(bool)
+        st = {k: v[keep] for k, v in st.items()}
+    bt = {k: np.asarray(v) for k, v in timeline.get("batches", {}).items()}
+    sp = {k: np.asarray(v) for k, v in timeline.get("sample_spans", {}).items()}
+    return Tables(st, bt, sp, st.get("batch", np.array([], dtype=np.int64)))
+
+
+def _asked_at(t: Tables, bt: dict[str, np.ndarray]) -> np.ndarray:
+    """For each batch, when the main loop started waiting for it (its step's wait_start); received if unknown."""
+    asked = bt["received"].astype(float).copy()
+    pos = {int(b): i for i, b in enumerate(t.steps.get("batch", []))}
+    for j, b in enumerate(bt["batch"]):
+        i = pos.get(int(b))
+        if i is not None:
+            asked[j] = float(t.steps["wait_start"][i])
+    return asked
+
+
+def stage_stats(t: Tables) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    sp, bt, st = t.spans, t.batches, t.steps
+    if sp.get("batch") is not None and sp["batch"].size:
+        sel = np.isin(sp["batch"], t.measured_batches)
+        out["read"] = describe((sp["read_end"] - sp["read_start"])[sel], "sample")
+        out["read"]["bytes"] = int(sp["bytes"][sel].sum())
+        out["decode"] = describe((sp["decode_end"] - sp["read_end"])[sel], "sample")
+        out["augment"] = describe((sp["augment_end"] - sp["decode_end"])[sel], "sample")
+    else:
+        for k in ("read", "decode", "augment"):
+            out[k] = describe(np.array([]), "sample")
+        out["read"]["bytes"] = 0
+    if bt.get("batch") is not None and bt["batch"].size:
+        sel = np.isin(bt["batch"], t.measured_batches)
+        out["collate"] = describe((bt["collate_end"] - bt["collate_start"])[sel], "batch")
+        # transfer: from the moment the batch was both finished and asked for, until the main process held it.
+        # A batch finished before the main loop asked for it sat in the queue meanwhile: that is prefetch slack
+        # (ready_ahead), not transfer cost, and counting it as transfer would blame IPC for a slow model.
+        asked = _asked_at(t, bt)
+        start = np.maximum(bt["collate_end"], asked)
+        out["transfer"] = describe(np.maximum(0.0, bt["received"] - start)[sel], "batch")
+        out["ready_ahead"] = describe(np.maximum(0.0, asked - bt["collate_end"])[sel], "batch")
+    else:
+        for k in ("collate", "transfer", "ready_ahead"):
+            out[k] = describe(np.array([]), "batch")
+    if st.get("wait_start") is not None:
+        out["wait"] = describe(st["wait_end"] - st["wait_start"], "step")
+        out["h2d"] = describe(st["h2d_end"] - st["h2d_start"], "step")
+        out["compute"] = describe(st["compute_end"] - st["h2d_end"], "step")
+    return {k: out[k] for k in STAGE_ORDER if k in out}

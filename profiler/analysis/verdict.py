@@ -1,0 +1,63 @@
+"""The verdict: which one thing limits the job, in one sentence a person reads first."""
+from __future__ import annotations
+
+from typing import Any
+
+from .. import thresholds as th
+from .context import Context
+
+CAUSE_WORDS = {
+    "io": "storage reads",
+    "cpu": "decode + augmentation on the CPU",
+    "transfer": "moving batches from the workers to the device",
+    "other": "unexplained overhead (Python, GC, process start)",
+}
+
+
+def severity(fraction: float) -> str:
+    if fraction < th.NOT_INPUT_BOUND_BELOW:
+        return "not input-bound"
+    if fraction < th.HIGHLY_INPUT_BOUND_FROM:
+        return "moderately input-bound"
+    return "highly input-bound"
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.0f} %" if x >= 0.1 else f"{x * 100:.1f} %"
+
+
+def decide(stall: dict[str, Any], ctx: Context, oom: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``verdict`` section: bottleneck, severity, summary, the numbers behind it."""
+    if oom:
+        return {
+            "bottleneck": "memory", "severity": "does not fit",
+            "summary": (f"Out of device memory at step {oom.get('step')}: the model at batch size {ctx.batch_size} "
+                        f"does not fit in {ctx.device_name or 'the device'}; see the memory recommendations."),
+        }
+    frac = float(stall.get("fraction", 0.0))
+    sev = severity(frac)
+    by = stall.get("by_cause", {})
+    total = float(stall.get("seconds", 0.0))
+    dev = "the GPU" if ctx.device_type == "cuda" else "the CPU"
+    workers = (f"{ctx.workers} worker{'s' if ctx.workers != 1 else ''}" if ctx.workers > 0
+               else "the main process (workers = 0)")
+    cores = f"{ctx.usable_cores:g} core{'s' if ctx.usable_cores != 1 else ''}"
+    if frac < th.NOT_INPUT_BOUND_BELOW or total <= 0:
+        step_ms = ctx.compute_ms + ctx.h2d_ms
+        summary = (f"Compute-bound: the input pipeline keeps up ({dev} waited only {_pct(frac)} of the time); "
+                   f"the model's {step_ms:.0f} ms per step on {dev} sets the pace at {ctx.samples_per_s:.0f} samples/s.")
+        if ctx.device_type == "cpu":
+            summary += " The model ran on the CPU: no GPU was used."
+        return {"bottleneck": "compute", "severity": sev, "summary": summary}
+    causes = {k: float(by.get(k, 0.0)) for k in ("io", "cpu", "transfer")}
+    cause = max(causes, key=causes.get)
+    share = causes[cause] / total if total > 0 else 0.0
+    detail = f"{_pct(share)} of that wait was {CAUSE_WORDS[cause]}"
+    if cause in ("cpu", "io"):
+        detail += f" in {workers} that had {cores} between them"
+    summary = (f"Input-bound ({sev.split()[0]}): {dev} waited {_pct(frac)} of the measured time "
+               f"({total:.2f} s of {ctx.window_s:.2f} s); {detail}.")
+    other_share = float(by.get("other", 0.0)) / total if total > 0 else 0.0
+    if other_share >= th.OTHER_SHARE_WARN:
+        summary += f" Note: {_pct(other_share)} of the wait could not be tied to a stage (other)."
+    return {"bottleneck": cause, "severity": sev, "summary": summary, "cause_share": round(share, 4)}

@@ -1,0 +1,107 @@
+"""compare.png: the runs side by side (matplotlib, Agg; reads the comparison dict only).
+
+Four panels, because they answer the questions in the order people ask them: did it get faster or slower
+(throughput, with each run's own 95 % bootstrap interval as error bars)? Was the device waiting more, and on what
+(stall seconds stacked by cause, in the same colours as the single-run plots)? Which stage moved (per-stage mean and
+p95, log scale because read on a throttled disk and collate differ by orders of magnitude)?
+"""
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from ..analysis.attribution import CAUSES
+from ..analysis.compare import STAGES
+from .plots import CAUSE_COLOURS
+
+# Run colours: baseline grey, then matplotlib's tab10 (distinct, colour-blind tolerable for the first few runs).
+RUN_COLOURS = ("#7f7f7f", "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
+
+
+def _metric(c: dict[str, Any], key: str) -> dict[str, Any] | None:
+    return next((m for m in c["metrics"] if m["key"] == key), None)
+
+
+def _colour(i: int) -> str:
+    return RUN_COLOURS[i % len(RUN_COLOURS)]
+
+
+def _throughput(ax, c: dict[str, Any]) -> None:
+    m = _metric(c, "throughput")
+    labels = c["labels"]
+    vals = np.array([v or 0.0 for v in m["values"]], dtype=float)
+    err = np.zeros((2, len(vals)))
+    for i, ci in enumerate(m["ci_self"]):
+        if ci:
+            err[:, i] = [max(0.0, vals[i] - ci[0]), max(0.0, ci[1] - vals[i])]
+    x = np.arange(len(vals))
+    ax.bar(x, vals, color=[_colour(i) for i in x], yerr=err, capsize=4)
+    for i, v in enumerate(vals):
+        vs = m["vs_baseline"][i]
+        tag = "" if not vs or vs.get("ratio") is None else f"\n{vs['ratio']:.2f}x" + (" *" if vs.get("significant")
+                                                                                          else "")
+        top = v + err[1, i]  # above the error bar, so the label never sits on it
+        ax.annotate(f"{v:.0f}{tag}" if v >= 100 else f"{v:.1f}{tag}", (i, top), ha="center", va="bottom",
+                    fontsize=8, xytext=(0, 3), textcoords="offset points")
+    ax.set_xticks(x, labels)
+    ax.set_ylabel("samples/s")
+    ax.set_title("Throughput (error bar: 95 % bootstrap interval)")
+    ax.margins(y=0.25)
+
+
+def _stall(ax, c: dict[str, Any]) -> None:
+    labels = c["labels"]
+    x = np.arange(len(labels))
+    bottom = np.zeros(len(labels))
+    for cause in CAUSES:
+        m = _metric(c, f"stall_{cause}")
+        v = np.array([x or 0.0 for x in m["values"]], dtype=float)
+        ax.bar(x, v, bottom=bottom, color=CAUSE_COLOURS.get(cause, "#999999"), label=cause)
+        bottom += v
+    for i, total in enumerate(bottom):
+        ax.annotate(f"{total:.2f} s", (i, total), ha="center", va="bottom", fontsize=8, xytext=(0, 3),
+                    textcoords="offset points")
+    ax.set_xticks(x, labels)
+    ax.set_ylabel("seconds idle")
+    ax.set_title("Stall by cause (measured window)")
+    ax.legend(fontsize=8, loc="upper left")
+    ax.margins(y=0.2)
+
+
+def _stages(ax, c: dict[str, Any], stat: str) -> None:
+    labels = c["labels"]
+    n = len(labels)
+    shown = [s for s in STAGES if any((v or 0) > 0 for v in _metric(c, f"{s}_{stat}")["values"])]
+    x = np.arange(len(shown))
+    w = 0.8 / max(1, n)
+    for i, lab in enumerate(labels):
+        vals = [_metric(c, f"{s}_{stat}")["values"][i] or np.nan for s in shown]
+        vals = [v if v and v > 0 else np.nan for v in vals]  # log scale: a zero has no bar
+        ax.bar(x + (i - (n - 1) / 2) * w, vals, width=w, color=_colour(i), label=lab)
+    ax.set_yscale("log")
+    ax.set_xticks(x, shown)
+    ax.set_ylabel("ms (log)")
+    ax.set_title(f"Per-stage {stat}")
+    ax.legend(fontsize=8)
+
+
+def render_png(comparison: dict[str, Any], dpi: int = 110) -> bytes:
+    """The four-panel figure as PNG bytes (no file I/O here; the caller writes or inlines it)."""
+    fig = Figure(figsize=(13, 8.5), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(2, 2)
+    _throughput(axes[0, 0], comparison)
+    _stall(axes[0, 1], comparison)
+    _stages(axes[1, 0], comparison, "mean")
+    _stages(axes[1, 1], comparison, "p95")
+    fig.suptitle("Runs side by side (baseline " + comparison["baseline"] + "); * = beyond run-to-run noise",
+                 fontsize=11)
+    fig.supxlabel("read, decode, augment: per sample; collate, transfer: per batch; wait, h2d, compute: per step",
+                  fontsize=9)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    return buf.getvalue()

@@ -1,0 +1,65 @@
+"""Stacked bar of a step's GPU memory (weights, gradients, optimizer state, activations, workspace) against the card.
+
+Reads only the breakdown dict (``MemoryBreakdown.to_dict()``), so a saved JSON report can be re-plotted elsewhere.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; never needs a display
+import matplotlib.pyplot as plt  # noqa: E402
+
+_GIB = 1024**3
+# (key in the breakdown dict, legend label, colour): bottom to top in the order memory is allocated in a step.
+PARTS = (
+    ("weights_bytes", "weights", "#4c72b0"),
+    ("gradients_bytes", "gradients", "#55a868"),
+    ("optimizer_bytes", "optimizer state", "#8172b2"),
+    ("activations_bytes", "activations", "#dd8452"),
+    ("workspace_bytes", "workspace (CUDA context, cuDNN/cuBLAS, fragmentation)", "#937860"),
+)
+
+
+def plot_fit(breakdown: dict, gpu_bytes: int | None, path: str | Path) -> Path:
+    """Write the PNG to ``path`` (parent folders created) and return it; no capacity line when ``gpu_bytes`` is None."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(9.0, 5.2), dpi=110)
+    try:
+        bottom = 0.0
+        for key, label, colour in PARTS:
+            value = breakdown.get(key, 0) / _GIB
+            if value <= 0:
+                continue
+            ax.bar([0], [value], bottom=[bottom], width=0.5, color=colour, label=f"{label}: {value:.2f} GiB")
+            bottom += value
+        total = breakdown.get("total_bytes", 0) / _GIB
+        ax.text(0, bottom, f"{total:.2f} GiB", ha="center", va="bottom", fontsize=10)
+        top = bottom
+        if gpu_bytes:
+            cap = gpu_bytes / _GIB
+            fits = breakdown.get("total_bytes", 0) <= gpu_bytes
+            ax.axhline(cap, color="#c44e52" if not fits else "#333333", linestyle="--", linewidth=1.5,
+                       label=f"GPU capacity: {cap:.2f} GiB ({'fits' if fits else 'does not fit'})")
+            top = max(top, cap)
+        ax.set_ylim(0, top * 1.18 if top > 0 else 1)
+        ax.set_xlim(-0.8, 0.8)
+        precision = breakdown.get("precision", "fp32") + ("+amp" if breakdown.get("amp") else "")
+        ax.set_xticks([0], [f"batch {breakdown.get('batch_size')}"])
+        ax.set_xlabel(f"{breakdown.get('mode')} step, {precision}, {breakdown.get('image_size')} px images")
+        ax.set_ylabel("GPU memory (GiB)")
+        ax.set_title(f"Will it fit? {breakdown.get('model')} {breakdown.get('mode')}, "
+                     f"batch {breakdown.get('batch_size')}")
+        handles, labels = ax.get_legend_handles_labels()
+        # top of the stack first, like the bar reads; the capacity line (drawn last) leads the list
+        order = [len(handles) - 1, *range(len(handles) - 2, -1, -1)] if gpu_bytes else list(range(len(handles)))[::-1]
+        ax.legend([handles[i] for i in order], [labels[i] for i in order], loc="upper left",
+                  bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False)
+        ax.grid(axis="y", alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(path)
+    finally:
+        plt.close(fig)
+    return path

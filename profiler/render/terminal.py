@@ -1,0 +1,126 @@
+"""Terminal renderer (rich): the live progress bar during a run, and the verdict, stage table and recommendations.
+
+Works from a RunRecord alone (after analysis); measures nothing.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.panel import Panel
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ..analysis.stats import STAGE_ORDER
+
+STAGE_LABELS = {
+    "read": "read (open + read bytes)", "decode": "decode (bytes → image)", "augment": "augment (image → tensor)",
+    "collate": "collate", "transfer": "transfer (worker → main)", "ready_ahead": "ready ahead (queued)", "wait": "wait for batch (main)",
+    "h2d": "H2D copy", "compute": "compute",
+}
+BOTTLENECK_STYLE = {"compute": "green", "io": "red", "cpu": "red", "transfer": "yellow", "memory": "magenta"}
+
+
+class LiveProgress:
+    """Steps, samples/s and the current wait share, refreshed by rich at its own rate (cheap per update)."""
+
+    def __init__(self, total_steps: int, warmup: int, console: Console | None = None, enabled: bool = True):
+        self.enabled = enabled
+        self.warmup = warmup
+        self.samples = 0
+        self.wait_ns = 0
+        self.t_start: int | None = None
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]}"), TextColumn("{task.fields[wait]}"), TimeElapsedColumn(),
+            console=console, transient=False, disable=not enabled,
+        )
+        self.task = self.progress.add_task("warm-up", total=total_steps, rate="", wait="")
+
+    def __enter__(self) -> "LiveProgress":
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.progress.__exit__(*exc)
+
+    def on_step(self, row: Any, measured: bool) -> None:
+        if not self.enabled:
+            return
+        if measured:
+            if self.t_start is None:
+                self.t_start = row.wait_start_ns
+            self.samples += row.n_samples
+            self.wait_ns += row.wait_end_ns - row.wait_start_ns
+            el = (time.perf_counter_ns() - self.t_start) / 1e9
+            rate = f"{self.samples / el:7.1f} samples/s" if el > 0 else ""
+            wait = f"wait {100 * self.wait_ns / 1e9 / el:4.0f} %" if el > 0 else ""
+            self.progress.update(self.task, advance=1, description="measuring", rate=rate, wait=wait)
+        else:
+            self.progress.update(self.task, advance=1)
+
+
+def _fmt_ms(v: float) -> str:
+    return f"{v:.2f}" if v < 10 else f"{v:.1f}" if v < 100 else f"{v:.0f}"
+
+
+def stage_table(rec: Any) -> Table:
+    t = Table(title="Stages (measured window; worker stages per sample or batch, main-loop stages per step)",
+              title_justify="left")
+    for col in ("stage", "per", "count", "total s", "mean ms", "p50 ms", "p95 ms", "p99 ms"):
+        t.add_column(col, justify="left" if col in ("stage", "per") else "right")
+    for name in STAGE_ORDER:
+        s = rec.stages.get(name)
+        if not s:
+            continue
+        t.add_row(STAGE_LABELS.get(name, name), s["per"], str(s["count"]), f"{s['total_s']:.3f}",
+                  _fmt_ms(s["mean_ms"]), _fmt_ms(s["p50_ms"]), _fmt_ms(s["p95_ms"]), _fmt_ms(s["p99_ms"]))
+    return t
+
+
+def stall_table(rec: Any) -> Table:
+    st = rec.stall
+    t = Table(title=f"Idle compute device by cause ({st.get('seconds', 0):.2f} s = "
+                    f"{100 * st.get('fraction', 0):.1f} % of {rec.window.get('seconds', 0):.2f} s)",
+              title_justify="left")
+    t.add_column("cause")
+    t.add_column("seconds", justify="right")
+    t.add_column("share of idle", justify="right")
+    for k, v in st.get("by_cause", {}).items():
+        t.add_row(k, f"{v:.3f}", f"{100 * st.get('share_by_cause', {}).get(k, 0):.0f} %")
+    return t
+
+
+def print_report(rec: Any, console: Console | None = None, out_files: list[str] | None = None) -> None:
+    console = console or Console()
+    v = rec.verdict
+    style = BOTTLENECK_STYLE.get(v.get("bottleneck", ""), "white")
+    title = f"Verdict: {v.get('bottleneck', '?')} ({v.get('severity', '')})"
+    if rec.partial:
+        title += "  [PARTIAL RUN]"
+    console.print(Panel(v.get("summary", ""), title=title, border_style=style))
+    dev = rec.compute_device
+    tp = rec.throughput
+    console.print(f"Compute device: [bold]{dev.get('type')}[/] ({dev.get('name')}; timing from {dev.get('timing')}).  "
+                  f"Throughput: [bold]{tp.get('samples_per_s', 0):.1f}[/] samples/s over {tp.get('steps', 0)} "
+                  f"measured steps ({rec.window.get('warmup_steps', 0)} warm-up excluded).")
+    if rec.storage and rec.storage.get("page_cache_hit_fraction") is not None:
+        st = rec.storage
+        console.print(f"Storage: {100 * st['page_cache_hit_fraction']:.0f} % of worker reads served from page cache "
+                      f"({st.get('bytes_from_device', 0) / 1e6:.1f} MB of {st.get('bytes_requested', 0) / 1e6:.1f} MB "
+                      "from the device).")
+    console.print(stage_table(rec))
+    console.print(stall_table(rec))
+    recs = v.get("recommendations", [])
+    if recs:
+        console.print("[bold]Recommendations[/]")
+        for i, r in enumerate(recs, 1):
+            console.print(f" {i}. [bold]{r['action']}[/]\n    why: {r['reason']}\n    expected: {r['expected_gain']}")
+    for f in rec.findings:
+        console.print(f"[yellow]![/] {f.get('message')}")
+    if rec.skipped.get("count"):
+        console.print(f"Skipped files: {rec.skipped['count']} (first: {rec.skipped['files'][0]['path']}: "
+                      f"{rec.skipped['files'][0]['reason']})")
+    if out_files:
+        console.print("Wrote: " + ", ".join(out_files))

@@ -1,0 +1,332 @@
+"""Chrome trace event format (trace.json) of a run: opens in ui.perfetto.dev and chrome://tracing.
+
+Tracks:
+- process "main process", thread "main loop": ``ProfilerStep#N`` spans (named as the PyTorch profiler names its
+  steps, so people who know that trace feel at home) enclosing ``wait`` (for the batch), ``H2D`` and ``compute``. On
+  CUDA the H2D and compute spans come from CUDA events and can overlap the host's next wait, so they go on their
+  own thread "compute device (CUDA events)" instead: one thread's spans must nest.
+- workers=0: thread "loading (main process, workers=0)" in the main process, with the loading spans.
+- one process per DataLoader worker: ``batch N`` spans enclosing ``read`` / ``decode`` / ``augment`` per sample and
+  ``collate`` per batch. A flow arrow links each batch's collate to the step that received it.
+- counters: CPU % (mean, per core), disk read MB/s, RAM GB, GPU util/memory/PCIe when sampled, per-process CPU %.
+
+Bounded size (long runs): aggregates live in the HTML (from the analysis, exact); the trace keeps per-span detail for
+a window of steps plus every k-th step after it (see ``plan_detail``), and says so in ``otherData``.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# Budgets. A Chrome-trace JSON event costs ~110-170 bytes, so ~120k events is ~15 MB: under the 20 MiB a browser
+# tab loads comfortably (chrome://tracing slows down badly past a few hundred MB, and people attach these files to
+# issues). Main-loop spans are cheap (~4 per step) and the most useful, so they get their own larger share.
+MAIN_EVENTS_MAX = 50_000
+WORKER_EVENTS_MAX = 60_000
+# Each sampled series is downsampled to at most this many points (bucket means): one per ~0.1 s of a 7-minute run.
+COUNTER_POINTS_MAX = 4_000
+# Per-core counter tracks only up to this many cores (one track each); beyond, mean/min/max only.
+COUNTER_MAX_CORES = 32
+# Of a budget, this share goes to the contiguous first window (warm-up and start of the run, where problems such as
+# slow worker start-up show), the rest to every k-th step spread over the remainder (steady state).
+FIRST_WINDOW_SHARE = 0.5
+
+MAIN_PID = 1
+SYSTEM_PID = 2
+WORKER_PID_BASE = 100  # worker w -> pid 100 + w (stable across runs, unlike OS pids; the OS pid is in the name)
+MAIN_TID, DEVICE_TID, LOADER_TID = 1, 2, 3
+
+
+@dataclass
+class Selection:
+    """Which steps (row indices of timeline.steps) get spans: rows [0, first) and every ``stride``-th after."""
+    total: int
+    first: int
+    stride: int
+
+    def rows(self) -> np.ndarray:
+        head = np.arange(min(self.first, self.total))
+        if self.first >= self.total:
+            return head
+        return np.concatenate([head, np.arange(self.first, self.total, self.stride)])
+
+    @property
+    def complete(self) -> bool:
+        return self.first >= self.total
+
+    def describe(self, step_numbers: list[int]) -> str:
+        if self.total == 0:
+            return "no steps"
+        if self.complete:
+            return f"all {self.total:,} steps"
+        last = step_numbers[self.first - 1] if self.first > 0 else None
+        head = f"steps {step_numbers[0]}–{last}" if last is not None else "no contiguous window"
+        more = len(range(self.first, self.total, self.stride))
+        return (f"{head} of {self.total:,}, then every {_ordinal(self.stride)} step ({more:,} more); "
+                f"{self.total - self.first - more:,} steps omitted")
+
+
+@dataclass
+class DetailPlan:
+    """What per-span detail the trace holds (the HTML repeats it)."""
+    main: Selection
+    workers: Selection
+    counter_stride: int
+
+    def describe(self, step_numbers: list[int]) -> dict[str, str]:
+        return {"main_loop": self.main.describe(step_numbers), "workers": self.workers.describe(step_numbers),
+                "counters": ("every sample" if self.counter_stride <= 1
+                             else f"bucket means of {self.counter_stride} samples")}
+
+
+def _ordinal(k: int) -> str:
+    suffix = "th" if 10 <= k % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(k % 10, "th")
+    return f"{k}{suffix}"
+
+
+def _select(total: int, per_step: float, budget: int) -> Selection:
+    if total * per_step <= budget:
+        return Selection(total, total, 1)
+    steps_budget = max(2, int(budget / max(per_step, 1e-9)))
+    first = max(1, int(steps_budget * FIRST_WINDOW_SHARE))
+    rest = max(1, steps_budget - first)
+    stride = max(1, math.ceil((total - first) / rest))
+    return Selection(total, first, stride)
+
+
+def plan_detail(rec: Any) -> DetailPlan:
+    """The downsampling rule, from the record's sizes alone (so HTML and trace agree)."""
+    steps = rec.timeline["steps"]
+    n = len(steps["wait_start"])
+    sp = rec.timeline.get("sample_spans", {})
+    bt = rec.timeline.get("batches", {})
+    n_batches = max(1, len(bt.get("batch", [])))
+    samples_per_batch = len(sp.get("batch", [])) / n_batches
+    cuda = rec.compute_device.get("timing") == "cuda events"
+    main = _select(n, 6.0 if cuda else 5.0, MAIN_EVENTS_MAX)  # step(s), wait, H2D, compute, flow end
+    workers = _select(n, 3.0 * samples_per_batch + 3.0, WORKER_EVENTS_MAX)  # per sample 3; batch, collate, flow
+    ticks = len((rec.samples or {}).get("t_s", []) or [])
+    return DetailPlan(main, workers, max(1, math.ceil(ticks / COUNTER_POINTS_MAX)))
+
+
+def _us(t: float) -> int:
+    return int(round(float(t) * 1e6))
+
+
+def _x(name: str, cat: str, start: float, end: float, pid: int, tid: int, args: dict | None = None) -> dict:
+    ev = {"ph": "X", "name": name, "cat": cat, "ts": _us(start), "dur": max(0, _us(end) - _us(start)),
+          "pid": pid, "tid": tid}
+    if args:
+        ev["args"] = args
+    return ev
+
+
+def _meta(kind: str, pid: int, tid: int, name: str | int) -> dict:
+    key = "sort_index" if kind.endswith("sort_index") else "name"
+    return {"ph": "M", "name": kind, "pid": pid, "tid": tid, "args": {key: name}}
+
+
+def _main_events(rec: Any, rows: np.ndarray, cuda: bool) -> list[dict]:
+    st = rec.timeline["steps"]
+    ev: list[dict] = []
+    measured = st.get("measured") or [True] * len(st["wait_start"])
+    for i in rows.tolist():
+        n = st["step"][i]
+        ws, we, hs, he, ce = (st[k][i] for k in ("wait_start", "wait_end", "h2d_start", "h2d_end", "compute_end"))
+        cat = "step" if measured[i] else "warmup"
+        args = {"step": n, "batch": st["batch"][i], "worker": st["worker"][i], "samples": st["samples"][i],
+                "idle_ms": round(st["idle"][i] * 1e3, 3), "measured": bool(measured[i])}
+        device_on_main = not (cuda and measured[i])  # CUDA-event times go on the device thread
+        end = max(we, ce) if device_on_main else we
+        ev.append(_x(f"ProfilerStep#{n}", cat, ws, end, MAIN_PID, MAIN_TID, args))
+        ev.append(_x("wait", "wait", ws, we, MAIN_PID, MAIN_TID, {"batch": st["batch"][i]}))
+        tid = MAIN_TID if device_on_main else DEVICE_TID
+        if not device_on_main:  # the device's own step span, enclosing its H2D and compute
+            ev.append(_x(f"ProfilerStep#{n}", cat, hs, ce, MAIN_PID, DEVICE_TID, args))
+        if he > hs:
+            ev.append(_x("H2D", "h2d", hs, he, MAIN_PID, tid, {"step": n}))
+        ev.append(_x("compute", "compute", he, ce, MAIN_PID, tid, {"step": n}))
+        # Flow arrow end: bound to the enclosing step span on the main loop at the moment the batch arrived.
+        ev.append({"ph": "f", "bp": "e", "name": "batch", "cat": "batch_flow", "id": int(st["batch"][i]),
+                   "ts": _us(we), "pid": MAIN_PID, "tid": MAIN_TID})
+    return ev
+
+
+def _worker_events(rec: Any, rows: np.ndarray, flow_batches: set[int]) -> tuple[list[dict], set[int]]:
+    tl = rec.timeline
+    st, bt, sp = tl["steps"], tl.get("batches", {}), tl.get("sample_spans", {})
+    wanted = {int(st["batch"][i]) for i in rows.tolist()}
+    n_steps = len(st["wait_start"])
+    if len(rows) >= n_steps:  # all steps: also batches prefetched but never consumed (end of run)
+        wanted |= {int(b) for b in bt.get("batch", [])}
+    ev: list[dict] = []
+    workers: set[int] = set()
+    by_batch: dict[int, list[int]] = {}
+    for j, b in enumerate(sp.get("batch", [])):
+        if int(b) in wanted:
+            by_batch.setdefault(int(b), []).append(j)
+    for j, b in enumerate(bt.get("batch", [])):
+        b = int(b)
+        if b not in wanted:
+            continue
+        w = int(bt["worker"][j])
+        workers.add(w)
+        pid, tid = (MAIN_PID, LOADER_TID) if w < 0 else (WORKER_PID_BASE + w, WORKER_PID_BASE + w)
+        idx = by_batch.get(b, [])
+        first = min([sp["read_start"][k] for k in idx], default=bt["collate_start"][j])
+        ev.append(_x(f"batch {b}", "batch", first, bt["collate_end"][j], pid, tid,
+                     {"batch": b, "samples": bt["samples"][j], "received_s": bt["received"][j]}))
+        for k in idx:
+            a = {"batch": b, "sample": sp["index"][k]}
+            ev.append(_x("read", "read", sp["read_start"][k], sp["read_end"][k], pid, tid,
+                         {**a, "bytes": sp["bytes"][k]}))
+            ev.append(_x("decode", "decode", sp["read_end"][k], sp["decode_end"][k], pid, tid,
+                         {**a, "pixels": sp["pixels"][k]}))
+            ev.append(_x("augment", "augment", sp["decode_end"][k], sp["augment_end"][k], pid, tid, a))
+        ev.append(_x("collate", "collate", bt["collate_start"][j], bt["collate_end"][j], pid, tid,
+                     {"batch": b, "samples": bt["samples"][j]}))
+        if b in flow_batches:  # flow start inside the collate span; its end is on the step that received it
+            ev.append({"ph": "s", "name": "batch", "cat": "batch_flow", "id": b, "ts": _us(bt["collate_start"][j]),
+                       "pid": pid, "tid": tid})
+    return ev, workers
+
+
+def _bucket_rows(t: list[float], cols: list[list[float] | None], stride: int):
+    """Yield (t, [values]) per bucket of ``stride`` ticks (means; None entries skipped)."""
+    for a in range(0, len(t), stride):
+        vals = []
+        for c in cols:
+            if c is None:
+                vals.append(None)
+                continue
+            seg = [v for v in c[a:a + stride] if v is not None]
+            vals.append(sum(seg) / len(seg) if seg else None)
+        yield t[a], vals
+
+
+def _counter(name: str, pid: int, ts: float, args: dict[str, float | None]) -> dict | None:
+    clean = {k: round(v, 3) for k, v in args.items() if v is not None and math.isfinite(v)}
+    if not clean:
+        return None
+    return {"ph": "C", "name": name, "pid": pid, "tid": 0, "ts": _us(ts), "args": clean}
+
+
+def _counter_events(rec: Any, stride: int, worker_pids: dict[int, int]) -> list[dict]:
+    s = rec.samples or {}
+    t = s.get("t_s") or []
+    ev: list[dict | None] = []
+    per_core = s.get("cpu_percent_per_core") or []
+    n_cores = len(per_core[0]) if per_core else 0
+    core_cols = [[row[c] if c < len(row) else None for row in per_core] for c in range(n_cores)] if per_core else []
+    mean = [sum(r) / len(r) if r else None for r in per_core] if per_core else None
+    disk = [None if v is None else v / 1e6 for v in s.get("disk_read_bytes_per_s") or []] or None
+    ram = [None if v is None else v / 1e9 for v in s.get("ram_used_bytes") or []] or None
+    cache = [None if v is None else v / 1e9 for v in s.get("page_cache_bytes") or []] or None
+    cols = [mean, disk, ram, cache] + (core_cols if n_cores <= COUNTER_MAX_CORES else [])
+    cols = [c if c is not None and len(c) == len(t) else None for c in cols]
+    for ts, vals in _bucket_rows(t, cols, stride):
+        m, d, r, pc = vals[:4]
+        ev.append(_counter("CPU % (mean of cores)", SYSTEM_PID, ts, {"mean": m}))
+        if n_cores <= COUNTER_MAX_CORES and n_cores:
+            ev.append(_counter("CPU % per core", SYSTEM_PID, ts, {f"cpu{c}": v for c, v in enumerate(vals[4:])}))
+        ev.append(_counter("disk read MB/s", SYSTEM_PID, ts, {"MB/s": d}))
+        ev.append(_counter("RAM GB", SYSTEM_PID, ts, {"used": r, "page cache": pc}))
+    gpu = s.get("gpu")
+    if gpu and gpu.get("t_s"):
+        gt = gpu["t_s"]
+        g = [gpu.get("util_percent"), [None if v is None else v / 1e9 for v in gpu.get("mem_used_bytes") or []],
+             [None if v is None else v / 1e6 for v in gpu.get("pcie_rx_bytes_per_s") or []] or None,
+             [None if v is None else v / 1e6 for v in gpu.get("pcie_tx_bytes_per_s") or []] or None]
+        g = [c if c is not None and len(c) == len(gt) else None for c in g]
+        gstride = max(1, math.ceil(len(gt) / COUNTER_POINTS_MAX))
+        for ts, (u, mem, rx, tx) in _bucket_rows(gt, g, gstride):
+            ev.append(_counter("GPU util %", SYSTEM_PID, ts, {"util": u}))
+            ev.append(_counter("GPU memory GB", SYSTEM_PID, ts, {"used": mem}))
+            ev.append(_counter("PCIe MB/s", SYSTEM_PID, ts, {"rx (to GPU)": rx, "tx (from GPU)": tx}))
+    for p in s.get("processes") or []:
+        pt = p.get("t_s") or []
+        if p.get("role") == "main":
+            pid = MAIN_PID
+        elif p.get("worker_id") is not None and int(p["worker_id"]) in worker_pids:
+            pid = worker_pids[int(p["worker_id"])]
+        else:
+            continue
+        cpu = p.get("cpu_percent") or []
+        if len(cpu) != len(pt) or not pt:
+            continue
+        pstride = max(1, math.ceil(len(pt) / COUNTER_POINTS_MAX))
+        for ts, (c,) in _bucket_rows(pt, [cpu], pstride):
+            ev.append(_counter("CPU % of one core", pid, ts, {"process": c}))
+    return [e for e in ev if e is not None]
+
+
+def build_trace(rec: Any, plan: DetailPlan | None = None) -> dict[str, Any]:
+    """The trace as a dict ({"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}})."""
+    plan = plan or plan_detail(rec)
+    st = rec.timeline["steps"]
+    cuda = rec.compute_device.get("timing") == "cuda events"
+    main_rows, worker_rows = plan.main.rows(), plan.workers.rows()
+    ev = _main_events(rec, main_rows, cuda)
+    flow = {int(st["batch"][i]) for i in main_rows.tolist()}
+    wev, workers = _worker_events(rec, worker_rows, flow)
+    # Flow ends whose start was not emitted would dangle: keep only pairs.
+    started = {e["id"] for e in wev if e["ph"] == "s"}
+    ev = [e for e in ev if e["ph"] != "f" or e["id"] in started] + wev
+    bt = rec.timeline.get("batches", {})
+    os_pid = {int(w): int(p) for w, p in zip(bt.get("worker", []), bt.get("pid", []))}
+    main_os = next((p.get("pid") for p in (rec.samples or {}).get("processes") or [] if p.get("role") == "main"),
+                   None)
+    meta = [_meta("process_name", MAIN_PID, 0, "main process" + (f" (pid {main_os})" if main_os else "")),
+            _meta("process_sort_index", MAIN_PID, 0, 0),
+            _meta("thread_name", MAIN_PID, MAIN_TID, "main loop (ProfilerStep = wait + H2D + compute)"),
+            _meta("thread_sort_index", MAIN_PID, MAIN_TID, 0)]
+    if cuda:
+        meta += [_meta("thread_name", MAIN_PID, DEVICE_TID, "compute device (CUDA events)"),
+                 _meta("thread_sort_index", MAIN_PID, DEVICE_TID, 1)]
+    all_workers = sorted(workers | {int(w) for w in bt.get("worker", [])})
+    worker_pids: dict[int, int] = {}
+    for w in all_workers:
+        if w < 0:
+            meta += [_meta("thread_name", MAIN_PID, LOADER_TID, "loading (main process, workers=0)"),
+                     _meta("thread_sort_index", MAIN_PID, LOADER_TID, 2)]
+            continue
+        pid = WORKER_PID_BASE + w
+        worker_pids[w] = pid
+        name = f"DataLoader worker {w}" + (f" (pid {os_pid[w]})" if w in os_pid else "")
+        meta += [_meta("process_name", pid, 0, name), _meta("process_sort_index", pid, 0, 1 + w),
+                 _meta("thread_name", pid, pid, f"worker {w}: batch = read/decode/augment per sample + collate")]
+    meta += [_meta("process_name", SYSTEM_PID, 0, "system (sampled counters)"),
+             _meta("process_sort_index", SYSTEM_PID, 0, 10_000)]
+    counters = _counter_events(rec, plan.counter_stride, worker_pids)
+    win = rec.window
+    marks = [{"ph": "i", "s": "g", "name": "measured window starts", "ts": _us(win.get("start_s", 0.0)),
+              "pid": MAIN_PID, "tid": MAIN_TID},
+             {"ph": "i", "s": "g", "name": "measured window ends", "ts": _us(win.get("end_s", 0.0)),
+              "pid": MAIN_PID, "tid": MAIN_TID}]
+    detail = plan.describe([int(x) for x in st["step"]])
+    other = {"tool": "profiler", "record_created_utc": rec.created_utc, "time_zero": "run start (ts 0)",
+             "verdict": (rec.verdict or {}).get("summary", ""), "detail": detail,
+             "detail_rule": asdict(plan), "partial": rec.partial}
+    return {"traceEvents": meta + marks + ev + counters, "displayTimeUnit": "ms", "otherData": other}
+
+
+def write_trace(rec: Any, path: str | Path, plan: DetailPlan | None = None) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    trace = build_trace(rec, plan)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(trace, f, separators=(",", ":"), allow_nan=False, default=_json_default)
+    tmp.replace(path)
+    return path
+
+
+def _json_default(o: Any) -> Any:
+    if hasattr(o, "item"):
+        return o.item()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")

@@ -1,0 +1,33 @@
+"""Test helpers shared by several test files (imported as a plain module: tests/ is on sys.path)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from profiler.analysis import analyze
+from profiler.config import RunConfig
+from profiler.harness.runner import execute, prepare
+
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def run_profile(**kw) -> object:
+    """Run a real profile (DataLoader, workers, model) and analyse it."""
+    kw.setdefault("out", "unused")
+    c = RunConfig(**kw)
+    rec = execute(prepare(c))
+    return analyze(rec)
+
+
+def write_png(path: Path, size=(64, 64), seed=0) -> None:
+    from PIL import Image
+    rng = np.random.default_rng(seed)
+    Image.fromarray(rng.integers(0, 255, (size[1], size[0], 3), dtype=np.uint8)).save(path)
+
+
+def write_jpeg(path: Path, size=(1600, 1200), seed=0) -> None:
+    from profiler.harness.data import synthetic_jpeg
+    path.write_bytes(synthetic_jpeg(np.random.default_rng(seed), size))

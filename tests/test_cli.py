@@ -1,0 +1,153 @@
+"""The command line as a user meets it: bad input → one line and exit 2; Ctrl-C → partial record; report re-renders."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from profiler.cli import main
+
+from _util import write_png
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("profiler: error:")
+    return err
+
+
+@pytest.fixture()
+def images(tmp_path) -> Path:
+    d = tmp_path / "imgs"
+    d.mkdir()
+    for i in range(16):
+        write_png(d / f"{i:02d}.png", size=(32, 32), seed=i)
+    return d
+
+
+@pytest.mark.parametrize("argv_tail, needle", [
+    (["--data", "/nonexistent/dir"], "no such directory"),
+    (["--workers", "-1"], "--workers"),
+    (["--batch-size", "0"], "--batch-size"),
+    (["--model", "no_such_net"], "unknown model"),
+    (["--steps", "0"], "--steps"),
+    (["--workers", "two"], "invalid int"),
+    (["--augment", "extreme"], "invalid choice"),
+    (["--throttle", "fast"], "throttle"),
+    (["--device", "cuda:7"], "cuda"),
+])
+def test_bad_run_input(argv_tail, needle, capsys, tmp_path, images):
+    argv = ["run", "--out", str(tmp_path / "out"), "--no-plots"]
+    if "--data" not in argv_tail:
+        argv += ["--data", str(images)]
+    rc = main(argv + argv_tail)
+    assert rc == 2
+    err = _one_line_error(capsys)
+    assert needle.lower() in err.lower()
+
+
+def test_empty_and_imageless_data(tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["run", "--data", str(empty), "--out", str(tmp_path / "o")]) == 2
+    assert "no images" in _one_line_error(capsys)
+    txt = tmp_path / "txt"
+    (txt / "cls").mkdir(parents=True)
+    (txt / "cls" / "readme.txt").write_text("not an image")
+    assert main(["run", "--data", str(txt), "--out", str(tmp_path / "o")]) == 2
+    assert "no images" in _one_line_error(capsys)
+    afile = tmp_path / "file.png"
+    afile.write_bytes(b"x")
+    assert main(["run", "--data", str(afile), "--out", str(tmp_path / "o")]) == 2
+    assert "not a directory" in _one_line_error(capsys)
+
+
+def test_out_that_cannot_be_created(tmp_path, images, capsys):
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file where a folder should go")
+    assert main(["run", "--data", str(images), "--out", str(blocker / "sub")]) == 2
+    assert "--out" in _one_line_error(capsys)
+
+
+def test_run_then_report_from_saved_record(tmp_path, images, capsys):
+    out = tmp_path / "run"
+    rc = main(["run", "--data", str(images), "--workers", "1", "--batch-size", "4", "--steps", "4", "--warmup", "1",
+               "--model", "tiny", "--image-size", "32", "--out", str(out), "--no-progress"])
+    assert rc == 0
+    d = json.loads((out / "run.json").read_text())
+    for key in ("schema_version", "config", "environment", "throughput", "stages", "stall", "verdict", "samples",
+                "partial"):
+        assert key in d
+    assert d["partial"] is False
+    printed = capsys.readouterr().out
+    assert d["verdict"]["summary"][:40] in printed.replace("\n", " ") or "Verdict" in printed
+    # re-render on "another machine": only the record is needed
+    out2 = tmp_path / "rerender"
+    assert main(["report", str(out / "run.json"), "--out", str(out2)]) == 0
+    assert (out2 / "run.json").exists()
+    d2 = json.loads((out2 / "run.json").read_text())
+    assert d2["verdict"]["bottleneck"] == d["verdict"]["bottleneck"]
+    assert d2["stall"]["seconds"] == pytest.approx(d["stall"]["seconds"])
+
+
+@pytest.mark.parametrize("content, needle", [
+    (None, "no such file"),
+    ("{not json", "not valid JSON"),
+    ('{"schema_version": 99}', "schema_version"),
+    ('{"schema_version": 1, "config": {}}', "missing"),
+    ("[1, 2]", "not a profiler run record"),
+])
+def test_report_bad_record(tmp_path, capsys, content, needle):
+    p = tmp_path / "run.json"
+    if content is not None:
+        p.write_text(content)
+    assert main(["report", str(p)]) == 2
+    assert needle.lower() in _one_line_error(capsys).lower()
+
+
+def test_ctrl_c_writes_partial_record(tmp_path, images):
+    """A real SIGINT to the process group (as a terminal sends it) mid-run: exit 130, run.json marked partial."""
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "profiler", "run", "--data", str(images), "--workers", "2", "--batch-size", "4",
+         "--steps", "100000", "--warmup", "1", "--model", "tiny", "--image-size", "32", "--out", str(out),
+         "--no-progress", "--no-plots"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.time() + 60
+        # wait until the loop is running (the harness has started its workers)
+        while time.time() < deadline:
+            time.sleep(0.5)
+            import psutil
+            if len(psutil.Process(proc.pid).children()) >= 2:
+                break
+        time.sleep(5.0)  # well past warm-up even on a loaded 2-core machine
+        os.killpg(proc.pid, signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, stderr.decode()[-2000:]
+    assert b"Traceback" not in stderr
+    d = json.loads((out / "run.json").read_text())
+    assert d["partial"] is True
+    assert "interrupted" in d["partial_reason"]
+    assert d["window"]["steps"] > 0, (d["window"], d["partial_reason"], len(d["timeline"]["steps"]["step"]))
+    assert d["verdict"]["summary"]
+
+
+def test_help_has_examples(capsys):
+    assert main(["run", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "examples:" in out and "--data" in out and "--augment" in out

@@ -1,0 +1,64 @@
+"""build_model: the names the CLI accepts, what they build, and the error for anything else."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from profiler.errors import UserError
+from profiler.harness.models import TinyCNN, build_model, model_names
+
+
+@pytest.mark.parametrize("size", [32, 224])
+def test_tiny_forward_and_backward(size: int) -> None:
+    model = build_model("tiny", num_classes=10)
+    assert isinstance(model, TinyCNN)
+    x = torch.randn(2, 3, size, size)
+    out = model(x)
+    assert out.shape == (2, 10)
+    out.sum().backward()
+    assert all(p.grad is not None for p in model.parameters())
+
+
+def test_tiny_batch_one_in_train_mode_at_32px() -> None:
+    # the smallest supported size must still give BatchNorm more than one value per channel
+    model = build_model("tiny").train()
+    assert model(torch.randn(1, 3, 32, 32)).shape == (1, 1000)
+
+
+def test_tiny_is_small() -> None:
+    params = sum(p.numel() for p in build_model("tiny").parameters())
+    assert params < 100_000  # cheap on a 2-core CPU; resnet18 has 11.7 M
+
+
+def test_none_is_no_model() -> None:
+    assert build_model("none") is None
+    assert build_model(" None ") is None
+
+
+@pytest.mark.parametrize("name, params", [("resnet18", 11_689_512), ("mobilenet_v3_small", 2_542_856)])
+def test_torchvision_models_build_without_weights(name: str, params: int) -> None:
+    model = build_model(name)
+    assert sum(p.numel() for p in model.parameters()) == params
+    with torch.no_grad():
+        out = build_model(name, num_classes=7).eval()(torch.randn(1, 3, 64, 64))
+    assert out.shape == (1, 7)
+
+
+def test_model_names_lists_the_kinds() -> None:
+    names = model_names()
+    assert names[:2] == ["none", "tiny"]
+    assert {"resnet18", "resnet50", "mobilenet_v3_small", "vit_b_16"} <= set(names)
+    # classification only: detection/segmentation/video models take other inputs
+    assert not any(n.startswith(("fasterrcnn", "deeplab", "r3d_", "raft")) for n in names)
+
+
+@pytest.mark.parametrize("bad", ["x", "resnet", "fasterrcnn_resnet50_fpn", ""])
+def test_unknown_model_is_a_user_error(bad: str) -> None:
+    with pytest.raises(UserError, match="unknown model") as info:
+        build_model(bad)
+    assert "resnet18" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_bad_num_classes_is_a_user_error() -> None:
+    with pytest.raises(UserError):
+        build_model("tiny", num_classes=0)

@@ -1,0 +1,282 @@
+"""Tests for profiler.samplers: real threads, real child processes, a real DataLoader; nothing mocked.
+
+No timing assertions (the machine may be a loaded 2-core box); per-tick cost is measured by the sampler itself
+(`sampler_overhead`) and belongs in benchmarks.
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import time
+
+import psutil
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from profiler.samplers import Sampler, gpu_facts, probe_environment
+from profiler.samplers.gpu import GpuSampler
+
+SYSTEM_SERIES = ("cpu_percent_per_core", "ram_used_bytes", "ram_available_bytes", "page_cache_bytes",
+                 "disk_read_bytes_per_s", "shm_used_bytes")
+PROCESS_SERIES = ("cpu_percent", "rss_bytes")
+FILE_BYTES = 2 * 1024 * 1024
+
+
+def _busy(seconds: float, read_path: str | None) -> None:
+    """Child body: optionally read a file (so /proc/<pid>/io has bytes), then spin on the CPU."""
+    if read_path:
+        with open(read_path, "rb") as f:
+            while f.read(1 << 16):
+                pass
+    end = time.perf_counter() + seconds
+    x = 0
+    while time.perf_counter() < end:
+        x += 1
+
+
+def _sleep(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def _whole_disk() -> str | None:
+    try:
+        names = [line.split()[2] for line in open("/proc/diskstats") if len(line.split()) >= 14]
+        block = set(os.listdir("/sys/block"))
+    except OSError:
+        return None
+    disks = [n for n in names if n in block and not n.startswith(("loop", "ram", "zram", "dm-", "md"))]
+    return disks[0] if disks else None
+
+
+def _assert_plain_json_types(obj: object, where: str = "samples") -> None:
+    """Only dict/list/str/int/float/bool/None, exactly: numpy scalars would break other JSON writers."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            assert type(k) is str, where
+            _assert_plain_json_types(v, f"{where}.{k}")
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            _assert_plain_json_types(v, f"{where}[{i}]")
+    else:
+        assert obj is None or type(obj) in (str, int, float, bool), f"{where}: {type(obj)}"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """One sampled run (~1.5 s): two labelled busy workers (one exits early after reading a file and is labelled
+    only after it exited), one unlabelled sleeping child."""
+    path = tmp_path_factory.mktemp("io") / "data.bin"
+    path.write_bytes(os.urandom(FILE_BYTES))
+    ctx = mp.get_context("fork")
+    disk = _whole_disk()
+    sampler = Sampler(time.perf_counter_ns(), interval_s=0.05, disk=disk, full_memory_every=2, children_every=2)
+    sampler.start()
+    long_worker = ctx.Process(target=_busy, args=(1.2, None))
+    short_worker = ctx.Process(target=_busy, args=(0.6, str(path)))
+    other = ctx.Process(target=_sleep, args=(1.0,))
+    for p in (long_worker, short_worker, other):
+        p.start()
+    sampler.label_pid(long_worker.pid, "worker", 0)
+    time.sleep(0.3)
+    latest = sampler.latest()
+    short_worker.join()
+    time.sleep(0.2)  # let the sampler notice the exit before the (late) label arrives
+    sampler.label_pid(short_worker.pid, "worker", 1)
+    long_worker.join()
+    other.join()
+    first = sampler.stop()
+    second = sampler.stop()
+    return {"samples": first, "again": second, "latest": latest, "disk": disk,
+            "pids": {"long": long_worker.pid, "short": short_worker.pid, "other": other.pid}}
+
+
+def _proc(samples: dict, pid: int) -> dict:
+    matches = [p for p in samples["processes"] if p["pid"] == pid]
+    assert len(matches) == 1, f"pid {pid} recorded {len(matches)} times"
+    return matches[0]
+
+
+def test_schema_keys_and_lengths(run: dict) -> None:
+    s = run["samples"]
+    for key in ("interval_s", "t_s", "ram_total_bytes", "disk", "processes", "gpu", "absent", *SYSTEM_SERIES):
+        assert key in s, key
+    n = len(s["t_s"])
+    assert n >= 10  # ~1.5 s at 50 ms, with a wide margin for a loaded machine
+    assert all(b > a for a, b in zip(s["t_s"], s["t_s"][1:])), "t_s must increase"
+    for key in SYSTEM_SERIES:
+        assert len(s[key]) == n, key
+    assert all(len(row) == psutil.cpu_count() for row in s["cpu_percent_per_core"])
+    assert all(0.0 <= v <= 100.0 for row in s["cpu_percent_per_core"] for v in row)
+    assert max(max(row) for row in s["cpu_percent_per_core"]) > 0  # two busy children were running
+    assert s["ram_total_bytes"] > 0 and all(0 < u < s["ram_total_bytes"] for u in s["ram_used_bytes"])
+    assert all(a > 0 for a in s["ram_available_bytes"]) and all(c >= 0 for c in s["page_cache_bytes"])
+    assert all(v is None or v >= 0 for v in s["disk_read_bytes_per_s"])
+    assert s["disk"] == run["disk"]
+    for p in s["processes"]:
+        assert set(p) >= {"pid", "role", "worker_id", "t_s", "cpu_percent", "rss_bytes", "pss_bytes",
+                          "uss_bytes", "io"}
+        m = len(p["t_s"])
+        assert m > 0
+        for key in PROCESS_SERIES:
+            assert len(p[key]) == m, (p["pid"], key)
+        for key in ("pss_bytes", "uss_bytes"):
+            assert p[key] is None or len(p[key]) == m, (p["pid"], key)
+        assert all(r > 0 for r in p["rss_bytes"])
+
+
+def test_json_serialisable_with_plain_types(run: dict) -> None:
+    s = run["samples"]
+    assert json.loads(json.dumps(s)) == s
+    _assert_plain_json_types(s)
+
+
+def test_stop_twice_returns_same_result(run: dict) -> None:
+    assert run["again"] is run["samples"]
+
+
+def test_gpu_absent_without_gpu_index(run: dict) -> None:
+    assert run["samples"]["gpu"] is None
+    assert run["samples"]["absent"]["gpu"]
+
+
+def test_roles_labels_and_cpu(run: dict) -> None:
+    s, pids = run["samples"], run["pids"]
+    main = _proc(s, os.getpid())
+    assert main["role"] == "main" and main["worker_id"] is None
+    long_w, short_w, other = _proc(s, pids["long"]), _proc(s, pids["short"]), _proc(s, pids["other"])
+    assert (long_w["role"], long_w["worker_id"]) == ("worker", 0)
+    assert (short_w["role"], short_w["worker_id"]) == ("worker", 1)  # labelled after it had exited
+    assert (other["role"], other["worker_id"]) == ("child", None)  # found by the tree scan, never labelled
+    assert max(long_w["cpu_percent"]) > 0 and max(short_w["cpu_percent"]) > 0
+    assert all(set(p["t_s"]) <= set(s["t_s"]) for p in s["processes"])  # process ticks are sampler ticks
+
+
+def test_io_kept_after_exit(run: dict) -> None:
+    short_w = _proc(run["samples"], run["pids"]["short"])
+    assert short_w["alive_at_end"] is False
+    assert short_w["io"] is not None
+    assert short_w["io"]["rchar"] >= FILE_BYTES  # it read the whole file before the ticks that saw it
+    assert short_w["io"]["read_bytes"] >= 0
+    assert _proc(run["samples"], os.getpid())["io"] is not None
+
+
+def test_pss_sampled_sometimes(run: dict) -> None:
+    values = [v for p in run["samples"]["processes"] if p["pss_bytes"] for v in p["pss_bytes"] if v is not None]
+    assert values, run["samples"]["absent"]
+    assert all(v > 0 for v in values)
+
+
+def test_latest_gives_live_values(run: dict) -> None:
+    latest = run["latest"]
+    assert set(latest) == {"t_s", "cpu_total_percent", "ram_used_bytes", "disk_read_bytes_per_s",
+                           "gpu_util_percent"}
+    assert latest["t_s"] is not None and 0.0 <= latest["cpu_total_percent"] <= 100.0
+    assert latest["ram_used_bytes"] > 0 and latest["gpu_util_percent"] is None
+
+
+def test_stop_without_start_is_safe() -> None:
+    sampler = Sampler(time.perf_counter_ns())
+    first = sampler.stop()
+    assert first["t_s"] == [] and first["processes"] == [] and first["gpu"] is None
+    assert "sampler" in first["absent"]
+    assert sampler.stop() is first
+    sampler.start()  # after stop: does nothing
+    assert sampler.stop() is first
+    json.dumps(first)
+
+
+def test_bad_label_and_bad_disk() -> None:
+    sampler = Sampler(time.perf_counter_ns(), interval_s=0.05, disk="no-such-disk")
+    with pytest.raises(ValueError):
+        sampler.label_pid(os.getpid(), "boss", None)
+    sampler.start()
+    time.sleep(0.3)
+    s = sampler.stop()
+    assert s["disk"] is None and "no-such-disk" in s["absent"]["disk"]
+    assert len(s["disk_read_bytes_per_s"]) == len(s["t_s"])
+
+
+class _PidDataset(Dataset):
+    """Each item says which process produced it, so the test learns the worker pids without private APIs."""
+
+    def __len__(self) -> int:
+        return 96
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        time.sleep(0.01)
+        return torch.tensor([os.getpid(), i])
+
+
+def test_dataloader_workers_appear_as_children() -> None:
+    sampler = Sampler(time.perf_counter_ns(), interval_s=0.05)
+    sampler.start()
+    worker_pids: set[int] = set()
+    for batch in DataLoader(_PidDataset(), batch_size=4, num_workers=2):
+        worker_pids.update(int(p) for p in batch[:, 0])
+    s = sampler.stop()
+    assert len(worker_pids) == 2 and os.getpid() not in worker_pids
+    seen = {p["pid"]: p for p in s["processes"]}
+    for pid in worker_pids:
+        assert pid in seen, f"DataLoader worker {pid} not sampled"
+        assert seen[pid]["role"] == "child" and max(seen[pid]["rss_bytes"]) > 0
+
+
+def test_environment_probe() -> None:
+    env = probe_environment()
+    json.dumps(env)
+    _assert_plain_json_types(env, "environment")
+    cpu = env["cpu"]
+    assert cpu["logical_cores"] == psutil.cpu_count()
+    assert 0 < cpu["usable_cores"] <= cpu["logical_cores"] and cpu["usable_cores_int"] >= 1
+    assert env["ram"]["total_bytes"] > 0
+    assert env["packages"]["torch"] == torch.__version__
+    for name in ("torchvision", "pillow", "numpy"):
+        assert env["packages"][name], name
+    assert env["python"]["version"].startswith("3.")
+    assert env["torch"]["cuda_available"] == torch.cuda.is_available()
+    if not torch.cuda.is_available():
+        assert env["gpu"] is None
+    host = os.uname().nodename
+    assert "hostname" not in json.dumps(env) and (len(host) < 6 or host not in json.dumps(env))  # privacy
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="machine has a GPU")
+def test_gpu_absent_reasons_without_gpu() -> None:
+    gpu = GpuSampler(0)
+    assert gpu.open() is False and gpu.absent["gpu"]
+    assert gpu.to_dict() is None
+    assert gpu_facts(0) is None
+    sampler = Sampler(time.perf_counter_ns(), interval_s=0.05, gpu_index=0)
+    sampler.start()
+    time.sleep(0.2)
+    s = sampler.stop()
+    assert s["gpu"] is None and s["absent"]["gpu"]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_series_with_gpu() -> None:
+    from profiler.samplers.gpu import nvml_index_for_cuda_device
+
+    index = nvml_index_for_cuda_device(0)
+    facts = gpu_facts(index)
+    assert facts is not None and facts["memory_total_bytes"] > 0 and facts["name"]
+    sampler = Sampler(time.perf_counter_ns(), interval_s=0.05, gpu_index=index)
+    sampler.start()
+    x = torch.randn(4096, 4096, device="cuda")
+    end = time.perf_counter() + 1.5
+    while time.perf_counter() < end:
+        x = (x @ x).clamp_(-1, 1)
+        torch.cuda.synchronize()
+    s = sampler.stop()
+    g = s["gpu"]
+    assert g is not None, s["absent"]
+    assert len(g["t_s"]) == len(g["util_percent"]) == len(g["mem_used_bytes"]) > 0
+    assert g["mem_total_bytes"] > 0 and max(v for v in g["mem_used_bytes"] if v is not None) > 0
+    assert max(v for v in g["util_percent"] if v is not None) > 0
+    if g["pcie_rx_bytes_per_s"] is not None:
+        assert len(g["pcie_rx_bytes_per_s"]) == len(g["t_s"])
+        assert any(v is not None for v in g["pcie_rx_bytes_per_s"])
+    json.dumps(s)
