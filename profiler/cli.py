@@ -11,7 +11,7 @@ import traceback
 from pathlib import Path
 
 from . import __version__
-from .config import AUGMENTS, CACHE_MODES, MODES, RunConfig
+from .config import AUGMENTS, CACHE_MODES, MODES, THROTTLE_MECHANISMS, RunConfig
 from .errors import UserError
 
 D = RunConfig()
@@ -63,7 +63,11 @@ def _add_run(sub) -> None:
     p.add_argument("--cache", choices=CACHE_MODES, default=D.cache,
                    help="page cache before the run: cold evicts the data files, warm reads them in (default as-is)")
     p.add_argument("--throttle", metavar="RATE[,IOPS]", help="emulate slower storage, e.g. 20MB/s,150iops")
-    p.add_argument("--storage", choices=("hdd", "sata-ssd", "nvme", "nfs"), help="emulate a storage preset")
+    p.add_argument("--storage", choices=("hdd", "sata-ssd", "nvme", "nfs"),
+                   help="emulate a storage preset (hdd 20MB/s,150iops; sata-ssd 500MB/s,20k; nvme 3GB/s,200k; "
+                        "nfs 100MB/s,1k)")
+    p.add_argument("--throttle-mechanism", choices=THROTTLE_MECHANISMS, default=D.throttle_mechanism,
+                   help="auto: kernel cgroup throttle when root, else userspace emulation in the read stage")
     p.add_argument("--out", metavar="DIR", help="output folder (default reports/<time>_<model>_w<workers>_b<batch>)")
     p.add_argument("--seed", type=int, default=D.seed, help=f"default {D.seed}")
     p.add_argument("--no-progress", action="store_true", help="no live progress bar")
@@ -104,7 +108,7 @@ def _config_from(args: argparse.Namespace) -> RunConfig:
                      mode=args.mode, device=args.device, image_size=args.image_size, augment=args.augment,
                      pin_memory=args.pin_memory, steps=args.steps, warmup=args.warmup, out=args.out or D.out,
                      seed=args.seed, prefetch_factor=args.prefetch_factor, cache=args.cache, throttle=args.throttle,
-                     storage=args.storage, amp=args.amp)
+                     storage=args.storage, amp=args.amp, throttle_mechanism=args.throttle_mechanism)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

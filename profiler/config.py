@@ -12,6 +12,7 @@ from typing import Any
 MODES = ("train", "infer")
 AUGMENTS = ("none", "light", "standard", "heavy")
 CACHE_MODES = ("as-is", "cold", "warm")
+THROTTLE_MECHANISMS = ("auto", "kernel", "userspace")
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
 
 
@@ -43,6 +44,8 @@ class RunConfig:
     cache: str = "as-is"
     throttle: str | None = None
     storage: str | None = None
+    # auto: a real kernel throttle (cgroup blkio / io.max) when root allows it, else the userspace emulation.
+    throttle_mechanism: str = "auto"
     amp: bool = False
     # Sampler rate: 10 Hz resolves multi-second stalls while costing well under 1 % of a core.
     sample_interval_s: float = 0.1

@@ -67,13 +67,17 @@ def test_workers_zero_is_attributed(small_jpegs):
     assert rec.stall["by_cause"]["cpu"] > 0 and rec.stall["by_cause"]["io"] > 0
 
 
-def test_planted_io_bottleneck(tmp_path):
-    """Slow storage (1 MB/s, 30 IOPS: a kernel blkio throttle as root, else the userspace emulation) → io."""
+@pytest.mark.parametrize("mechanism", ["auto", "userspace"])
+def test_planted_io_bottleneck(tmp_path, mechanism):
+    """Slow storage (1 MB/s, 30 IOPS: a kernel blkio throttle as root, else and on request the userspace
+    emulation) on a cold cache → io."""
     for i in range(24):
         write_png(tmp_path / f"{i:03d}.png", size=(48, 48), seed=i)
     rec = run_profile(data=str(tmp_path), workers=1, batch_size=4, steps=5, warmup=1, model="none",
-                      image_size=32, augment="none", cache="cold", throttle="1MB/s,30iops")
-    assert rec.storage["throttle"]["mechanism"] in ("cgroup-v1-blkio", "cgroup-v2-io.max", "userspace")
+                      image_size=32, augment="none", cache="cold", throttle="1MB/s,30iops",
+                      throttle_mechanism=mechanism)
+    expected = ("userspace",) if mechanism == "userspace" else ("cgroup-v1-blkio", "cgroup-v2-io.max", "userspace")
+    assert rec.storage["throttle"]["mechanism"] in expected
     assert rec.verdict["bottleneck"] == "io", rec.verdict
     assert rec.stall["by_cause"]["io"] > rec.stall["by_cause"]["cpu"]
     assert any(r["cause"] == "io" for r in rec.verdict["recommendations"])

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import torch
 from torch.utils.data import DataLoader
 
-from ..config import AUGMENTS, CACHE_MODES, MODES, RunConfig
+from ..config import AUGMENTS, CACHE_MODES, MODES, THROTTLE_MECHANISMS, RunConfig
 from ..errors import UserError
 from ..record import RunRecord
 from .data import DatasetIndex, ensure_sample_dataset, scan_dataset
@@ -49,6 +49,8 @@ def validate_config(c: RunConfig) -> None:
         raise UserError(f"--augment must be one of {', '.join(AUGMENTS)} (got {c.augment!r})")
     if c.cache not in CACHE_MODES:
         raise UserError(f"--cache must be one of {', '.join(CACHE_MODES)} (got {c.cache!r})")
+    if c.throttle_mechanism not in THROTTLE_MECHANISMS:
+        raise UserError(f"--throttle-mechanism must be one of {', '.join(THROTTLE_MECHANISMS)}")
 
 
 def resolve_device(spec: str) -> torch.device:
@@ -127,6 +129,10 @@ def _storage_setup(p: Prepared) -> tuple[dict[str, Any], Any, Any]:
     ctx, hook = None, None
     if spec is not None:
         ok, why = thr.KernelThrottle.available(spec, info.maj_min)
+        if c.throttle_mechanism == "kernel" and not ok:
+            raise UserError(f"--throttle-mechanism kernel: not available here ({why})")
+        if c.throttle_mechanism == "userspace":
+            ok, why = False, "userspace emulation requested"
         if ok:
             ctx = thr.KernelThrottle(spec, info.maj_min)
             section["throttle"] = {**spec.to_dict(), "mechanism": ctx.mechanism, "maj_min": info.maj_min}
@@ -144,7 +150,11 @@ def execute(p: Prepared, on_step: Callable | None = None) -> RunRecord:
     c = p.config
     t0 = time.perf_counter_ns()
     storage, throttle_ctx, read_hook = _storage_setup(p)
-    env = probe_environment()
+    gpu_index = None
+    if p.device.type == "cuda":
+        from ..samplers.gpu import nvml_index_for_cuda_device
+        gpu_index = nvml_index_for_cuda_device(p.device.index or 0)  # NVML numbering ignores CUDA_VISIBLE_DEVICES
+    env = probe_environment(gpu_index=gpu_index)
     env["storage"] = storage.get("device")
     env["residency_start"] = storage.get("residency_start")
     dataset = TimedImageDataset(p.index.files, p.index.labels, build_transform(c.augment, c.image_size),
@@ -158,7 +168,6 @@ def execute(p: Prepared, on_step: Callable | None = None) -> RunRecord:
     )
     torch.manual_seed(c.seed)
     step_fn = make_step_fn(p.model, c.mode, p.device, c.amp)
-    gpu_index = (p.device.index or 0) if p.device.type == "cuda" else None
     disk = (storage.get("device") or {}).get("disk")
     sampler = Sampler(t0_ns=t0, interval_s=c.sample_interval_s, gpu_index=gpu_index, disk=disk)
     seen_pids: set[int] = set()

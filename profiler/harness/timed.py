@@ -19,6 +19,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, Sampler, get_worker_info
 
+from ..storage.residency import file_resident_bytes
+
 # Column layout of BatchMeta.samples (int64): one row per attempted sample.
 COL_INDEX, COL_READ0, COL_READ1, COL_DECODE1, COL_AUGMENT1, COL_BYTES, COL_PIXELS = range(7)
 SAMPLE_COLUMNS = ("index", "read_start", "read_end", "decode_end", "augment_end", "bytes", "pixels")
@@ -76,8 +78,9 @@ class StreamBatchSampler(Sampler):
 class TimedImageDataset(Dataset):
     """Image files → (tensor, label), timing read (open + read bytes), decode (bytes → RGB image), augment (→ tensor).
 
-    ``read_hook`` (optional) is called with the byte count inside the read span: the userspace storage emulation uses
-    it to charge a slow device's cost, so emulated device time is counted as read time, exactly like real slow reads.
+    ``read_hook`` (optional) is charged, inside the read span, with the bytes of the file that were not in the page
+    cache (mincore): the userspace storage emulation sleeps for a slow device's cost, so emulated device time counts
+    as read time exactly like real slow reads, and cached files are free, as on a real disk.
     """
 
     def __init__(self, files: Sequence[str], labels: Sequence[int], transform: Callable,
@@ -102,10 +105,14 @@ class TimedImageDataset(Dataset):
         nbytes = 0
         try:
             with open(path, "rb") as f:
+                if self.read_hook is not None:
+                    # Emulated slow storage charges only what the page cache does not hold, as a real disk would.
+                    size = os.fstat(f.fileno()).st_size
+                    cold = size - (file_resident_bytes(f.fileno(), size) or 0)
                 data = f.read()
             nbytes = len(data)
-            if self.read_hook is not None:
-                self.read_hook.charge(nbytes)
+            if self.read_hook is not None and cold > 0:
+                self.read_hook.charge(cold)
             t1 = clock()
         except OSError as e:
             t1 = clock()

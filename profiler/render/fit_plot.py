@@ -53,9 +53,9 @@ def plot_fit(breakdown: dict, gpu_bytes: int | None, path: str | Path) -> Path:
         ax.set_title(f"Will it fit? {breakdown.get('model')} {breakdown.get('mode')}, "
                      f"batch {breakdown.get('batch_size')}")
         handles, labels = ax.get_legend_handles_labels()
-        # top of the stack first, like the bar reads; the capacity line (drawn last) leads the list
-        order = [len(handles) - 1, *range(len(handles) - 2, -1, -1)] if gpu_bytes else list(range(len(handles)))[::-1]
-        ax.legend([handles[i] for i in order], [labels[i] for i in order], loc="upper left",
+        # the stack's parts top first, as the bar reads, then the capacity line
+        pairs = sorted(zip(handles, labels), key=lambda hl: (hl[1].startswith("GPU capacity"), -labels.index(hl[1])))
+        ax.legend([h for h, _ in pairs], [lab for _, lab in pairs], loc="upper left",
                   bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False)
         ax.grid(axis="y", alpha=0.3)
         fig.tight_layout()

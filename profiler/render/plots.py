@@ -90,11 +90,12 @@ def stage_durations(rec: Any) -> dict[str, np.ndarray]:
         out["collate"] = (bt["collate_end"] - bt["collate_start"])[sel]
         # Same definition as analysis.stats: from when the batch was both finished and asked for, to received.
         asked = bt["received"].astype(float).copy()
-        pos = {int(b): i for i, b in enumerate(st.get("batch", empty))}
-        for j, b in enumerate(bt["batch"]):
-            i = pos.get(int(b))
-            if i is not None:
-                asked[j] = float(st["wait_start"][i])
+        sb = np.asarray(st.get("batch", empty)).astype(np.int64)
+        if sb.size:
+            order = np.argsort(sb, kind="stable")
+            k = np.clip(np.searchsorted(sb[order], bt["batch"].astype(np.int64)), 0, sb.size - 1)
+            hit = sb[order][k] == bt["batch"]
+            asked[hit] = st["wait_start"][order][k][hit].astype(float)
         out["transfer"] = np.maximum(0.0, bt["received"] - np.maximum(bt["collate_end"], asked))[sel]
     if st.get("wait_start") is not None:
         out["wait"] = st["wait_end"] - st["wait_start"]
@@ -131,7 +132,7 @@ def plot_where_time_went(rec: Any, path: Path) -> Path:
     idle = float(stall.get("seconds", 0.0))
     by_cause = stall.get("by_cause", {})
     by_stage = stall.get("by_stage", {})
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(13, 6.0), gridspec_kw={"hspace": 1.75})
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(13, 5.6), gridspec_kw={"hspace": 1.6})
     parts = [("busy", max(0.0, window - idle))] + [(c, float(by_cause.get(c, 0.0)))
                                                     for c in ("io", "cpu", "transfer", "other")]
     left = 0.0
@@ -170,8 +171,8 @@ def plot_where_time_went(rec: Any, path: Path) -> Path:
     ax2.set_xlabel("seconds of idle time")
     ax2.set_title("Idle time by what the producing worker was doing (zoom on the idle part)" if idle > 0
                   else "Idle time by stage: the compute device was never idle", loc="left", fontsize=11)
-    ax2.legend(handles=handles, loc="upper left", bbox_to_anchor=(0, -0.5), ncol=6, fontsize=9, frameon=False)
-    fig.subplots_adjust(left=0.03, right=0.98, top=0.93, bottom=0.2)
+    ax2.legend(handles=handles, loc="upper left", bbox_to_anchor=(0, -0.5), ncol=3, fontsize=9, frameon=False)
+    fig.subplots_adjust(left=0.03, right=0.98, top=0.93, bottom=0.17)
     return _savefig(fig, path)
 
 
@@ -263,7 +264,10 @@ def plot_timeline(rec: Any, path: Path) -> Path:
             bars(y, starts + off, starts + off + d, STAGE_COLOURS[k], height=0.5)
             off += d
 
-    # Worker lanes: per-sample spans and per-batch collate + outline.
+    # Worker lanes: per-sample spans and per-batch collate + outline (only spans near the plotted window).
+    if sp.get("read_start") is not None and sp["read_start"].size:
+        keep = (sp["augment_end"] >= t_begin) & (sp["read_start"] <= t_end)
+        sp = {k: v[keep] for k, v in sp.items()}
     for w in workers:
         y = lane_y[_lane_name(w)]
         if sp.get("worker") is not None and sp["worker"].size:
@@ -273,7 +277,8 @@ def plot_timeline(rec: Any, path: Path) -> Path:
             bars(y, sp["decode_end"][m], sp["augment_end"][m], STAGE_COLOURS["augment"])
         mb = bt["worker"] == w
         bars(y, bt["collate_start"][mb], bt["collate_end"][mb], STAGE_COLOURS["collate"])
-        for j in np.flatnonzero(mb):
+        near = mb & (bt["collate_end"] >= t_begin) & (bt["collate_start"] <= t_end + span)
+        for j in np.flatnonzero(near):
             b = int(bt["batch"][j])
             first = float(bt["collate_start"][j])
             if sp.get("batch") is not None and sp["batch"].size:

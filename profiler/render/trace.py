@@ -30,7 +30,9 @@ MAIN_EVENTS_MAX = 50_000
 WORKER_EVENTS_MAX = 60_000
 # Each sampled series is downsampled to at most this many points (bucket means): one per ~0.1 s of a 7-minute run.
 COUNTER_POINTS_MAX = 4_000
-# Per-core counter tracks only up to this many cores (one track each); beyond, mean/min/max only.
+# Per-process CPU counters share this many points in all: a 32-worker run must not multiply the file by 32.
+PROCESS_COUNTER_POINTS_MAX = 12_000
+# Per-core counter tracks only up to this many cores (one track each); beyond, the mean only.
 COUNTER_MAX_CORES = 32
 # Of a budget, this share goes to the contiguous first window (warm-up and start of the run, where problems such as
 # slow worker start-up show), the rest to every k-th step spread over the remainder (steady state).
@@ -248,7 +250,9 @@ def _counter_events(rec: Any, stride: int, worker_pids: dict[int, int]) -> list[
             ev.append(_counter("GPU util %", SYSTEM_PID, ts, {"util": u}))
             ev.append(_counter("GPU memory GB", SYSTEM_PID, ts, {"used": mem}))
             ev.append(_counter("PCIe MB/s", SYSTEM_PID, ts, {"rx (to GPU)": rx, "tx (from GPU)": tx}))
-    for p in s.get("processes") or []:
+    procs = s.get("processes") or []
+    per_proc = max(1, PROCESS_COUNTER_POINTS_MAX // max(1, len(procs)))
+    for p in procs:
         pt = p.get("t_s") or []
         if p.get("role") == "main":
             pid = MAIN_PID
@@ -259,7 +263,7 @@ def _counter_events(rec: Any, stride: int, worker_pids: dict[int, int]) -> list[
         cpu = p.get("cpu_percent") or []
         if len(cpu) != len(pt) or not pt:
             continue
-        pstride = max(1, math.ceil(len(pt) / COUNTER_POINTS_MAX))
+        pstride = max(1, math.ceil(len(pt) / min(COUNTER_POINTS_MAX, per_proc)))
         for ts, (c,) in _bucket_rows(pt, [cpu], pstride):
             ev.append(_counter("CPU % of one core", pid, ts, {"process": c}))
     return [e for e in ev if e is not None]
@@ -320,8 +324,10 @@ def write_trace(rec: Any, path: str | Path, plan: DetailPlan | None = None) -> P
     path.parent.mkdir(parents=True, exist_ok=True)
     trace = build_trace(rec, plan)
     tmp = path.with_suffix(path.suffix + ".tmp")
+    # dumps, not dump: dump streams through the pure-Python encoder, several times slower on 10^5 events.
+    text = json.dumps(trace, separators=(",", ":"), allow_nan=False, default=_json_default)
     with open(tmp, "w") as f:
-        json.dump(trace, f, separators=(",", ":"), allow_nan=False, default=_json_default)
+        f.write(text)
     tmp.replace(path)
     return path
 

@@ -132,7 +132,7 @@ class PidReader:
                 raw = b""
             if raw:
                 vals = dict(line.split(b": ") for line in raw.split(b"\n") if b": " in line)
-                io = {"rchar": 0 * int(vals.get(b"rchar", 0)), "read_bytes": int(vals.get(b"read_bytes", 0))}
+                io = {"rchar": int(vals.get(b"rchar", 0)), "read_bytes": int(vals.get(b"read_bytes", 0))}
         return user, system, rss, age, io
 
     def close(self) -> None:

@@ -171,12 +171,20 @@ class ProcessTracker:
             pass
         self._discover()
 
+    def _parent_tracked(self, pid: int) -> bool:
+        """A labelled pid is taken only if its parent is ours: a label that arrives after the worker exited must
+        not attach to an unrelated process that has reused the pid."""
+        try:
+            return psutil.Process(pid).ppid() in self._alive
+        except psutil.Error:
+            return False
+
     def _discover(self) -> None:
         """Add descendants not yet tracked (breadth first through the tracked tree), and pending labelled pids."""
         with self._lock:
             pending, self._pending = self._pending, set()
         for pid in pending:
-            if pid not in self._alive:
+            if pid not in self._alive and self._parent_tracked(pid):
                 self._add(pid, "child")
         if self._children_files:
             queue = list(self._alive)

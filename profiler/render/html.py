@@ -1,0 +1,248 @@
+"""report.html: one self-contained page (inline CSS, PNGs inlined as base64, no JavaScript, no network).
+
+Why self-contained: the report gets mailed, attached to issues and opened on machines without the tool or a network;
+a page that loads nothing cannot break offline and leaks nothing when opened. Why no JS: nothing here needs it, and
+a page without scripts cannot log console errors or be blocked by a browser's policy.
+
+Privacy: the page shows only what the record holds (the environment probe records no hostnames, users or environment
+variables) and renders paths as the record has them. As a second guard, keys that name secrets are never rendered.
+"""
+from __future__ import annotations
+
+import base64
+import math
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from ..analysis.stats import STAGE_ORDER
+from .plots import CAUSE_COLOURS, CAUSE_LABELS, STAGE_COLOURS, timeline_steps
+from .terminal import STAGE_LABELS
+from .trace import DetailPlan, plan_detail
+
+TEMPLATES = Path(__file__).parent / "templates"
+# Verdict colour by bottleneck: red for input stalls the user can fix in the loader, amber for transfer, green when
+# the model itself is the limit (the input keeps up), magenta for "does not fit".
+BOTTLENECK_COLOURS = {"compute": "#2e7d32", "io": "#c62828", "cpu": "#d84315", "transfer": "#b7791f",
+                      "memory": "#8e24aa"}
+# Keys whose values must never reach a page people share, whatever a future probe puts in the record.
+SENSITIVE_KEY_PARTS = ("token", "secret", "password", "passwd", "credential", "api_key", "apikey", "cookie",
+                       "environ", "env_vars")
+# Skipped-file rows listed in the page; the count is always exact. A dataset with 10^5 broken files must not make a
+# 50 MB page.
+SKIPPED_ROWS_MAX = 200
+# Lists longer than this in a key/value table are shortened (the record has them whole).
+LIST_ITEMS_MAX = 16
+FIGURES = (
+    ("where_time_went", "where_time_went.png", "Where the time went",
+     "The measured window split into time the compute device was busy and time it sat idle waiting for input, by "
+     "cause; below, the idle part alone, split by what the worker producing the awaited batch was doing."),
+    ("timeline", "timeline.png", "Timeline of the first steps",
+     "One lane for the main loop (wait for the batch, H2D copy, compute), one strip for the idle time of each "
+     "measured step split by cause, and one lane per worker (read, decode, augment per sample; collate per batch; "
+     "boxes are batches). The label over a wait names the worker whose batch the loop waited for."),
+    ("utilisation", "utilisation.png", "Utilisation",
+     "What the machine was doing while the run went on: CPU per core and per process, disk reads, memory, and the "
+     "GPU when one was used. The shaded band is the measured window."),
+    ("latency", "latency.png", "Latency distributions",
+     "How long each stage took per observation, on a log scale; vertical lines mark p50, p95 and p99 from the "
+     "analysis. A long right tail in read or decode is what stalls individual steps."),
+)
+
+
+def _is_sensitive(key: str) -> bool:
+    k = key.lower()
+    return any(p in k for p in SENSITIVE_KEY_PARTS)
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000.0
+    return f"{n:.1f} TB"
+
+
+def fmt_value(key: str, v: Any) -> str:
+    """A record value as a person reads it: bytes in MB/GB, fractions in %, lists shortened."""
+    if v is None:
+        return "—"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    k = key.lower()
+    if isinstance(v, (int, float)) and (k.endswith("bytes") or k.endswith("_bytes_total")) and not k.endswith("per_s"):
+        return f"{human_bytes(float(v))} ({int(v):,} B)" if float(v) >= 1000 else f"{int(v):,} B"
+    if isinstance(v, (int, float)) and k.endswith("per_s") and "bytes" in k:
+        return f"{human_bytes(float(v))}/s"
+    if isinstance(v, float) and (k == "fraction" or k.endswith("_fraction")) and 0 <= v <= 1:
+        return f"{100 * v:.1f} %"
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            return "—"
+        return f"{v:.4g}"
+    if isinstance(v, int):
+        return f"{v:,}" if abs(v) >= 10_000 else str(v)
+    if isinstance(v, (list, tuple)):
+        if not v:
+            return "none"
+        if all(not isinstance(x, (dict, list)) for x in v):
+            items = [fmt_value("", x) for x in v[:LIST_ITEMS_MAX]]
+            more = f" … ({len(v)} in all)" if len(v) > LIST_ITEMS_MAX else ""
+            return ", ".join(items) + more
+        return f"{len(v)} entries (see run.json)"
+    s = str(v)
+    return s if len(s) <= 600 else s[:600] + " …"
+
+
+def flatten(d: Any, prefix: str = "", skip: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+    """Nested dicts as (dotted key, formatted value) rows; sensitive keys and ``skip`` paths left out."""
+    rows: list[tuple[str, str]] = []
+    if not isinstance(d, dict):
+        return [(prefix or "value", fmt_value(prefix, d))]
+    for k, v in d.items():
+        key = f"{prefix}.{k}" if prefix else str(k)
+        if _is_sensitive(str(k)) or key in skip:
+            continue
+        if isinstance(v, dict) and v:
+            rows += flatten(v, key, skip)
+        elif isinstance(v, dict):
+            rows.append((key, "—"))
+        else:
+            rows.append((key, fmt_value(str(k), v)))
+    return rows
+
+
+def _ms(v: float) -> str:
+    return f"{v:.3f}" if v < 1 else f"{v:.2f}" if v < 10 else f"{v:.1f}" if v < 100 else f"{v:,.0f}"
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f} %"
+
+
+def _device_line(rec: Any) -> str:
+    dev = rec.compute_device or {}
+    if dev.get("type") == "cpu":
+        return (f"No GPU: the model ran on the CPU ({dev.get('name') or 'CPU'}); idle time is the main thread's "
+                "wait for the next batch, timed with host clocks.")
+    return (f"Compute device: {dev.get('name') or dev.get('type')} ({dev.get('type')}"
+            f"{'' if dev.get('index') is None else ':' + str(dev.get('index'))}); timing from "
+            f"{dev.get('timing') or 'host clocks'}.")
+
+
+def _numbers(rec: Any) -> list[dict[str, str]]:
+    tp, win, st, c = rec.throughput or {}, rec.window or {}, rec.stall or {}, rec.config or {}
+    return [
+        {"value": f"{tp.get('samples_per_s', 0):,.1f}", "label": "samples/s (measured window)"},
+        {"value": _pct(st.get("fraction", 0.0)), "label": f"idle waiting for input ({st.get('seconds', 0):.2f} s)"},
+        {"value": f"{win.get('seconds', 0):.2f} s", "label": f"{win.get('steps', 0)} steps measured, "
+                                                             f"{win.get('warmup_steps', 0)} warm-up excluded"},
+        {"value": str(c.get("model", "?")), "label": f"model, {c.get('mode', '?')} mode"},
+        {"value": f"{c.get('workers', '?')} × {c.get('batch_size', '?')}", "label": "workers × batch size"},
+    ]
+
+
+def _stage_rows(rec: Any) -> list[dict[str, Any]]:
+    rows = []
+    for name in STAGE_ORDER:
+        s = (rec.stages or {}).get(name)
+        if not s:
+            continue
+        rows.append({"label": STAGE_LABELS.get(name, name), "colour": STAGE_COLOURS.get(name, "#cccccc"),
+                     "per": s.get("per", ""), "count": f"{s.get('count', 0):,}", "total": f"{s.get('total_s', 0):.3f}",
+                     "mean": _ms(s.get("mean_ms", 0)), "p50": _ms(s.get("p50_ms", 0)), "p95": _ms(s.get("p95_ms", 0)),
+                     "p99": _ms(s.get("p99_ms", 0)), "max": _ms(s.get("max_ms", 0))})
+    return rows
+
+
+def _stall_rows(rec: Any) -> tuple[list[dict], list[dict], str]:
+    st = rec.stall or {}
+    idle, window = float(st.get("seconds", 0.0)), float((rec.window or {}).get("seconds", 0.0))
+    causes = [{"label": CAUSE_LABELS[c], "colour": CAUSE_COLOURS[c], "seconds": f"{v:.3f}",
+               "share": _pct(v / idle) if idle > 0 else "—", "of_window": _pct(v / window) if window > 0 else "—"}
+              for c, v in (st.get("by_cause") or {}).items() if c in CAUSE_COLOURS]
+    detail = [{"label": STAGE_LABELS.get(k, k) if k != "other" else "other (unexplained)",
+               "colour": STAGE_COLOURS.get(k, "#cccccc"), "seconds": f"{v:.3f}",
+               "share": _pct(v / idle) if idle > 0 else "—"}
+              for k, v in (st.get("by_stage") or {}).items()]
+    line = (f"The compute device sat idle for {idle:.3f} s of the {window:.3f} s measured window "
+            f"({_pct(st.get('fraction', 0.0))}).")
+    return causes, detail, line
+
+
+def _figures(images: dict[str, Path]) -> list[dict[str, Any]]:
+    out = []
+    for key, file, title, caption in FIGURES:
+        p = images.get(key)
+        fig = {"key": key, "file": file, "title": title, "caption": caption, "data_uri": None, "width": None,
+               "height": None, "error": "no image was written"}
+        if p is not None and Path(p).is_file():
+            data = Path(p).read_bytes()
+            fig["data_uri"] = "data:image/png;base64," + base64.b64encode(data).decode("ascii")
+            if data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) >= 24:  # IHDR width/height: lets the page lay out early
+                fig["width"] = int.from_bytes(data[16:20], "big")
+                fig["height"] = int.from_bytes(data[20:24], "big")
+        elif isinstance(p, str):
+            fig["error"] = p
+        out.append(fig)
+    return out
+
+
+def report_context(rec: Any, images: dict[str, Any], plan: DetailPlan | None = None) -> dict[str, Any]:
+    """Everything the template shows, as plain strings and lists."""
+    plan = plan or plan_detail(rec)
+    steps = [int(x) for x in rec.timeline["steps"]["step"]]
+    lo, hi = timeline_steps(rec)
+    desc = plan.describe(steps)
+    n = len(steps)
+    detail_line = (f"Timeline plot: steps {steps[lo]}–{steps[hi - 1]} of {n:,}. " if hi > lo else "") + \
+                  f"trace.json: main loop {desc['main_loop']}; workers {desc['workers']}."
+    causes, detail, stall_line = _stall_rows(rec)
+    skipped = (rec.skipped or {}).get("files") or []
+    env = {k: v for k, v in (rec.environment or {}).items() if k not in ("storage", "residency_start")}
+    env_rows = flatten({"compute_device": rec.compute_device}) + flatten(env)
+    storage_rows = flatten(rec.storage) if rec.storage else []
+    memory_rows = flatten(rec.memory, skip=("breakdown.profile",)) if rec.memory else []
+    sections = [("verdict", "Verdict"), ("recommendations", "Recommendations"), ("plots", "Plots"),
+                ("stages", "Stage statistics"), ("stall", "Idle by cause"), ("config", "Configuration"),
+                ("environment", "Environment"), ("storage", "Storage"), ("memory", "Memory"),
+                ("skipped", "Skipped files"), ("findings", "Findings"), ("files", "Files & detail")]
+    verdict = rec.verdict or {}
+    return {
+        "verdict": verdict, "accent": BOTTLENECK_COLOURS.get(verdict.get("bottleneck", ""), "#455a64"),
+        "partial": bool(rec.partial), "partial_reason": rec.partial_reason, "device_line": _device_line(rec),
+        "numbers": _numbers(rec), "sections": [{"id": i, "title": t} for i, t in sections],
+        "recommendations": verdict.get("recommendations") or [], "figures": _figures(images),
+        "detail_line": detail_line, "stage_rows": _stage_rows(rec), "cause_rows": causes, "detail_rows": detail,
+        "stall_line": stall_line, "stall_method": (rec.stall or {}).get("method", "not recorded"),
+        "config_rows": flatten(rec.config), "environment_rows": env_rows, "storage_rows": storage_rows,
+        "memory_rows": memory_rows, "skipped_rows": skipped[:SKIPPED_ROWS_MAX],
+        "skipped_more": len(skipped) > SKIPPED_ROWS_MAX,
+        "skipped_count": (rec.skipped or {}).get("count", len(skipped)), "findings": rec.findings or [],
+        "trace_detail": [("main-loop spans in trace.json", desc["main_loop"]),
+                         ("worker spans in trace.json", desc["workers"]),
+                         ("sampled counters in trace.json", desc["counters"]),
+                         ("timeline.png", f"steps {steps[lo]}–{steps[hi - 1]} of {n:,}" if hi > lo else "no steps")],
+        "created": rec.created_utc, "tool_version": (rec.tool or {}).get("version", "?"),
+        "schema_version": rec.schema_version,
+    }
+
+
+def _env() -> Environment:
+    return Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=select_autoescape(["html", "j2"]),
+                       trim_blocks=False, lstrip_blocks=False, keep_trailing_newline=True)
+
+
+def render_html(rec: Any, images: dict[str, Any], plan: DetailPlan | None = None) -> str:
+    """The page as a string. ``images`` maps figure key → PNG path (or an error string when drawing failed)."""
+    return _env().get_template("report.html.j2").render(**report_context(rec, images, plan))
+
+
+def write_html(rec: Any, path: str | Path, images: dict[str, Any], plan: DetailPlan | None = None) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(render_html(rec, images, plan), encoding="utf-8")
+    tmp.replace(path)
+    return path

@@ -1,0 +1,104 @@
+"""Overhead of profiling: the same DataLoader + model loop in plain PyTorch and under the profiler.
+
+Both loops use the same files, transform, model, batch size, workers and steps; rounds alternate which goes first
+so drift (thermal, page cache, other load) hits both equally. Throughput is measured over the same window in both
+(after the warm-up steps, to the end of the last step). The ratio profiled/plain is the median over rounds.
+
+    python scripts/bench_overhead.py [--rounds 4] [--steps 20] [--warmup 4] [--workers 2] [--model tiny]
+
+Last line: ``overhead_ratio: 0.99`` (1.0 = no overhead; the goal is >= 0.98).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+from PIL import Image  # noqa: E402
+from torch.utils.data import DataLoader, Dataset  # noqa: E402
+
+from profiler.analysis import analyze  # noqa: E402
+from profiler.config import RunConfig  # noqa: E402
+from profiler.harness.data import ensure_sample_dataset, scan_dataset  # noqa: E402
+from profiler.harness.loop import make_step_fn  # noqa: E402
+from profiler.harness.models import build_model  # noqa: E402
+from profiler.harness.runner import execute, prepare  # noqa: E402
+from profiler.harness.transforms import build_transform  # noqa: E402
+
+
+class PlainImages(Dataset):
+    """What a user would write: path → PIL → transform → (tensor, label)."""
+
+    def __init__(self, files, labels, transform):
+        self.files, self.labels, self.transform = files, labels, transform
+
+    def __len__(self):
+        return len(self.files)
+
+    def __getitem__(self, i):
+        with open(self.files[i], "rb") as f:
+            img = Image.open(f).convert("RGB")
+        return self.transform(img), self.labels[i]
+
+
+def plain_run(files, labels, a) -> float:
+    torch.manual_seed(0)
+    model = build_model(a.model, num_classes=10)
+    step = make_step_fn(model, "train", torch.device("cpu"), False)
+    loader = DataLoader(PlainImages(files, labels, build_transform("standard", a.image_size)), batch_size=a.batch_size,
+                        shuffle=True, drop_last=True, num_workers=a.workers)
+    n = 0
+    t_start = None
+    for i, (x, y) in enumerate(loader):
+        if i == a.warmup:
+            t_start = time.perf_counter()
+        if i >= a.warmup + a.steps:
+            break
+        step(x, y)
+        if i >= a.warmup:
+            n += len(x)
+    return n / (time.perf_counter() - t_start)
+
+
+def profiled_run(data: str, a) -> float:
+    c = RunConfig(data=data, workers=a.workers, batch_size=a.batch_size, model=a.model, steps=a.steps,
+                  warmup=a.warmup, image_size=a.image_size, out="unused")
+    rec = analyze(execute(prepare(c)))
+    return rec.throughput["samples_per_s"]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=4)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--model", default="tiny")
+    a = p.parse_args()
+    root = ensure_sample_dataset()
+    idx = scan_dataset(root)
+    if len(idx.files) < a.batch_size * (a.steps + a.warmup):
+        raise SystemExit("dataset too small for one epoch of the requested steps")
+    ratios = []
+    for r in range(a.rounds):
+        order = ("plain", "profiled") if r % 2 == 0 else ("profiled", "plain")
+        res = {}
+        for kind in order:
+            res[kind] = plain_run(idx.files, idx.labels, a) if kind == "plain" else profiled_run(str(root), a)
+        ratios.append(res["profiled"] / res["plain"])
+        print(f"round {r + 1}: plain {res['plain']:.1f} samples/s, profiled {res['profiled']:.1f} samples/s, "
+              f"ratio {ratios[-1]:.3f}", flush=True)
+    print(f"rounds: {', '.join(f'{x:.3f}' for x in ratios)}; spread {min(ratios):.3f}-{max(ratios):.3f}")
+    print(f"overhead_ratio: {statistics.median(ratios):.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
