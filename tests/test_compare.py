@@ -59,7 +59,8 @@ def test_slow_storage_is_slower_and_blamed_on_io(runs):
     assert _metric(c, "stall_io")["vs_baseline"][1]["significant"] is True
     assert _metric(c, "read_mean")["vs_baseline"][1]["ratio"] > 1
     s = c["sentences"]["B"]
-    assert re.match(r"B is \d+(\.\d)?x slower \(\S+ → \S+ samples/s\); \d+ % of the added wait is disk read \(io\)", s)
+    assert re.match(r"B is \d+(\.\d+)?x slower \(\S+ → \S+ samples/s\); \d+ % of the added wait is "
+                    r"disk read \(io\)", s)
     assert "throttle none → 2MB/s,50iops" in s and "cache as-is → cold" in s
     # every metric carries one value per run and a comparison for B
     for m in c["metrics"]:

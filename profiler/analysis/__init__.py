@@ -33,8 +33,32 @@ def analyze(rec: Any) -> Any:
     rec.stages = stages
     rec.stall = stall
     rec.verdict = verdict
+    rec.ram = ram_section(rec, ctx)
     rec.findings = findings(rec, ctx)
     return rec
+
+
+def ram_section(rec: Any, ctx: Context) -> dict[str, Any]:
+    """Host RAM: per-process peaks, /dev/shm, copy-on-read growth, and a projection for other worker counts."""
+    from .ram import detect_copy_on_read, project_ram
+
+    s = rec.samples or {}
+    out: dict[str, Any] = {"copy_on_read": detect_copy_on_read(s)}
+    shm = [v for v in (s.get("shm_used_bytes") or []) if v is not None]
+    out["shm_peak_bytes"] = max(shm) if shm else None
+    out["processes"] = [
+        {"pid": p.get("pid"), "role": p.get("role"), "worker_id": p.get("worker_id"),
+         **{f"peak_{k}": max((v for v in (p.get(k) or []) if v is not None), default=None)
+            for k in ("rss_bytes", "pss_bytes", "uss_bytes")}}
+        for p in s.get("processes", [])]
+    w = ctx.workers
+    targets = sorted({max(1, w), w * 2 or 2, w * 4 or 4, int(ctx.usable_cores) * 2})
+    try:
+        out["projection"] = project_ram(s, w, targets) if s.get("processes") else []
+    except Exception as e:  # a projection is advice; a record without enough samples must still render
+        out["projection"] = []
+        out["projection_error"] = f"{type(e).__name__}: {e}"
+    return out
 
 
 def findings(rec: Any, ctx: Context) -> list[dict[str, Any]]:
@@ -47,11 +71,15 @@ def findings(rec: Any, ctx: Context) -> list[dict[str, Any]]:
     if rec.partial:
         out.append({"kind": "partial", "message": f"Partial run: {rec.partial_reason}. Figures cover what was "
                                                   "measured before it ended."})
-    try:
-        from .ram import detect_copy_on_read
-        cor = detect_copy_on_read(rec.samples)
-        if cor:
-            out.append({"kind": "copy_on_read", **cor})
-    except ImportError:
-        pass
+    cor = (rec.ram or {}).get("copy_on_read")
+    if cor:
+        out.append({**cor, "kind": "copy_on_read", "message": f"{cor.get('message')} Fix: {cor.get('fix')}"})
+    for row in (rec.ram or {}).get("projection", []):
+        if row.get("warning") and row.get("workers") == ctx.workers:
+            out.append({"kind": "ram", "message": f"RAM: {row['warning']}"})
+    st = rec.storage or {}
+    hit = st.get("page_cache_hit_fraction")
+    if hit is not None and hit >= 0.9 and (st.get("throttle") or st.get("cache_mode") == "cold"):
+        out.append({"kind": "storage", "message": f"{hit * 100:.0f} % of reads were served from the page cache: "
+                    "this run measured RAM, not the storage device."})
     return out

@@ -20,14 +20,15 @@ from ..errors import UserError
 from .attribution import _DETAIL_CAUSE, CAUSES
 from .stats import _asked_at, tables
 
-# --- Noise test settings, each with its reason ------------------------------------------------------------------------
+# --- Noise test settings, each with its reason ----------------------------------------------------------------------
 # 2,000 resamples: the 2.5/97.5 % percentiles then rest on 50 resamples each side, enough for a stable interval edge
 # (Efron & Tibshirani recommend >= 1,000 for percentile intervals); vectorised it costs milliseconds per metric.
 RESAMPLES = 2000
 CONFIDENCE = 0.95
 SEED = 0
 # Beyond this many observations (a long run's per-sample spans) the interval is computed on a seeded random subsample:
-# it keeps the (resamples x n) matrix to ~20 M floats; the interval only gets wider (conservative), never narrower.
+# it bounds the work to ~20 M resampled values per metric and run (well under a second); fewer observations only make
+# the interval wider (conservative), never narrower.
 MAX_OBS = 10_000
 # Matrix elements per bootstrap chunk (~64 MB of float64): bounds memory whatever n is.
 CHUNK_ELEMENTS = 8_000_000
@@ -42,7 +43,8 @@ MUST_MATCH = ("model", "batch_size", "mode")
 IGNORED_CONFIG = ("out", "extra", "sample_interval_s")
 STAGES = ("read", "decode", "augment", "collate", "transfer", "wait", "h2d", "compute")
 STAGE_STATS = ("mean", "p95", "p99")
-CAUSE_WORDS = {"io": "disk read (io)", "transfer": "worker→main transfer (transfer)", "other": "unexplained time (other)"}
+CAUSE_WORDS = {"io": "disk read (io)", "transfer": "worker→main transfer (transfer)",
+               "other": "unexplained time (other)"}
 
 
 @dataclass
@@ -89,7 +91,7 @@ def observations(rec: Any) -> Observations:
                         stages={k: np.asarray(v, dtype=float) for k, v in stages.items()})
 
 
-# --- bootstrap ---------------------------------------------------------------------------------------------------------
+# --- bootstrap -----------------------------------------------------------------------------------------------------
 Stat = Callable[[list[np.ndarray]], np.ndarray]  # columns resampled to (R, n) each -> (R,) statistic
 
 
@@ -105,6 +107,9 @@ STATS: dict[str, Stat] = {
     "p99": lambda c: np.percentile(c[0], 99, axis=-1),
     "ratio_of_sums": _ratio_of_sums,  # throughput (samples / wall), stall fraction (idle / wall)
 }
+
+
+QUANTILES = {"p95": 95, "p99": 99}
 
 
 def bootstrap(cols: list[np.ndarray], stats: list[str], rng: np.random.Generator,
@@ -123,8 +128,13 @@ def bootstrap(cols: list[np.ndarray], stats: list[str], rng: np.random.Generator
         r = min(per_chunk, resamples - done)
         idx = rng.integers(0, n, size=(r, n))
         res = [c[idx] for c in cols]
+        qs = [s for s in stats if s in QUANTILES]
+        if qs:  # one partial sort serves every quantile asked for
+            for s, q in zip(qs, np.percentile(res[0], [QUANTILES[s] for s in qs], axis=-1)):
+                out[s].append(q)
         for s in stats:
-            out[s].append(STATS[s](res))
+            if s not in QUANTILES:
+                out[s].append(STATS[s](res))
         done += r
     return {s: np.concatenate(v) for s, v in out.items()}
 
@@ -133,7 +143,7 @@ def _interval(a: np.ndarray) -> list[float] | None:
     ok = a[np.isfinite(a)]
     if ok.size < 0.9 * a.size or ok.size == 0:  # too many undefined resamples: no honest interval
         return None
-    lo, hi = np.percentile(a, [50 * (1 - CONFIDENCE), 100 - 50 * (1 - CONFIDENCE)])
+    lo, hi = np.percentile(ok, [50 * (1 - CONFIDENCE), 100 - 50 * (1 - CONFIDENCE)])
     return [float(lo), float(hi)]
 
 
@@ -157,11 +167,12 @@ def versus(base: float | None, val: float | None, bb: np.ndarray | None, bv: np.
         out.update(test="ratio", ci=ci, significant=None if ci is None else bool(ci[0] > 1.0 or ci[1] < 1.0))
     else:
         ci = _interval((bv - bb) * scale)
-        out.update(test="difference", ci=ci, significant=None if ci is None else bool(ci[0] > 0.0 or ci[1] < 0.0))
+        out.update(test="difference", ci=ci,
+                   significant=None if ci is None else bool(ci[0] > 0.0 or ci[1] < 0.0))
     return out
 
 
-# --- metrics -------------------------------------------------------------------------------------------------------------
+# --- metrics -------------------------------------------------------------------------------------------------------
 def _metric(key: str, label: str, unit: str, group: str, values: list, higher_is_better: bool | None = None,
             **kw: Any) -> dict[str, Any]:
     return {"key": key, "label": label, "unit": unit, "group": group, "values": values,
@@ -186,10 +197,6 @@ def _fill(m: dict[str, Any], boots: list[dict[str, np.ndarray] | None], stat: st
             m["vs_baseline"][i] = versus(base, val, b0, draws, test, scale=(scales or [1.0] * len(vals))[i])
 
 
-def _per_run(fn: Callable[[Any], Any], recs: list[Any]) -> list[Any]:
-    return [fn(r) for r in recs]
-
-
 def build_metrics(recs: list[Any], obs: list[Observations], seed: int, resamples: int) -> list[dict[str, Any]]:
     metrics: list[dict[str, Any]] = []
     nsteps = [max(1, o.wall.size) for o in obs]
@@ -200,25 +207,24 @@ def build_metrics(recs: list[Any], obs: list[Observations], seed: int, resamples
     # Throughput and stall fraction: ratios of per-step sums, resampled over steps (paired columns).
     step_boot = [bootstrap([o.samples, o.wall], ["ratio_of_sums"], rng(0, i), resamples) for i, o in enumerate(obs)]
     m = _metric("throughput", "throughput", "samples/s", "throughput",
-                _per_run(lambda r: (r.throughput or {}).get("samples_per_s"), recs), higher_is_better=True)
+                [(r.throughput or {}).get("samples_per_s") for r in recs], higher_is_better=True)
     _fill(m, step_boot, "ratio_of_sums", "ratio")
     metrics.append(m)
     idle_boot = [bootstrap([o.idle, o.wall], ["ratio_of_sums"], rng(1, i), resamples) for i, o in enumerate(obs)]
     m = _metric("stall_fraction", "stall fraction", "fraction", "stall",
-                _per_run(lambda r: (r.stall or {}).get("fraction"), recs), higher_is_better=False)
+                [(r.stall or {}).get("fraction") for r in recs], higher_is_better=False)
     _fill(m, idle_boot, "ratio_of_sums", "difference")
     metrics.append(m)
     # Stall seconds: totals shown; tested as per-step means, differences scaled to the baseline's step count so that
     # runs of different length compare fairly ("seconds over a run as long as A").
     scales = [float(nsteps[0])] * len(obs)
     pts = [float(n) for n in nsteps]
-    for j, (key, arrs, total) in enumerate(
-            [("stall_seconds", [o.idle for o in obs], lambda r: (r.stall or {}).get("seconds"))] +
-            [(f"stall_{c}", [o.by_cause[c] for o in obs], (lambda c: lambda r: ((r.stall or {}).get("by_cause")
-                                                                               or {}).get(c))(c)) for c in CAUSES]):
+    for j, part in enumerate(("seconds",) + CAUSES):
+        arrs = [o.idle if part == "seconds" else o.by_cause[part] for o in obs]
+        totals = [(r.stall or {}).get("seconds") if part == "seconds" else
+                  ((r.stall or {}).get("by_cause") or {}).get(part) for r in recs]
         boots = [bootstrap([a], ["mean"], rng(2, j, i), resamples) for i, a in enumerate(arrs)]
-        label = "stall seconds" if key == "stall_seconds" else f"stall {key[6:]}"
-        m = _metric(key, label, "s", "stall", _per_run(total, recs), higher_is_better=False)
+        m = _metric(f"stall_{part}", f"stall {part}", "s", "stall", totals, higher_is_better=False)
         _fill(m, boots, "mean", "difference", scales=scales, point_scale=pts)
         metrics.append(m)
     for j, s in enumerate(STAGES):
@@ -236,7 +242,7 @@ def build_metrics(recs: list[Any], obs: list[Observations], seed: int, resamples
     _fill(m, [None] * len(recs), "mean", "ratio")
     metrics.append(m)
     m = _metric("page_cache_hit", "page-cache hit", "fraction", "storage",
-                [s.get("page_cache_hit_fraction") for s in st], higher_is_better=True)
+                [s.get("page_cache_hit_fraction") for s in st], higher_is_better=True, show="difference")
     _fill(m, [None] * len(recs), "mean", "difference")
     metrics.append(m)
     verdicts = [(r.verdict or {}).get("bottleneck") for r in recs]
@@ -246,7 +252,7 @@ def build_metrics(recs: list[Any], obs: list[Observations], seed: int, resamples
     return metrics
 
 
-# --- what changed: config differences and the one-sentence story ----------------------------------------------------------
+# --- what changed: config differences and the one-sentence story ----------------------------------------------
 def _show(v: Any) -> str:
     if v is None:
         return "none"
@@ -307,6 +313,10 @@ def fmt_rate(v: float) -> str:
     return f"{v:.0f}" if v >= 100 else f"{v:.1f}" if v >= 10 else f"{v:.2f}"
 
 
+def fmt_ms(v: float) -> str:
+    return f"{v:.0f}" if v >= 10 else f"{v:.1f}"
+
+
 def fmt_s(v: float) -> str:
     v = abs(v)
     return f"{v:.0f} s" if v >= 10 else f"{v:.1f} s" if v >= 1 else f"{v:.2f} s" if v >= 0.01 else f"{v * 1e3:.1f} ms"
@@ -354,11 +364,14 @@ def story(lab_a: str, lab_b: str, a: Any, b: Any, oa: Observations, ob: Observat
     sig = (thr or {}).get("significant")
     ci = (thr or {}).get("ci")
     if sig is False:
-        head = (f"{lab_b} is as fast as {lab_a} within run-to-run noise ({rate}; 95 % interval of the ratio "
-                f"{ci[0]:.2f}–{ci[1]:.2f}x)")
+        head = (f"{lab_b} is not reliably faster or slower than {lab_a}: {rate} ({r:.2f}x) is within run-to-run "
+                f"noise (95 % interval of the ratio {ci[0]:.2f}–{ci[1]:.2f}x")
+        head += f"; more than {min(na, ob.wall.size)} steps would narrow it)" if r < 0.9 or r > 1.1 else ")"
         return f"{head}. {cfg}{notes}"
     slower = r < 1
-    head = f"{lab_b} is {1 / r if slower else r:.1f}x {'slower' if slower else 'faster'} ({rate})"
+    x = 1 / r if slower else r
+    head = f"{lab_b} is {x:.2f}x" if x < 1.1 else f"{lab_b} is {x:.1f}x"
+    head += f" {'slower' if slower else 'faster'} ({rate})"
     if sig is None:
         head += " (too few steps to test against noise)"
     d_step = float(ob.wall.mean() - oa.wall.mean())
@@ -372,16 +385,18 @@ def story(lab_a: str, lab_b: str, a: Any, b: Any, oa: Observations, ob: Observat
     if sign * d_wait > 0 and sign * d_wait >= WAIT_EXPLAINS_FROM * sign * d_step:
         share, what = _blame(delta, stage_delta, sign)
         if slower:
-            why = f"{share * 100:.0f} % of the added wait is {what}" if share is not None else f"the added wait is {what}"
+            why = (f"{share * 100:.0f} % of the added wait is {what}" if share is not None
+                   else f"the added wait is {what}")
         else:
             why = f"the wait fell by {fmt_s(d_wait * na)}, " + (f"mostly {what}" if share is not None else what)
-    else:
-        why = (f"the wait for input barely changed ({fmt_s(oa.idle.sum())} → {fmt_s(ob.idle.sum())}); compute per "
-               f"step {'rose' if comp_b > comp_a else 'fell'} {comp_a:.0f} → {comp_b:.0f} ms")
+    else:  # the wait moved less than the step time (or the other way): the model's own time changed
+        why = (f"compute per step {'rose' if comp_b > comp_a else 'fell'} {fmt_ms(comp_a)} → {fmt_ms(comp_b)} ms "
+               f"while the wait for input went {fmt_ms(oa.idle.mean() * 1e3)} → {fmt_ms(ob.idle.mean() * 1e3)} ms "
+               "per step")
     return f"{head}; {why}. {cfg}{notes}"
 
 
-# --- entry point -------------------------------------------------------------------------------------------------------------
+# --- entry point ---------------------------------------------------------------------------------------------------
 def _storage_text(r: Any) -> str:
     """'cold, throttle 2MB/s,50iops (userspace)': the storage conditions a reader needs next to each run."""
     st, cfg = r.storage or {}, r.config or {}

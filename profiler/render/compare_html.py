@@ -86,7 +86,8 @@ def _vs_cell(m: dict[str, Any], i: int) -> Cell:
     if m["key"] == "verdict":
         return Cell(val, "changed" if vs.get("changed") else "same")
     ratio = fmt_ratio(vs.get("ratio"))
-    if vs.get("ratio") is None and vs.get("difference") is not None:
+    # A ratio of hit rates (0.00x) reads worse than the change in points; metrics can ask for the difference.
+    if (vs.get("ratio") is None or m.get("show") == "difference") and vs.get("difference") is not None:
         ratio = "=" if vs["difference"] == 0 else "Δ " + fmt_diff(vs["difference"], m["unit"])
     ci = vs.get("ci")
     if ci is None:

@@ -194,6 +194,13 @@ def _lane_name(w: int) -> str:
     return "main process\n(workers=0)" if w < 0 else f"worker {w}"
 
 
+def timeline_lanes(rec: Any) -> list[str]:
+    """Lane labels of the Gantt, top to bottom: main loop, idle strip, then one per worker (worker -1 = loading in
+    the main process, workers=0)."""
+    ws = sorted({int(w) for w in rec.timeline.get("batches", {}).get("worker", [])})
+    return ["main loop", "idle by cause"] + [_lane_name(w) for w in ws]
+
+
 def plot_timeline(rec: Any, path: Path) -> Path:
     """Gantt: main loop (wait / H2D / compute), idle-by-cause strip, and one lane per worker (read / decode /
     augment per sample, collate per batch, batch outlines). Shows which worker the device waited for."""
@@ -223,7 +230,7 @@ def plot_timeline(rec: Any, path: Path) -> Path:
         truncated = True
 
     workers = sorted({int(w) for w in bt.get("worker", np.array([], dtype=int)).tolist()})
-    lanes = ["main loop", "idle by cause"] + [_lane_name(w) for w in workers]
+    lanes = timeline_lanes(rec)
     lane_y = {name: len(lanes) - 1 - i for i, name in enumerate(lanes)}
     fig, ax = plt.subplots(figsize=(14, 1.9 + 0.75 * len(lanes)))
     h = 0.7
@@ -371,6 +378,7 @@ def plot_utilisation(rec: Any, path: Path) -> Path:
                 tt, dd = _bucket(t, d / 1e6)
                 ax.plot(tt, dd, color=STAGE_COLOURS["read"], lw=1.2)
                 ax.fill_between(tt, 0, dd, color=STAGE_COLOURS["read"], alpha=0.2)
+            ax.set_ylim(bottom=0)
             ax.set_ylabel("MB/s")
             ax.set_title(f"Disk reads ({s.get('disk') or 'all disks'})", loc="left", fontsize=10)
         elif name == "ram":
@@ -382,6 +390,7 @@ def plot_utilisation(rec: Any, path: Path) -> Path:
                     tt, vv = _bucket(t, v / 1e9)
                     ax.plot(tt, vv, lw=1.4, label=label, color=colour)
             total = s.get("ram_total_bytes")
+            ax.set_ylim(bottom=0)
             ax.set_ylabel("GB")
             ax.set_title("Memory" + (f" (total {total / 1e9:.1f} GB)" if total else ""), loc="left", fontsize=10)
         elif name == "gpu":
@@ -410,6 +419,7 @@ def plot_utilisation(rec: Any, path: Path) -> Path:
                 if gt.size and v.size == gt.size:
                     tt, vv = _bucket(gt, v / 1e6)
                     ax.plot(tt, vv, lw=1.2, label=label)
+            ax.set_ylim(bottom=0)
             ax.set_ylabel("MB/s")
             ax.set_title("PCIe throughput", loc="left", fontsize=10)
         if ax.get_legend_handles_labels()[0]:

@@ -1,0 +1,68 @@
+"""On a CUDA machine: compare `fit`'s CPU-measured estimate with the real peak of a training/inference step.
+
+For resnet18 and resnet50, two batch sizes, train and infer: the estimate's tensor bytes (weights + gradients +
+optimizer state + activations, i.e. what torch.cuda.max_memory_allocated can see; the fixed context/workspace
+allowance is excluded from both sides) vs the measured peak of a real step on the GPU. Goal: within 10 %.
+
+    PYTHONPATH=. python scripts/gpu_fit_check.py
+Last line: ``fit_within_10pct: 8/8``.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from profiler.harness.models import build_model  # noqa: E402
+from profiler.memory.estimate import estimate_memory  # noqa: E402
+
+CASES = [(m, b, mode) for m in ("resnet18", "resnet50") for b in (32, 64) for mode in ("train", "infer")]
+
+
+def measured_peak(model_name: str, batch: int, mode: str) -> int:
+    torch.cuda.empty_cache()
+    model = build_model(model_name, num_classes=1000).cuda()
+    opt = torch.optim.Adam(model.parameters()) if mode == "train" else None
+    x = torch.randn(batch, 3, 224, 224, device="cuda")
+    y = torch.randint(0, 1000, (batch,), device="cuda")
+    for _ in range(2):  # the second step has optimizer state allocated, as in steady training
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        if mode == "train":
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad(set_to_none=False)
+            loss.backward()
+            opt.step()
+        else:
+            with torch.inference_mode():
+                model.eval()(x)
+        torch.cuda.synchronize()
+    peak = int(torch.cuda.max_memory_allocated())
+    del model, opt, x, y
+    return peak
+
+
+def main() -> int:
+    if not torch.cuda.is_available():
+        print("no CUDA device: nothing to check")
+        print("fit_within_10pct: skipped")
+        return 0
+    ok = 0
+    for name, batch, mode in CASES:
+        bd = estimate_memory(name, batch, mode=mode, optimizer="adam", device="cpu")
+        est = bd.weights_bytes + bd.gradients_bytes + bd.optimizer_bytes + bd.activations_bytes
+        peak = measured_peak(name, batch, mode)
+        err = (est - peak) / peak
+        good = abs(err) <= 0.10
+        ok += good
+        print(f"{name:9s} B={batch:3d} {mode:5s}: estimate {est / 2**20:8.0f} MiB, measured peak "
+              f"{peak / 2**20:8.0f} MiB, error {err * 100:+6.1f} % {'OK' if good else 'OUTSIDE 10 %'}", flush=True)
+    print(f"fit_within_10pct: {ok}/{len(CASES)}")
+    return 0 if ok == len(CASES) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
