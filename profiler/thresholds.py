@@ -37,3 +37,8 @@ SMALL_FILE_BYTES = 256 * 1024
 MAX_WORKERS_PER_CORE = 2.0
 # The transfer stage is "fast enough" at this fraction of compute; above, pinning/non_blocking is worth suggesting.
 TRANSFER_SHARE_OF_COMPUTE = 0.10
+
+# --- Storage ----------------------------------------------------------------------------------------------------------
+# The page cache can keep a dataset across epochs only if it fits in RAM that workers, pinned buffers and the model's
+# host copies do not need; assume the cache may use at most this share of the RAM that was available at start.
+PAGE_CACHE_SHARE_OF_AVAILABLE = 0.8

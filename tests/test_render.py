@@ -204,7 +204,8 @@ def test_gpu_series_and_cuda_timing_are_drawn_from_the_record(runs, tmp_path):
     """The GPU paths need no GPU to render: they read samples.gpu and CUDA-event times from the record."""
     rec = copy.deepcopy(runs[2]["rec"])
     t = rec.samples["t_s"]
-    rec.samples["gpu"] = {"index": 0, "name": "Test GPU", "t_s": t, "util_percent": [50.0 + (i % 7) for i in range(len(t))],
+    rec.samples["gpu"] = {"index": 0, "name": "Test GPU", "t_s": t,
+                          "util_percent": [50.0 + (i % 7) for i in range(len(t))],
                           "mem_used_bytes": [2e9] * len(t), "mem_total_bytes": int(16e9),
                           "pcie_rx_bytes_per_s": [1e8] * len(t), "pcie_tx_bytes_per_s": [1e7] * len(t)}
     rec.compute_device = {"type": "cuda", "index": 0, "name": "Test GPU", "timing": "cuda events"}

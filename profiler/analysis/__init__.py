@@ -38,6 +38,33 @@ def analyze(rec: Any) -> Any:
     return rec
 
 
+def dataset_vs_ram(rec: Any, ctx: Context) -> dict[str, Any] | None:
+    """Can the page cache hold the dataset? If not, every epoch reads it from the device: say what that costs."""
+    from .. import thresholds as th
+
+    size = ctx.dataset_bytes
+    ram = rec.environment.get("ram") or {}
+    avail, total = ram.get("available_bytes"), ram.get("total_bytes")
+    if not size or not avail:
+        return None
+    st = rec.storage or {}
+    from_dev = int(st.get("bytes_from_device") or 0)
+    rate = from_dev / ctx.window_s if from_dev > 0 and ctx.window_s > 0 else None
+    fits = size <= th.PAGE_CACHE_SHARE_OF_AVAILABLE * avail
+    gb = 1e9
+    out = {"kind": "dataset_vs_ram", "dataset_bytes": size, "ram_available_bytes": avail, "ram_total_bytes": total,
+           "fits_in_page_cache": fits, "device_read_bytes_per_s": rate}
+    if fits:
+        out["message"] = (f"Dataset {size / gb:.2f} GB fits in the page cache ({avail / gb:.1f} GB of RAM available): "
+                          "after the first epoch, reads come from RAM unless memory pressure evicts them.")
+    else:
+        cost = f"; at this run's device rate ({rate / 1e6:.0f} MB/s) that is {size / rate:.0f} s of reading per epoch" \
+            if rate else ""
+        out["message"] = (f"Dataset {size / gb:.1f} GB cannot stay in the page cache ({avail / gb:.1f} GB of RAM "
+                          f"available): every epoch reads it from the storage device{cost}.")
+    return out
+
+
 def ram_section(rec: Any, ctx: Context) -> dict[str, Any]:
     """Host RAM: per-process peaks, /dev/shm, copy-on-read growth, and a projection for other worker counts."""
     from .ram import detect_copy_on_read, project_ram
@@ -78,6 +105,9 @@ def findings(rec: Any, ctx: Context) -> list[dict[str, Any]]:
         if row.get("warning") and row.get("workers") == ctx.workers:
             out.append({"kind": "ram", "message": f"RAM: {row['warning']}"})
     st = rec.storage or {}
+    dr = dataset_vs_ram(rec, ctx)
+    if dr:
+        out.append(dr)
     hit = st.get("page_cache_hit_fraction")
     if hit is not None and hit >= 0.9 and (st.get("throttle") or st.get("cache_mode") == "cold"):
         out.append({"kind": "storage", "message": f"{hit * 100:.0f} % of reads were served from the page cache: "

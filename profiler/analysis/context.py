@@ -41,6 +41,7 @@ class Context:
     model: str
     augment: str
     image_size: int
+    page_cache_hit: float | None = None  # share of worker reads served from the page cache, when measured
 
     @property
     def batch_build_ms(self) -> float:
@@ -114,4 +115,5 @@ def build_context(rec: Any, t: Tables, stages: dict[str, Any]) -> Context:
         ram_available_bytes=int(ram) if ram else None,
         pin_memory=bool(cfg.get("pin_memory")), amp=bool(cfg.get("amp")), mode=str(cfg.get("mode", "train")),
         model=str(cfg.get("model", "")), augment=str(cfg.get("augment", "")), image_size=int(cfg.get("image_size", 224)),
+        page_cache_hit=(rec.storage or {}).get("page_cache_hit_fraction"),
     )

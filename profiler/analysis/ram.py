@@ -12,6 +12,8 @@ Two questions:
 """
 from __future__ import annotations
 
+import bisect
+
 from dataclasses import dataclass
 
 MIB = 1024**2
@@ -142,18 +144,25 @@ def _peak(values: list | None) -> float | None:
 def _budget(samples: dict, procs: list[dict]) -> int | None:
     """RAM the job could hold: min over ticks of (available + the job's private memory then), carrying each
     process's last private reading forward; the job's own private pages are not in ``available`` but are its to
-    reuse. None when the run has no available-RAM series."""
+    reuse. None when the run has no available-RAM series.
+
+    Each process's series is built once and looked up by bisection: linear in ticks x processes, so a 20,000-step
+    run with 50,000 ticks takes milliseconds, not minutes."""
     avail, ticks = samples.get("ram_available_bytes") or [], samples.get("t_s") or []
+    tracked = []
+    for p in procs:
+        series = _private_series(p)
+        if series is not None:
+            tracked.append((series, (p.get("t_s") or [series.t[-1]])[-1]))
     best = None
     for t, a in zip(ticks, avail):
         if a is None:
             continue
         ours = 0.0
-        for p in procs:
-            series = _private_series(p)
-            if series is None or t < series.t[0] or t > (p.get("t_s") or [t])[-1]:
+        for series, last_t in tracked:
+            if t < series.t[0] or t > last_t:
                 continue
-            ours += next(v for tt, v in zip(reversed(series.t), reversed(series.v)) if tt <= t)
+            ours += series.v[bisect.bisect_right(series.t, t) - 1]
         value = a + ours
         best = value if best is None else min(best, value)
     return int(best) if best is not None else None

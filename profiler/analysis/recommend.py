@@ -156,8 +156,8 @@ def _compute_rules(ctx: Context, memory: dict[str, Any] | None) -> list[dict[str
         if ctx.workers > 0 and ctx.cpu_util is not None and ctx.cpu_util >= th.CPU_SATURATED_FROM:
             out.append(_rec(f"On a CPU-only machine, try fewer workers ({max(1, ctx.workers - 1)})",
                             f"the {ctx.workers} workers and the model share {ctx.usable_cores:g} cores that were "
-                            f"{ctx.cpu_util * 100:.0f} % busy; idle-free input costs compute threads.",
-                            "more cores for the model's own threads", "compute"))
+                            f"{ctx.cpu_util * 100:.0f} % busy: the workers take cores from the model's compute threads.",
+                            f"more of the {ctx.usable_cores:g} cores for the {ctx.compute_ms:.0f} ms per-step compute", "compute"))
     return out
 
 

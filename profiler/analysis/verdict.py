@@ -53,8 +53,12 @@ def decide(stall: dict[str, Any], ctx: Context, oom: dict[str, Any] | None = Non
     cause = max(causes, key=causes.get)
     share = causes[cause] / total if total > 0 else 0.0
     detail = f"{_pct(share)} of that wait was {CAUSE_WORDS[cause]}"
-    if cause in ("cpu", "io"):
+    if cause == "cpu":
         detail += f" in {workers} that had {cores} between them"
+    elif cause == "io":
+        detail += f" in {workers}, {ctx.sample_read_ms:.1f} ms per file"
+        if ctx.page_cache_hit is not None:
+            detail += f", {_pct(1 - ctx.page_cache_hit)} of bytes from the device"
     summary = (f"Input-bound ({sev.split()[0]}): {dev} waited {_pct(frac)} of the measured time "
                f"({total:.2f} s of {ctx.window_s:.2f} s); {detail}.")
     other_share = float(by.get("other", 0.0)) / total if total > 0 else 0.0

@@ -71,7 +71,7 @@ def fmt_value(key: str, v: Any) -> str:
     if isinstance(v, bool):
         return "yes" if v else "no"
     k = key.lower()
-    if isinstance(v, (int, float)) and (k.endswith("bytes") or k.endswith("_bytes_total")) and not k.endswith("per_s"):
+    if isinstance(v, (int, float)) and "bytes" in k and not k.endswith("per_s"):
         return f"{human_bytes(float(v))} ({int(v):,} B)" if float(v) >= 1000 else f"{int(v):,} B"
     if isinstance(v, (int, float)) and k.endswith("per_s") and "bytes" in k:
         return f"{human_bytes(float(v))}/s"
@@ -171,6 +171,17 @@ def _stall_rows(rec: Any) -> tuple[list[dict], list[dict], str]:
     return causes, detail, line
 
 
+def _findings(rec: Any) -> list[dict[str, str]]:
+    """Each finding as kind + one message; a finding without a message shows its fields instead of nothing."""
+    out = []
+    for f in rec.findings or []:
+        f = f if isinstance(f, dict) else {"message": str(f)}
+        msg = f.get("message") or "; ".join(f"{k}: {v}" for k, v in flatten(
+            {k: v for k, v in f.items() if k != "kind"}))
+        out.append({"kind": str(f.get("kind", "finding")), "message": msg})
+    return out
+
+
 def _figures(images: dict[str, Path]) -> list[dict[str, Any]]:
     out = []
     for key, file, title, caption in FIGURES:
@@ -216,10 +227,11 @@ def report_context(rec: Any, images: dict[str, Any], plan: DetailPlan | None = N
         "recommendations": verdict.get("recommendations") or [], "figures": _figures(images),
         "detail_line": detail_line, "stage_rows": _stage_rows(rec), "cause_rows": causes, "detail_rows": detail,
         "stall_line": stall_line, "stall_method": (rec.stall or {}).get("method", "not recorded"),
-        "config_rows": flatten(rec.config), "environment_rows": env_rows, "storage_rows": storage_rows,
+        "config_rows": flatten(rec.config) + flatten({"dataset": rec.dataset}), "environment_rows": env_rows,
+        "storage_rows": storage_rows,
         "memory_rows": memory_rows, "skipped_rows": skipped[:SKIPPED_ROWS_MAX],
         "skipped_more": len(skipped) > SKIPPED_ROWS_MAX,
-        "skipped_count": (rec.skipped or {}).get("count", len(skipped)), "findings": rec.findings or [],
+        "skipped_count": (rec.skipped or {}).get("count", len(skipped)), "findings": _findings(rec),
         "trace_detail": [("main-loop spans in trace.json", desc["main_loop"]),
                          ("worker spans in trace.json", desc["workers"]),
                          ("sampled counters in trace.json", desc["counters"]),

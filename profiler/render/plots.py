@@ -20,7 +20,7 @@ matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
-from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
 from ..analysis.stats import tables  # noqa: E402
 
@@ -132,7 +132,7 @@ def plot_where_time_went(rec: Any, path: Path) -> Path:
     idle = float(stall.get("seconds", 0.0))
     by_cause = stall.get("by_cause", {})
     by_stage = stall.get("by_stage", {})
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(13, 5.6), gridspec_kw={"hspace": 1.6})
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(13, 6.0), gridspec_kw={"hspace": 1.5})
     parts = [("busy", max(0.0, window - idle))] + [(c, float(by_cause.get(c, 0.0)))
                                                     for c in ("io", "cpu", "transfer", "other")]
     left = 0.0
@@ -172,7 +172,7 @@ def plot_where_time_went(rec: Any, path: Path) -> Path:
     ax2.set_title("Idle time by what the producing worker was doing (zoom on the idle part)" if idle > 0
                   else "Idle time by stage: the compute device was never idle", loc="left", fontsize=11)
     ax2.legend(handles=handles, loc="upper left", bbox_to_anchor=(0, -0.5), ncol=3, fontsize=9, frameon=False)
-    fig.subplots_adjust(left=0.03, right=0.98, top=0.93, bottom=0.17)
+    fig.subplots_adjust(left=0.03, right=0.98, top=0.93, bottom=0.24)
     return _savefig(fig, path)
 
 
@@ -463,6 +463,8 @@ def plot_latency(rec: Any, path: Path) -> Path:
         bins = np.geomspace(lo_, hi_, 40)
         ax.hist(np.clip(pos, lo_, hi_), bins=bins, color=STAGE_COLOURS.get(name, "#4c72b0"), alpha=0.85)
         ax.set_xscale("log")
+        if hi_ / lo_ < 1e3:  # up to 3 decades: label 1-2-5 steps, else a narrow range shows a single label
+            ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
         ax.xaxis.set_minor_formatter(NullFormatter())
         for key, label, ls in marks:
@@ -473,7 +475,7 @@ def plot_latency(rec: Any, path: Path) -> Path:
         if zeros:
             ax.text(0.98, 0.97, f"{zeros} at 0 ms not shown", ha="right", va="top", fontsize=8,
                     transform=ax.transAxes, color="#555555")
-        ax.legend(fontsize=8, loc="upper left")
+        ax.legend(fontsize=8, loc="best", framealpha=0.85)
     fig.suptitle("Latency per stage in the measured window (worker stages per sample or batch, main loop per step); "
                  "percentiles from the analysis", x=0.01, ha="left", fontsize=11)
     fig.tight_layout()
