@@ -231,7 +231,7 @@ def metas_to_columns(metas: list[BatchMeta], received_ns: list[int], t0_ns: int)
         return round((int(v) - t0_ns) / 1e9, 6)
 
     batches = {"batch": [], "worker": [], "pid": [], "collate_start": [], "collate_end": [], "received": [],
-               "samples": []}
+               "samples": [], "rchar": [], "read_bytes": []}
     cols = {k: [] for k in ("batch", "worker", "index", "read_start", "read_end", "decode_end", "augment_end",
                             "bytes", "pixels")}
     for m, recv in zip(metas, received_ns):
@@ -242,6 +242,8 @@ def metas_to_columns(metas: list[BatchMeta], received_ns: list[int], t0_ns: int)
         batches["collate_end"].append(s(m.collate_end_ns))
         batches["received"].append(s(recv))
         batches["samples"].append(int(m.samples.shape[0]))
+        batches["rchar"].append(int(m.io[0]))
+        batches["read_bytes"].append(int(m.io[1]))
         a = m.samples
         n = a.shape[0]
         cols["batch"].extend([m.batch_no] * n)

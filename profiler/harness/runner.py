@@ -199,9 +199,9 @@ def _collect(p: Prepared, t0: int, res: LoopResult, samples: dict, env: dict, st
     c = p.config
     storage["residency_end"] = residency.measure_residency(p.index.files, max_files=RESIDENCY_MAX_FILES,
                                                            seed=c.seed).to_dict()
-    storage.update(io_totals(samples))
     measured = [r for r in res.steps if r.measured]
     batches, spans = metas_to_columns(res.metas, [r.wait_end_ns for r in res.steps], t0)
+    storage.update(io_totals(samples, batches))
     skipped: dict[str, str] = {}
     for m in res.metas:
         for _, path, reason in m.skipped:
@@ -234,17 +234,33 @@ def _collect(p: Prepared, t0: int, res: LoopResult, samples: dict, env: dict, st
     )
 
 
-def io_totals(samples: dict) -> dict[str, Any]:
-    """Bytes the workers asked for (rchar) vs bytes that came from the block device (read_bytes)."""
-    rchar = read_bytes = 0
-    n = 0
-    for proc in samples.get("processes", []):
-        io = proc.get("io")
-        if proc.get("role") == "worker" and io:
-            rchar += int(io.get("rchar", 0))
-            read_bytes += int(io.get("read_bytes", 0))
-            n += 1
-    out: dict[str, Any] = {"worker_processes_with_io": n, "bytes_requested": rchar, "bytes_from_device": read_bytes}
+def io_totals(samples: dict, batches: dict | None = None) -> dict[str, Any]:
+    """Bytes the workers asked for (rchar) vs bytes that came from the block device (read_bytes).
+
+    Preferred source: the /proc/self/io readings each worker attached to its batches (exact up to its last batch, and
+    also for the measured window alone). Fallback: the sampler's last readings of each worker process.
+    """
+    out: dict[str, Any] = {}
+    per_pid: dict[int, tuple[int, int]] = {}
+    win: dict[int, list[tuple[int, int]]] = {}
+    if batches and batches.get("rchar"):
+        for pid, w, rc, rb in zip(batches["pid"], batches["worker"], batches["rchar"], batches["read_bytes"]):
+            if w < 0 or rc < 0:
+                continue  # the main process (workers = 0) also reads libraries, /proc, ...: not comparable
+            prev = per_pid.get(pid, (0, 0))
+            per_pid[pid] = (max(prev[0], rc), max(prev[1], rb))
+            win.setdefault(pid, []).append((rc, rb))
+        source = "workers' /proc/self/io at each batch"
+    if not per_pid:
+        for proc in samples.get("processes", []):
+            io = proc.get("io")
+            if proc.get("role") == "worker" and io:
+                per_pid[int(proc["pid"])] = (int(io.get("rchar", 0)), int(io.get("read_bytes", 0)))
+        source = "sampler's last /proc/<pid>/io of each worker"
+    rchar = sum(v[0] for v in per_pid.values())
+    read_bytes = sum(v[1] for v in per_pid.values())
+    out.update({"io_source": source if per_pid else None, "worker_processes_with_io": len(per_pid),
+                "bytes_requested": rchar, "bytes_from_device": read_bytes})
     if rchar > 0:
         out["page_cache_hit_fraction"] = round(max(0.0, 1.0 - read_bytes / rchar), 4)
     return out

@@ -46,6 +46,10 @@ class BatchMeta:
     collate_end_ns: int
     samples: np.ndarray  # int64, shape (n, 7), SAMPLE_COLUMNS
     skipped: list[tuple[int, str, str]] = field(default_factory=list)  # (index, path, reason)
+    # /proc/self/io of the producing process right after this batch: (rchar, read_bytes), cumulative; (-1, -1) if
+    # unavailable. Carried in the batch because workers exit at the end of the loader, often before a background
+    # sampler's next look, and short runs would otherwise lose their I/O accounting.
+    io: tuple[int, int] = (-1, -1)
 
 
 class StreamBatchSampler(Sampler):
@@ -150,8 +154,18 @@ class TimedCollate:
         info = get_worker_info()
         t1 = time.perf_counter_ns()
         meta = BatchMeta(batch_no, info.id if info is not None else -1, os.getpid(), t0, t1, samples,
-                         [(b.index, b.path, b.reason) for b in bad])
+                         [(b.index, b.path, b.reason) for b in bad], _self_io())
         return images, labels, meta
+
+
+def _self_io() -> tuple[int, int]:
+    """(rchar, read_bytes) of this process from /proc/self/io: bytes asked for vs bytes from the block device."""
+    try:
+        with open("/proc/self/io", "rb") as f:
+            fields = dict(line.split(b": ") for line in f.read().splitlines() if b": " in line)
+        return int(fields[b"rchar"]), int(fields[b"read_bytes"])
+    except (OSError, KeyError, ValueError):
+        return -1, -1
 
 
 def seed_worker(worker_id: int) -> None:
