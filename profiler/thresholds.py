@@ -35,8 +35,9 @@ PRE_RESIZE_FACTOR = 1.3
 SMALL_FILE_BYTES = 256 * 1024
 # The most workers we will ever suggest per usable core: beyond 2, context switches eat the gain for CPU-bound work.
 MAX_WORKERS_PER_CORE = 2.0
-# The transfer stage is "fast enough" at this fraction of compute; above, pinning/non_blocking is worth suggesting.
-TRANSFER_SHARE_OF_COMPUTE = 0.10
+# Finished batches waiting in the queue for at least half a compute step on average means the loader has slack:
+# on a CPU-only machine, a worker fewer would hand its core back to the model without starving it.
+READY_AHEAD_SLACK_OF_COMPUTE = 0.5
 
 # --- Storage ----------------------------------------------------------------------------------------------------------
 # The page cache can keep a dataset across epochs only if it fits in RAM that workers, pinned buffers and the model's

@@ -30,6 +30,7 @@ class Context:
     sample_read_ms: float
     collate_ms: float  # per batch
     transfer_ms: float  # per batch
+    ready_ahead_ms: float  # per batch: how long finished batches waited in the queue (prefetch slack)
     mean_file_bytes: float
     mean_pixels: float
     read_mb_s_per_worker: float
@@ -109,6 +110,7 @@ def build_context(rec: Any, t: Tables, stages: dict[str, Any]) -> Context:
         sample_read_ms=stages.get("read", {}).get("mean_ms", 0.0),
         collate_ms=stages.get("collate", {}).get("mean_ms", 0.0),
         transfer_ms=stages.get("transfer", {}).get("mean_ms", 0.0),
+        ready_ahead_ms=stages.get("ready_ahead", {}).get("mean_ms", 0.0),
         mean_file_bytes=mean_bytes, mean_pixels=mean_px,
         read_mb_s_per_worker=(read_bytes / 1e6 / read_total) if read_total > 0 else 0.0,
         dataset_bytes=int(rec.dataset.get("total_bytes", 0) or 0),

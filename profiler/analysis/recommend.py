@@ -153,11 +153,14 @@ def _compute_rules(ctx: Context, memory: dict[str, Any] | None) -> list[dict[str
         out.append(_rec("Run the model on a GPU (this run computed on the CPU)",
                         f"compute takes {ctx.compute_ms:.0f} ms per step on the CPU and the input keeps up.",
                         "GPU compute is typically 10-100x faster; the input pipeline then decides speed", "compute"))
-        if ctx.workers > 0 and ctx.cpu_util is not None and ctx.cpu_util >= th.CPU_SATURATED_FROM:
-            out.append(_rec(f"On a CPU-only machine, try fewer workers ({max(1, ctx.workers - 1)})",
-                            f"the {ctx.workers} workers and the model share {ctx.usable_cores:g} cores that were "
-                            f"{ctx.cpu_util * 100:.0f} % busy: the workers take cores from the model's compute threads.",
-                            f"more of the {ctx.usable_cores:g} cores for the {ctx.compute_ms:.0f} ms per-step compute", "compute"))
+        slack = ctx.ready_ahead_ms >= th.READY_AHEAD_SLACK_OF_COMPUTE * ctx.compute_ms
+        if ctx.workers > 1 and slack and ctx.cpu_util is not None and ctx.cpu_util >= th.CPU_SATURATED_FROM:
+            out.append(_rec(f"On a CPU-only machine, try fewer workers ({ctx.workers - 1})",
+                            f"finished batches waited {ctx.ready_ahead_ms:.0f} ms on average in the queue while the "
+                            f"{ctx.workers} workers and the model shared {ctx.usable_cores:g} cores that were "
+                            f"{ctx.cpu_util * 100:.0f} % busy: the workers take cores from the model's threads.",
+                            f"more of the {ctx.usable_cores:g} cores for the {ctx.compute_ms:.0f} ms per-step compute",
+                            "compute"))
     return out
 
 

@@ -215,6 +215,16 @@ def report_context(rec: Any, images: dict[str, Any], plan: DetailPlan | None = N
     env_rows = flatten({"compute_device": rec.compute_device}) + flatten(env)
     storage_rows = flatten(rec.storage) if rec.storage else []
     memory_rows = flatten(rec.memory, skip=("breakdown.profile",)) if rec.memory else []
+    ram = rec.ram or {}
+    ram_process_rows = [
+        (f"{p.get('role')}{'' if p.get('worker_id') is None else ' ' + str(p.get('worker_id'))}", str(p.get("pid")),
+         *(fmt_value("bytes", p.get(k)) for k in ("peak_rss_bytes", "peak_pss_bytes", "peak_uss_bytes")))
+        for p in ram.get("processes") or []]
+    ram_projection_rows = [
+        (str(r.get("workers")), fmt_value("bytes", r.get("projected_bytes")),
+         fmt_value("bytes", r.get("available_bytes")), "yes" if r.get("fits") else "no" if r.get("fits") is False
+         else "—", r.get("warning") or "")
+        for r in ram.get("projection") or []]
     sections = [("verdict", "Verdict"), ("recommendations", "Recommendations"), ("plots", "Plots"),
                 ("stages", "Stage statistics"), ("stall", "Idle by cause"), ("config", "Configuration"),
                 ("environment", "Environment"), ("storage", "Storage"), ("memory", "Memory"),
@@ -230,6 +240,8 @@ def report_context(rec: Any, images: dict[str, Any], plan: DetailPlan | None = N
         "config_rows": flatten(rec.config) + flatten({"dataset": rec.dataset}), "environment_rows": env_rows,
         "storage_rows": storage_rows,
         "memory_rows": memory_rows, "skipped_rows": skipped[:SKIPPED_ROWS_MAX],
+        "ram_process_rows": ram_process_rows, "ram_projection_rows": ram_projection_rows,
+        "shm_peak": fmt_value("bytes", ram.get("shm_peak_bytes")),
         "skipped_more": len(skipped) > SKIPPED_ROWS_MAX,
         "skipped_count": (rec.skipped or {}).get("count", len(skipped)), "findings": _findings(rec),
         "trace_detail": [("main-loop spans in trace.json", desc["main_loop"]),

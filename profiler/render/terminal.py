@@ -110,6 +110,22 @@ def print_report(rec: Any, console: Console | None = None, out_files: list[str] 
         console.print(f"Storage: {100 * st['page_cache_hit_fraction']:.0f} % of worker reads served from page cache "
                       f"({st.get('bytes_from_device', 0) / 1e6:.1f} MB of {st.get('bytes_requested', 0) / 1e6:.1f} MB "
                       "from the device).")
+    mem = rec.memory or {}
+    if mem.get("device_peak_bytes"):
+        total = mem.get("device_total_bytes")
+        console.print(f"Device memory: peak {mem['device_peak_bytes'] / 2**30:.2f} GiB"
+                      + (f" of {total / 2**30:.0f} GiB" if total else "") + " allocated in the measured window.")
+    procs = (rec.ram or {}).get("processes") or []
+    workers = [p for p in procs if p.get("role") == "worker"]
+    main = next((p for p in procs if p.get("role") == "main"), None)
+    if main and main.get("peak_rss_bytes"):
+        uss = [p.get("peak_uss_bytes") for p in workers]
+        if workers and all(uss):
+            w, what = uss, "private (USS)"
+        else:
+            w, what = [p.get("peak_rss_bytes") or 0 for p in workers], "resident (RSS, shared pages included)"
+        console.print(f"Host RAM: main process peak {main['peak_rss_bytes'] / 2**30:.2f} GiB RSS"
+                      + (f"; {len(w)} workers, up to {max(w) / 2**20:.0f} MiB {what} each" if w else "") + ".")
     console.print(stage_table(rec))
     console.print(stall_table(rec))
     recs = v.get("recommendations", [])

@@ -1,0 +1,132 @@
+"""Pure analysis on hand-built inputs with known answers: attribution arithmetic, verdict bands, which
+recommendations the numbers allow."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from profiler import thresholds as th
+from profiler.analysis.attribution import attribute
+from profiler.analysis.context import Context
+from profiler.analysis.recommend import recommend
+from profiler.analysis.stats import Tables, stage_stats
+from profiler.analysis.verdict import decide, severity
+
+
+def _tables(steps, batches, spans) -> Tables:
+    st = {k: np.asarray(v) for k, v in steps.items()}
+    return Tables(st, {k: np.asarray(v) for k, v in batches.items()}, {k: np.asarray(v) for k, v in spans.items()},
+                  st["batch"])
+
+
+def test_attribution_splits_a_wait_by_what_the_worker_did():
+    # One step waits from t=1.0 to t=2.0 for batch 7 of worker 0. Worker 0: reads 1.0-1.3 (io), decodes
+    # 1.3-1.5, augments 1.5-1.6 (cpu), nothing 1.6-1.7 (other), collates 1.7-1.8 (cpu); the batch is done at 1.8
+    # and reaches the main process at 2.0 (transfer 0.2).
+    steps = {"batch": [7], "worker": [0], "samples": [1], "wait_start": [1.0], "wait_end": [2.0],
+             "h2d_start": [2.0], "h2d_end": [2.0], "compute_end": [2.5], "idle": [1.0]}
+    batches = {"batch": [7], "worker": [0], "collate_start": [1.7], "collate_end": [1.8], "received": [2.0]}
+    spans = {"batch": [7], "worker": [0], "read_start": [1.0], "read_end": [1.3], "decode_end": [1.5],
+             "augment_end": [1.6], "bytes": [100], "pixels": [10]}
+    st = attribute(_tables(steps, batches, spans), window_s=2.0)
+    assert st["by_cause"]["io"] == pytest.approx(0.3)
+    assert st["by_cause"]["cpu"] == pytest.approx(0.2 + 0.1 + 0.1)
+    assert st["by_cause"]["transfer"] == pytest.approx(0.2)
+    assert st["by_cause"]["other"] == pytest.approx(0.1)
+    assert st["seconds"] == pytest.approx(1.0) and st["fraction"] == pytest.approx(0.5)
+    assert st["by_stage"]["decode"] == pytest.approx(0.2) and st["by_stage"]["collate"] == pytest.approx(0.1)
+
+
+def test_busy_with_previous_batch_counts_and_device_gap_beyond_wait_is_other():
+    # The worker is still reading for its *previous* batch (3) during the first half of the wait for batch 5;
+    # on a CUDA-like record the device gap (1.5 s) is longer than the host wait (1.0 s): the excess is other.
+    steps = {"batch": [5], "worker": [1], "samples": [1], "wait_start": [0.0], "wait_end": [1.0],
+             "h2d_start": [1.0], "h2d_end": [1.0], "compute_end": [1.2], "idle": [1.5]}
+    batches = {"batch": [3, 5], "worker": [1, 1], "collate_start": [0.5, 0.9], "collate_end": [0.5, 1.0],
+               "received": [0.6, 1.0]}
+    spans = {"batch": [3, 5], "worker": [1, 1], "read_start": [-0.5, 0.5], "read_end": [0.5, 0.6],
+             "decode_end": [0.5, 0.8], "augment_end": [0.5, 0.9], "bytes": [1, 1], "pixels": [1, 1]}
+    st = attribute(_tables(steps, batches, spans), window_s=3.0)
+    assert st["by_cause"]["io"] == pytest.approx(0.5 + 0.1)
+    assert st["by_cause"]["cpu"] == pytest.approx(0.2 + 0.1 + 0.1)
+    assert st["by_cause"]["other"] == pytest.approx(0.5)  # the gap beyond the wait
+    assert sum(st["by_cause"].values()) == pytest.approx(st["seconds"]) == pytest.approx(1.5)
+
+
+def test_stage_stats_transfer_excludes_time_queued_before_it_was_asked_for():
+    steps = {"batch": [0, 1], "worker": [0, 0], "samples": [1, 1], "wait_start": [0.0, 5.0], "wait_end": [1.0, 5.1],
+             "h2d_start": [1.0, 5.1], "h2d_end": [1.0, 5.1], "compute_end": [5.0, 9.0], "idle": [1.0, 0.1]}
+    batches = {"batch": [0, 1], "worker": [0, 0], "collate_start": [0.8, 1.5], "collate_end": [0.9, 2.0],
+               "received": [1.0, 5.1]}
+    spans = {"batch": [0, 1], "worker": [0, 0], "read_start": [0.0, 1.0], "read_end": [0.1, 1.1],
+             "decode_end": [0.5, 1.2], "augment_end": [0.8, 1.5], "bytes": [1, 1], "pixels": [1, 1]}
+    s = stage_stats(_tables(steps, batches, spans))
+    assert s["transfer"]["total_s"] == pytest.approx(0.1 + 0.1)
+    assert s["ready_ahead"]["total_s"] == pytest.approx(3.0)  # batch 1 was ready at 2.0, asked for at 5.0
+
+
+@pytest.mark.parametrize("fraction, expected", [(0.0, "not input-bound"), (0.049, "not input-bound"),
+                                                (0.05, "moderately input-bound"), (0.199, "moderately input-bound"),
+                                                (0.2, "highly input-bound"), (0.9, "highly input-bound")])
+def test_severity_bands(fraction, expected):
+    assert severity(fraction) == expected
+
+
+BASE = Context(device_type="cpu", device_name="CPU", window_s=10.0, steps=100, samples=3200, samples_per_s=320.0,
+               batch_size=32, workers=2, usable_cores=8.0, cpu_util=0.3, compute_ms=10.0, h2d_ms=0.0, wait_ms=90.0,
+               sample_cpu_ms=5.0, sample_read_ms=0.2, collate_ms=2.0, transfer_ms=1.0, ready_ahead_ms=0.0,
+               mean_file_bytes=110_000, mean_pixels=500 * 375, read_mb_s_per_worker=500.0, dataset_bytes=10**9,
+               ram_available_bytes=16 * 10**9, pin_memory=False, amp=False, mode="train", model="resnet18",
+               augment="standard", image_size=224)
+CPU_STALL = {"seconds": 9.0, "fraction": 0.9, "by_cause": {"io": 0.2, "cpu": 8.5, "transfer": 0.2, "other": 0.1},
+             "by_stage": {"read": 0.2, "decode": 3.5, "augment": 4.5, "collate": 0.5, "transfer": 0.2, "other": 0.1}}
+
+
+def _actions(ctx, stall=CPU_STALL, memory=None):
+    v = decide(stall, ctx)
+    return v, [r["action"] for r in recommend(v, stall, ctx, memory)]
+
+
+def test_more_workers_only_when_cores_are_idle():
+    v, acts = _actions(BASE)
+    assert v["bottleneck"] == "cpu"
+    assert any(a.startswith("Raise --workers from 2 to") for a in acts)
+    saturated = dataclasses.replace(BASE, usable_cores=2.0, cpu_util=0.97)
+    _, acts = _actions(saturated)
+    assert not any("Raise --workers" in a for a in acts)
+    assert any("augmentation" in a for a in acts)  # augment is the larger part of this wait
+
+
+def test_gpu_compute_bound_suggests_amp_only_without_amp():
+    stall = {"seconds": 0.1, "fraction": 0.01, "by_cause": {"io": 0, "cpu": 0.05, "transfer": 0.05, "other": 0}}
+    gpu = dataclasses.replace(BASE, device_type="cuda", device_name="GPU")
+    v, acts = _actions(gpu, stall)
+    assert v["bottleneck"] == "compute" and any("mixed precision" in a for a in acts)
+    _, acts = _actions(dataclasses.replace(gpu, amp=True), stall)
+    assert not any("mixed precision" in a for a in acts)
+
+
+def test_transfer_bound_suggests_pinning_only_when_off_on_cuda():
+    stall = {"seconds": 5.0, "fraction": 0.5, "by_cause": {"io": 0.1, "cpu": 0.4, "transfer": 4.4, "other": 0.1},
+             "by_stage": {}}
+    gpu = dataclasses.replace(BASE, device_type="cuda")
+    v, acts = _actions(gpu, stall)
+    assert v["bottleneck"] == "transfer" and any("--pin-memory" in a for a in acts)
+    _, acts = _actions(dataclasses.replace(gpu, pin_memory=True), stall)
+    assert not any("--pin-memory" in a for a in acts)
+
+
+def test_io_bound_suggests_ram_only_when_dataset_fits():
+    stall = {"seconds": 5.0, "fraction": 0.5, "by_cause": {"io": 4.5, "cpu": 0.4, "transfer": 0.0, "other": 0.1},
+             "by_stage": {}}
+    v, acts = _actions(BASE, stall)
+    assert v["bottleneck"] == "io" and any("from RAM" in a for a in acts)
+    huge = dataclasses.replace(BASE, dataset_bytes=10**12)
+    _, acts = _actions(huge, stall)
+    assert not any("from RAM" in a for a in acts) and any("faster local storage" in a for a in acts)
+
+
+def test_thresholds_are_the_documented_bands():
+    assert th.NOT_INPUT_BOUND_BELOW == 0.05 and th.HIGHLY_INPUT_BOUND_FROM == 0.20
