@@ -43,3 +43,42 @@ READY_AHEAD_SLACK_OF_COMPUTE = 0.5
 # The page cache can keep a dataset across epochs only if it fits in RAM that workers, pinned buffers and the model's
 # host copies do not need; assume the cache may use at most this share of the RAM that was available at start.
 PAGE_CACHE_SHARE_OF_AVAILABLE = 0.8
+# At or above this share of bytes from the page cache, a run meant to measure storage measured RAM instead: with 90 %
+# of reads free, the device's speed can no longer move the result much.
+SERVED_FROM_RAM_FROM = 0.9
+
+# --- Host RAM (analysis/ram.py) ---------------------------------------------------------------------------------------
+MIB = 1024**2
+# A worker's USS rises by a few tens of MiB at start-up (imports touched after fork, decode buffers, the first
+# prefetched batches) and then levels off. Growth beyond 50 MiB per worker over the run is more than that start-up
+# cost and, multiplied by the worker count, is RAM a user notices.
+COPY_ON_READ_MIN_GROWTH_BYTES = 50 * MIB
+# At least this many USS (or PSS) readings per worker: fewer cannot tell a trend from a step. The sampler budgets
+# smaps reads (one every few seconds per process), so a short run may not reach it, and then nothing is claimed.
+COPY_ON_READ_MIN_READINGS = 3
+# Net growth / sum of all rises. Copy-on-read only ever adds pages (~1.0); allocator churn (batches allocated and
+# freed) rises and falls, so its net growth is a small share of its rises. 0.7 tolerates a few dips from freed buffers.
+COPY_ON_READ_MIN_MONOTONE_SHARE = 0.7
+# Share of the net growth that happens in the second half of the worker's readings. Steady growth puts ~50 % there;
+# a start-up ramp that levels off puts ~0 %. 20 % separates "still growing" from "grew once, at start".
+COPY_ON_READ_MIN_LATE_SHARE = 0.2
+
+# When no worker was measured (a run with 0 workers), this private memory per worker is assumed: a forked worker
+# with torch imported privately holds ~50-150 MiB (heap pages it writes, decode buffers, prefetch_factor batches);
+# 150 MiB errs high. Results that use it say basis "assumed".
+ASSUMED_WORKER_PRIVATE_BYTES = 150 * MIB
+# Warn when the projection leaves less than this share of the available RAM: the page cache that feeds the loader
+# shrinks first, so the input pipeline slows down before anything is killed.
+RAM_HEADROOM_WARN_FRACTION = 0.10
+
+# --- Comparing runs (analysis/compare.py) --------------------------------------------------------------------------
+# 2,000 resamples: the 2.5/97.5 % percentiles then rest on 50 resamples each side, enough for a stable interval edge
+# (Efron & Tibshirani recommend >= 1,000 for percentile intervals); vectorised it costs milliseconds per metric.
+RESAMPLES = 2000
+# 95 % intervals: the convention; a comparison tests ~30 rows, so one or two marks by chance are to be expected.
+CONFIDENCE = 0.95
+# The one-sentence story attributes a speed change to the wait when the wait's change is at least this share of the
+# per-step time change; below it, compute (the model) moved the speed, and the sentence says so instead.
+WAIT_EXPLAINS_FROM = 0.5
+# A cause is "mostly" responsible when it holds at least this share of the change in wait; else the top two are named.
+MOSTLY_FROM = 0.5

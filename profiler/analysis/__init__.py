@@ -8,6 +8,8 @@ from .context import Context, build_context
 from .recommend import recommend
 from .stats import stage_stats, tables
 from .verdict import decide
+from ..thresholds import SERVED_FROM_RAM_FROM
+
 
 
 def analyze(rec: Any) -> Any:
@@ -23,6 +25,9 @@ def analyze(rec: Any) -> Any:
     ctx = build_context(rec, t, stages)
     oom = (rec.memory or {}).get("oom")
     verdict = decide(stall, ctx, oom)
+    ram_note = served_from_ram_note(rec)
+    if ram_note:
+        verdict["summary"] += " " + ram_note
     verdict["recommendations"] = recommend(verdict, stall, ctx, rec.memory)
     steps = ctx.steps
     rec.throughput = {
@@ -36,6 +41,16 @@ def analyze(rec: Any) -> Any:
     rec.ram = ram_section(rec, ctx)
     rec.findings = findings(rec, ctx)
     return rec
+
+
+def served_from_ram_note(rec: Any) -> str | None:
+    """A run meant to measure storage (cold cache or a throttle) whose reads mostly hit the page cache measured RAM."""
+    st = rec.storage or {}
+    hit = st.get("page_cache_hit_fraction")
+    if hit is None or hit < SERVED_FROM_RAM_FROM or not (st.get("throttle") or st.get("cache_mode") == "cold"):
+        return None
+    return (f"Caution: {hit * 100:.0f} % of the bytes read were served from the page cache, so this run measured "
+            "RAM, not the storage device (use --cache cold).")
 
 
 def dataset_vs_ram(rec: Any, ctx: Context) -> dict[str, Any] | None:
@@ -108,8 +123,7 @@ def findings(rec: Any, ctx: Context) -> list[dict[str, Any]]:
     dr = dataset_vs_ram(rec, ctx)
     if dr:
         out.append(dr)
-    hit = st.get("page_cache_hit_fraction")
-    if hit is not None and hit >= 0.9 and (st.get("throttle") or st.get("cache_mode") == "cold"):
-        out.append({"kind": "storage", "message": f"{hit * 100:.0f} % of reads were served from the page cache: "
-                    "this run measured RAM, not the storage device."})
+    note = served_from_ram_note(rec)
+    if note:
+        out.append({"kind": "storage", "message": note})
     return out

@@ -20,11 +20,8 @@ from ..errors import UserError
 from .attribution import _DETAIL_CAUSE, CAUSES
 from .stats import _asked_at, tables
 
-# --- Noise test settings, each with its reason ----------------------------------------------------------------------
-# 2,000 resamples: the 2.5/97.5 % percentiles then rest on 50 resamples each side, enough for a stable interval edge
-# (Efron & Tibshirani recommend >= 1,000 for percentile intervals); vectorised it costs milliseconds per metric.
-RESAMPLES = 2000
-CONFIDENCE = 0.95
+from ..thresholds import CONFIDENCE, MOSTLY_FROM, RESAMPLES, WAIT_EXPLAINS_FROM  # judgment thresholds
+
 SEED = 0
 # Beyond this many observations (a long run's per-sample spans) the interval is computed on a seeded random subsample:
 # it bounds the work to ~20 M resampled values per metric and run (well under a second); fewer observations only make
@@ -32,11 +29,6 @@ SEED = 0
 MAX_OBS = 10_000
 # Matrix elements per bootstrap chunk (~64 MB of float64): bounds memory whatever n is.
 CHUNK_ELEMENTS = 8_000_000
-# The one-sentence story attributes a speed change to the wait when the wait's change is at least this share of the
-# per-step time change; below it, compute (the model) moved the speed, and the sentence says so instead.
-WAIT_EXPLAINS_FROM = 0.5
-# A cause is "mostly" responsible when it holds at least this share of the change in wait; else the top two are named.
-MOSTLY_FROM = 0.5
 # Runs that differ in these measure different work; comparing their speed says nothing about the input pipeline.
 MUST_MATCH = ("model", "batch_size", "mode")
 # Config keys never worth a mention (where output went, the sampler's rate, forward-compatible leftovers).

@@ -18,19 +18,10 @@ from dataclasses import dataclass
 
 MIB = 1024**2
 
-# A worker's USS rises by a few tens of MiB at start-up (imports touched after fork, decode buffers, the first
-# prefetched batches) and then levels off. Growth beyond 50 MiB per worker over the run is more than that start-up
-# cost and, multiplied by the worker count, is RAM a user notices.
-COPY_ON_READ_MIN_GROWTH_BYTES = 50 * MIB
-# At least this many USS (or PSS) readings per worker: fewer cannot tell a trend from a step. The sampler budgets
-# smaps reads (one every few seconds per process), so a short run may not reach it, and then nothing is claimed.
-COPY_ON_READ_MIN_READINGS = 3
-# Net growth / sum of all rises. Copy-on-read only ever adds pages (~1.0); allocator churn (batches allocated and
-# freed) rises and falls, so its net growth is a small share of its rises. 0.7 tolerates a few dips from freed buffers.
-COPY_ON_READ_MIN_MONOTONE_SHARE = 0.7
-# Share of the net growth that happens in the second half of the worker's readings. Steady growth puts ~50 % there;
-# a start-up ramp that levels off puts ~0 %. 20 % separates "still growing" from "grew once, at start".
-COPY_ON_READ_MIN_LATE_SHARE = 0.2
+from ..thresholds import (  # noqa: E402  (judgment thresholds live in one module)
+    ASSUMED_WORKER_PRIVATE_BYTES, COPY_ON_READ_MIN_GROWTH_BYTES, COPY_ON_READ_MIN_LATE_SHARE,
+    COPY_ON_READ_MIN_MONOTONE_SHARE, COPY_ON_READ_MIN_READINGS, RAM_HEADROOM_WARN_FRACTION,
+)
 
 COPY_ON_READ_FIX = (
     "keep the dataset's per-sample metadata (file names, labels, boxes) in numpy arrays or torch tensors "
@@ -40,13 +31,6 @@ COPY_ON_READ_FIX = (
     "only read, so they stay shared"
 )
 
-# When no worker was measured (a run with 0 workers), this private memory per worker is assumed: a forked worker
-# with torch imported privately holds ~50-150 MiB (heap pages it writes, decode buffers, prefetch_factor batches);
-# 150 MiB errs high. Results that use it say basis "assumed".
-ASSUMED_WORKER_PRIVATE_BYTES = 150 * MIB
-# Warn when the projection leaves less than this share of the available RAM: the page cache that feeds the loader
-# shrinks first, so the input pipeline slows down before anything is killed.
-RAM_HEADROOM_WARN_FRACTION = 0.10
 
 
 @dataclass
