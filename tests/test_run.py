@@ -1,7 +1,6 @@
 """End-to-end runs: real DataLoaders, real worker processes, real files; verdicts for planted bottlenecks."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from profiler import thresholds as th

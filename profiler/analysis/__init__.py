@@ -119,7 +119,6 @@ def findings(rec: Any, ctx: Context) -> list[dict[str, Any]]:
     for row in (rec.ram or {}).get("projection", []):
         if row.get("warning") and row.get("workers") == ctx.workers:
             out.append({"kind": "ram", "message": f"RAM: {row['warning']}"})
-    st = rec.storage or {}
     dr = dataset_vs_ram(rec, ctx)
     if dr:
         out.append(dr)

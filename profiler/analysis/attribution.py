@@ -25,7 +25,7 @@ from .stats import Tables
 
 CAUSES = ("io", "cpu", "transfer", "other")
 DETAIL = ("read", "decode", "augment", "collate", "transfer", "other")
-_DETAIL_CAUSE = {"read": "io", "decode": "cpu", "augment": "cpu", "collate": "cpu", "transfer": "transfer",
+DETAIL_CAUSE = {"read": "io", "decode": "cpu", "augment": "cpu", "collate": "cpu", "transfer": "transfer",
                  "other": "other"}
 _CAT = {"read": 0, "decode": 1, "augment": 2, "collate": 3}
 
@@ -108,7 +108,7 @@ def attribute(t: Tables, window_s: float) -> dict[str, Any]:
     by_stage = {k: float(per_step[:, j].sum()) for j, k in enumerate(DETAIL)}
     by_cause = {c: 0.0 for c in CAUSES}
     for k, v in by_stage.items():
-        by_cause[_DETAIL_CAUSE[k]] += v
+        by_cause[DETAIL_CAUSE[k]] += v
     seconds = float(per_step.sum())
     # Exactness: round the parts and put the rounding residue into `other` so the parts sum to `seconds` exactly.
     by_cause = {k: round(v, 6) for k, v in by_cause.items()}

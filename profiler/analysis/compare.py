@@ -17,8 +17,8 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import UserError
-from .attribution import _DETAIL_CAUSE, CAUSES
-from .stats import _asked_at, tables
+from .attribution import CAUSES, DETAIL_CAUSE
+from .stats import stage_durations, tables
 
 from ..thresholds import CONFIDENCE, MOSTLY_FROM, RESAMPLES, WAIT_EXPLAINS_FROM  # judgment thresholds
 
@@ -52,7 +52,7 @@ class Observations:
 
 def observations(rec: Any) -> Observations:
     t = tables(rec.timeline)
-    st, sp, bt = t.steps, t.spans, t.batches
+    st = t.steps
     n = int(st["wait_start"].size) if "wait_start" in st else 0
     ce = st["compute_end"].astype(float) if n else np.zeros(0)
     start = float(rec.window.get("start_s", ce[0] if n else 0.0))
@@ -61,23 +61,9 @@ def observations(rec: Any) -> Observations:
     by_stage = {k: np.asarray(v, dtype=float) for k, v in per_step.items() if len(v) == n}
     by_cause = {c: np.zeros(n) for c in CAUSES}
     for k, v in by_stage.items():
-        by_cause[_DETAIL_CAUSE.get(k, "other")] += v
-    stages: dict[str, np.ndarray] = {k: np.zeros(0) for k in STAGES}
-    if sp.get("batch") is not None and sp["batch"].size:
-        sel = np.isin(sp["batch"], t.measured_batches)
-        stages["read"] = (sp["read_end"] - sp["read_start"])[sel]
-        stages["decode"] = (sp["decode_end"] - sp["read_end"])[sel]
-        stages["augment"] = (sp["augment_end"] - sp["decode_end"])[sel]
-    if bt.get("batch") is not None and bt["batch"].size:
-        sel = np.isin(bt["batch"], t.measured_batches)
-        stages["collate"] = (bt["collate_end"] - bt["collate_start"])[sel]
-        # Same definition as stats.stage_stats: from finished-and-asked-for until the main process held it.
-        begin = np.maximum(bt["collate_end"], _asked_at(t, bt))
-        stages["transfer"] = np.maximum(0.0, bt["received"] - begin)[sel]
-    if n:
-        stages["wait"] = st["wait_end"] - st["wait_start"]
-        stages["h2d"] = st["h2d_end"] - st["h2d_start"]
-        stages["compute"] = st["compute_end"] - st["h2d_end"]
+        by_cause[DETAIL_CAUSE.get(k, "other")] += v
+    all_stages = stage_durations(t)
+    stages: dict[str, np.ndarray] = {k: all_stages[k] for k in STAGES}
     return Observations(wall=wall, samples=st["samples"].astype(float) if n else np.zeros(0),
                         idle=st["idle"].astype(float) if n else np.zeros(0), by_cause=by_cause, by_stage=by_stage,
                         stages={k: np.asarray(v, dtype=float) for k, v in stages.items()})

@@ -13,14 +13,11 @@ Two questions:
 from __future__ import annotations
 
 import bisect
-
 from dataclasses import dataclass
 
-MIB = 1024**2
-
-from ..thresholds import (  # noqa: E402  (judgment thresholds live in one module)
+from ..thresholds import (  # the judgment thresholds, with their reasons, live in one module
     ASSUMED_WORKER_PRIVATE_BYTES, COPY_ON_READ_MIN_GROWTH_BYTES, COPY_ON_READ_MIN_LATE_SHARE,
-    COPY_ON_READ_MIN_MONOTONE_SHARE, COPY_ON_READ_MIN_READINGS, RAM_HEADROOM_WARN_FRACTION,
+    COPY_ON_READ_MIN_MONOTONE_SHARE, COPY_ON_READ_MIN_READINGS, MIB, RAM_HEADROOM_WARN_FRACTION,
 )
 
 COPY_ON_READ_FIX = (

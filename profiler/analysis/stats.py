@@ -11,6 +11,7 @@ WORKER_STAGES = {"read": "sample", "decode": "sample", "augment": "sample", "col
                  "ready_ahead": "batch"}
 MAIN_STAGES = {"wait": "step", "h2d": "step", "compute": "step"}
 STAGE_ORDER = tuple(WORKER_STAGES) + tuple(MAIN_STAGES)
+STAGE_PER = {**WORKER_STAGES, **MAIN_STAGES}
 
 
 def describe(values_s: np.ndarray, per: str) -> dict[str, Any]:
@@ -57,34 +58,41 @@ def _asked_at(t: Tables, bt: dict[str, np.ndarray]) -> np.ndarray:
     return asked
 
 
-def stage_stats(t: Tables) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
+def stage_durations(t: Tables) -> dict[str, np.ndarray]:
+    """Seconds per observation of every stage, measured window only: the one definition that the statistics, the
+    latency plots and the comparison all use."""
+    out: dict[str, np.ndarray] = {k: np.zeros(0) for k in STAGE_ORDER}
     sp, bt, st = t.spans, t.batches, t.steps
     if sp.get("batch") is not None and sp["batch"].size:
         sel = np.isin(sp["batch"], t.measured_batches)
-        out["read"] = describe((sp["read_end"] - sp["read_start"])[sel], "sample")
-        out["read"]["bytes"] = int(sp["bytes"][sel].sum())
-        out["decode"] = describe((sp["decode_end"] - sp["read_end"])[sel], "sample")
-        out["augment"] = describe((sp["augment_end"] - sp["decode_end"])[sel], "sample")
-    else:
-        for k in ("read", "decode", "augment"):
-            out[k] = describe(np.array([]), "sample")
-        out["read"]["bytes"] = 0
+        out["read"] = (sp["read_end"] - sp["read_start"])[sel]
+        out["decode"] = (sp["decode_end"] - sp["read_end"])[sel]
+        out["augment"] = (sp["augment_end"] - sp["decode_end"])[sel]
     if bt.get("batch") is not None and bt["batch"].size:
         sel = np.isin(bt["batch"], t.measured_batches)
-        out["collate"] = describe((bt["collate_end"] - bt["collate_start"])[sel], "batch")
+        out["collate"] = (bt["collate_end"] - bt["collate_start"])[sel]
         # transfer: from the moment the batch was both finished and asked for, until the main process held it.
         # A batch finished before the main loop asked for it sat in the queue meanwhile: that is prefetch slack
         # (ready_ahead), not transfer cost, and counting it as transfer would blame IPC for a slow model.
         asked = _asked_at(t, bt)
-        start = np.maximum(bt["collate_end"], asked)
-        out["transfer"] = describe(np.maximum(0.0, bt["received"] - start)[sel], "batch")
-        out["ready_ahead"] = describe(np.maximum(0.0, asked - bt["collate_end"])[sel], "batch")
-    else:
-        for k in ("collate", "transfer", "ready_ahead"):
-            out[k] = describe(np.array([]), "batch")
+        out["transfer"] = np.maximum(0.0, bt["received"] - np.maximum(bt["collate_end"], asked))[sel]
+        out["ready_ahead"] = np.maximum(0.0, asked - bt["collate_end"])[sel]
     if st.get("wait_start") is not None:
-        out["wait"] = describe(st["wait_end"] - st["wait_start"], "step")
-        out["h2d"] = describe(st["h2d_end"] - st["h2d_start"], "step")
-        out["compute"] = describe(st["compute_end"] - st["h2d_end"], "step")
-    return {k: out[k] for k in STAGE_ORDER if k in out}
+        out["wait"] = st["wait_end"] - st["wait_start"]
+        out["h2d"] = st["h2d_end"] - st["h2d_start"]
+        out["compute"] = st["compute_end"] - st["h2d_end"]
+    return {k: np.asarray(v, dtype=float) for k, v in out.items()}
+
+
+def stage_stats(t: Tables) -> dict[str, dict[str, Any]]:
+    durations = stage_durations(t)
+    out = {k: describe(v, STAGE_PER[k]) for k, v in durations.items()}
+    sp = t.spans
+    if sp.get("batch") is not None and sp["batch"].size:
+        out["read"]["bytes"] = int(sp["bytes"][np.isin(sp["batch"], t.measured_batches)].sum())
+    else:
+        out["read"]["bytes"] = 0
+    if t.steps.get("wait_start") is None:
+        for k in MAIN_STAGES:
+            out.pop(k, None)
+    return out

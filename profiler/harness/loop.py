@@ -188,12 +188,14 @@ def run_loop(batches, step_fn, device: torch.device, total_steps: int, warmup: i
     except BaseException as e:  # KeyboardInterrupt included: keep what was measured
         res.error = e
     finally:
-        if cuda and events is not None:
+        if cuda:
             try:
-                events.resolve(force=True)
+                if events is not None:
+                    events.resolve(force=True)
+                # after an OOM in warm-up this is the peak before the failed allocation, still worth recording
+                res.peak_device_memory_bytes = int(torch.cuda.max_memory_allocated())
             except Exception:  # a CUDA error after OOM can poison later calls; keep host-side figures
                 pass
-            res.peak_device_memory_bytes = int(torch.cuda.max_memory_allocated())
         res.window_end_ns = clock()
         last = [r for r in res.steps if r.measured]
         if last and not cuda:

@@ -7,7 +7,6 @@ with ``partial=True`` and the reason, so the caller can still write it.
 from __future__ import annotations
 
 import datetime as _dt
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path

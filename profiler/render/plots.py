@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
-from ..analysis.stats import tables  # noqa: E402
+from ..analysis.stats import stage_durations as analysis_stage_durations, tables  # noqa: E402
 
 # One colour per stage, used by every plot (and named the same in the HTML legend) so a stage looks the same
 # everywhere. Seaborn's "deep" palette: distinguishable for the common colour-vision deficiencies and in greyscale
@@ -75,33 +75,9 @@ def _pct(x: float) -> str:
 # Per-observation durations (the analysis keeps aggregates only; histograms need the observations).
 # --------------------------------------------------------------------------------------------------------------------
 def stage_durations(rec: Any) -> dict[str, np.ndarray]:
-    """Seconds per observation of each stage in the measured window, computed exactly as analysis.stats does."""
-    t = tables(rec.timeline)
-    out: dict[str, np.ndarray] = {}
-    sp, bt, st = t.spans, t.batches, t.steps
-    empty = np.array([], dtype=float)
-    if sp.get("batch") is not None and sp["batch"].size:
-        sel = np.isin(sp["batch"], t.measured_batches)
-        out["read"] = (sp["read_end"] - sp["read_start"])[sel]
-        out["decode"] = (sp["decode_end"] - sp["read_end"])[sel]
-        out["augment"] = (sp["augment_end"] - sp["decode_end"])[sel]
-    if bt.get("batch") is not None and bt["batch"].size:
-        sel = np.isin(bt["batch"], t.measured_batches)
-        out["collate"] = (bt["collate_end"] - bt["collate_start"])[sel]
-        # Same definition as analysis.stats: from when the batch was both finished and asked for, to received.
-        asked = bt["received"].astype(float).copy()
-        sb = np.asarray(st.get("batch", empty)).astype(np.int64)
-        if sb.size:
-            order = np.argsort(sb, kind="stable")
-            k = np.clip(np.searchsorted(sb[order], bt["batch"].astype(np.int64)), 0, sb.size - 1)
-            hit = sb[order][k] == bt["batch"]
-            asked[hit] = st["wait_start"][order][k][hit].astype(float)
-        out["transfer"] = np.maximum(0.0, bt["received"] - np.maximum(bt["collate_end"], asked))[sel]
-    if st.get("wait_start") is not None:
-        out["wait"] = st["wait_end"] - st["wait_start"]
-        out["h2d"] = st["h2d_end"] - st["h2d_start"]
-        out["compute"] = st["compute_end"] - st["h2d_end"]
-    return {k: np.asarray(out.get(k, empty), dtype=float) for k, _ in LATENCY_STAGES}
+    """Seconds per observation of each plotted stage in the measured window (analysis.stats' one definition)."""
+    d = analysis_stage_durations(tables(rec.timeline))
+    return {k: d.get(k, np.zeros(0)) for k, _ in LATENCY_STAGES}
 
 
 def _bucket(t: np.ndarray, *ys: np.ndarray, n: int = MAX_SERIES_POINTS) -> tuple[np.ndarray, ...]:
