@@ -61,14 +61,19 @@ def stack_collate(items):
     return torch.stack([x for x, _ in items]), torch.tensor([y for _, y in items])
 
 
-def plain_run(files, labels, a) -> float:
+def plain_run(files, labels, a, waits: list | None = None) -> float:
     torch.manual_seed(0)
     model = build_model(a.model, num_classes=10)
     step = make_step_fn(model, "train", torch.device("cpu"), False)
+    a.plain_window_s = None
     # The same shuffled order as the profiler's batch sampler (seed 0), as plain lists of indices.
-    order = np.random.default_rng(0).permutation(len(files)).tolist()
-    batches = [order[i:i + a.batch_size] for i in range(0, (a.warmup + a.steps) * a.batch_size, a.batch_size)]
-    loader = DataLoader(PlainImages(files, labels, build_transform("standard", a.image_size)), batch_sampler=batches,
+    need = (a.warmup + a.steps) * a.batch_size
+    order: list[int] = []
+    while len(order) < need:  # epoch after epoch, reshuffled with seed + epoch, as StreamBatchSampler does
+        order += np.random.default_rng(len(order) // len(files)).permutation(len(files)).tolist()
+    batches = [order[i:i + a.batch_size] for i in range(0, need, a.batch_size)]
+    loader = DataLoader(PlainImages(files, labels, build_transform(getattr(a, "augment", "standard"), a.image_size)),
+                        batch_sampler=batches,
                         num_workers=a.workers, collate_fn=stack_collate)
     # Same window as the profiler's: from asking for the first measured batch to the end of the last step.
     it = iter(loader)
@@ -77,19 +82,25 @@ def plain_run(files, labels, a) -> float:
     for i in range(a.warmup + a.steps):
         if i == a.warmup:
             t_start = time.perf_counter()
+        t_wait = time.perf_counter()
         x, y = next(it)
+        if waits is not None and i >= a.warmup:
+            waits.append(time.perf_counter() - t_wait)
         step(x, y)
         if i >= a.warmup:
             n += len(x)
     elapsed = time.perf_counter() - t_start
+    a.plain_window_s = elapsed
     del it
     return n / elapsed
 
 
-def profiled_run(data: str, a) -> float:
+def profiled_run(data: str, a, records: list | None = None) -> float:
     c = RunConfig(data=data, workers=a.workers, batch_size=a.batch_size, model=a.model, steps=a.steps,
-                  warmup=a.warmup, image_size=a.image_size, out="unused")
+                  warmup=a.warmup, image_size=a.image_size, out="unused", augment=getattr(a, "augment", "standard"))
     rec = analyze(execute(prepare(c)))
+    if records is not None:
+        records.append(rec)
     return rec.throughput["samples_per_s"]
 
 
@@ -105,8 +116,6 @@ def main() -> int:
     a = p.parse_args()
     root = ensure_sample_dataset()
     idx = scan_dataset(root)
-    if len(idx.files) < a.batch_size * (a.steps + a.warmup):
-        raise SystemExit("dataset too small for one epoch of the requested steps")
     # One discarded round of each first: the first loop in a fresh process pays one-off costs (imports, allocator
     # growth, lazy module init) that would otherwise land on whichever variant happens to go first.
     plain_run(idx.files, idx.labels, a)
