@@ -7,14 +7,15 @@ set -u
 OUT=${1:-${OUT:-/tmp/gpu_check}}
 mkdir -p "$OUT"
 export PYTHONPATH=${PYTHONPATH:-.}
+PY=${PYTHON:-python3}
 fail=0
 echo "== $(date -u +%Y-%m-%dT%H:%M:%SZ) $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null)"
-python -c "import torch, torchvision; print('torch', torch.__version__, 'torchvision', torchvision.__version__, 'cuda', torch.version.cuda)"
-python datasets/make_sample.py "$OUT/data" --count 1000 >/dev/null
+$PY -c "import torch, torchvision; print('torch', torch.__version__, 'torchvision', torchvision.__version__, 'cuda', torch.version.cuda)"
+$PY datasets/make_sample.py "$OUT/data" --count 1000 >/dev/null
 
 run() {  # name, extra args...
   local name=$1; shift
-  timeout 240 python -m profiler run --data "$OUT/data" --device cuda --steps 40 --warmup 5 --no-progress \
+  timeout 240 $PY -m profiler run --data "$OUT/data" --device cuda --steps 40 --warmup 5 --no-progress \
       --out "$OUT/$name" "$@" > "$OUT/$name.log" 2>&1
   echo "   exit $? ($name)"
 }
@@ -25,7 +26,7 @@ run infer_nopin --model resnet50 --batch-size 128 --workers 8 --mode infer --no-
 run workers2    --model resnet18 --batch-size 64 --workers 2 --mode train
 run oom         --model resnet50 --batch-size 512 --image-size 448 --workers 8 --steps 3 --warmup 1
 
-python - "$OUT" <<'PY' || fail=1
+$PY - "$OUT" <<'PY' || fail=1
 import json, sys
 from pathlib import Path
 out = Path(sys.argv[1]); bad = 0
@@ -60,8 +61,8 @@ else:
 sys.exit(1 if bad else 0)
 PY
 echo "== fit estimate vs measured peak"
-timeout 150 python scripts/gpu_fit_check.py || fail=1
+timeout 150 $PY scripts/gpu_fit_check.py || fail=1
 echo "== GPU-marked tests"
-timeout 120 python -m pytest -q -m gpu tests || fail=1
+timeout 120 $PY -m pytest -q -m gpu tests || fail=1
 echo "gpu_check: $([ $fail = 0 ] && echo PASS || echo FAIL)"
 exit $fail

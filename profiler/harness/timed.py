@@ -89,21 +89,27 @@ class TimedImageDataset(Dataset):
 
     def __init__(self, files: Sequence[str], labels: Sequence[int], transform: Callable,
                  read_hook: Any | None = None):
-        # numpy arrays rather than Python lists: lists of Python objects are copied page by page into every worker
-        # as refcounts change (pytorch#13246); fixed-width arrays are not.
-        self.files = np.array(files, dtype=np.str_)
+        # Paths as one byte buffer + offsets, labels as an int64 array: lists of Python objects are copied page by
+        # page into every worker as their refcounts change (pytorch#13246), and a fixed-width numpy string array
+        # would take 4 bytes per character of the *longest* path for every file (400 MB for 1M paths).
+        encoded = [os.fsencode(f) for f in files]
+        self._paths = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+        self._offsets = np.cumsum([0] + [len(e) for e in encoded], dtype=np.int64)
         self.labels = np.asarray(labels, dtype=np.int64)
         self.transform = transform
         self.read_hook = read_hook
 
     def __len__(self) -> int:
-        return len(self.files)
+        return len(self.labels)
+
+    def path(self, index: int) -> str:
+        return os.fsdecode(self._paths[self._offsets[index]:self._offsets[index + 1]].tobytes())
 
     def __getitem__(self, key):
         batch_no, index = key if isinstance(key, tuple) else (-1, key)
         from PIL import Image
 
-        path = str(self.files[index])
+        path = self.path(index)
         clock = time.perf_counter_ns
         t0 = clock()
         nbytes = 0
