@@ -45,6 +45,7 @@ def images(tmp_path) -> Path:
     (["--augment", "extreme"], "invalid choice"),
     (["--throttle", "fast"], "throttle"),
     (["--device", "cuda:7"], "cuda"),
+    (["--model", "vit_b_16", "--image-size", "64"], "cannot take --image-size 64"),
 ])
 def test_bad_run_input(argv_tail, needle, capsys, tmp_path, images):
     argv = ["run", "--out", str(tmp_path / "out"), "--no-plots"]

@@ -85,6 +85,20 @@ def prepare_out(path: Path) -> Path:
     return path
 
 
+def check_input_size(model: torch.nn.Module, name: str, image_size: int) -> None:
+    """One tiny forward on the CPU before anything starts: a model that cannot take ``image_size`` (vit_b_16 wants
+    224, inception_v3 at least 75) is bad input, said in one line, not a crash in the middle of the run."""
+    was_training = model.training
+    try:
+        with torch.inference_mode():
+            model.eval()(torch.zeros(1, 3, image_size, image_size))
+    except (RuntimeError, ValueError, AssertionError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UserError(f"--model {name} cannot take --image-size {image_size}: {first}") from None
+    finally:
+        model.train(was_training)
+
+
 @dataclass
 class Prepared:
     """Everything set up before the clock starts."""
@@ -98,7 +112,9 @@ class Prepared:
 def prepare(c: RunConfig, on_sample_progress: Callable[[int, int], None] | None = None) -> Prepared:
     validate_config(c)
     device = resolve_device(c.device)
-    model = build_model(c.model, num_classes=1000)  # validates the name before any data work
+    model = build_model(c.model, num_classes=1000)  # validates the name and input size before any data work
+    if model is not None:
+        check_input_size(model, c.model, c.image_size)
     if c.data:
         index, sample = scan_dataset(c.data), False
     else:
