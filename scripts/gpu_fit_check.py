@@ -1,8 +1,10 @@
-"""On a CUDA machine: compare `fit`'s CPU-measured estimate with the real peak of a training/inference step.
+"""On a CUDA machine: compare `fit`'s estimate with the real peak of a training/inference step.
 
 For resnet18 and resnet50, two batch sizes, train and infer: the estimate's tensor bytes (weights + gradients +
 optimizer state + activations, i.e. what torch.cuda.max_memory_allocated can see; the fixed context/workspace
-allowance is excluded from both sides) vs the measured peak of a real step on the GPU. Goal: within 10 %.
+allowance is excluded from both sides) vs the measured peak of a real step at that batch on the GPU. Two estimates:
+what `fit` prints on a GPU machine (activations measured on the GPU at small batches and extended linearly: the pass
+criterion, within 10 %), and the CPU-only estimate (saved-tensor count on the CPU), reported for information.
 
     PYTHONPATH=. python scripts/gpu_fit_check.py
 Last line: ``fit_within_10pct: 8/8``.
@@ -52,14 +54,17 @@ def main() -> int:
         return 0
     ok = 0
     for name, batch, mode in CASES:
-        bd = estimate_memory(name, batch, mode=mode, optimizer="adam", device="cpu")
-        est = bd.weights_bytes + bd.gradients_bytes + bd.optimizer_bytes + bd.activations_bytes
+        est = {}
+        for dev in ("cuda", "cpu"):
+            bd = estimate_memory(name, batch, mode=mode, optimizer="adam", device=dev)
+            est[dev] = bd.weights_bytes + bd.gradients_bytes + bd.optimizer_bytes + bd.activations_bytes
         peak = measured_peak(name, batch, mode)
-        err = (est - peak) / peak
-        good = abs(err) <= 0.10
+        err = {dev: (v - peak) / peak for dev, v in est.items()}
+        good = abs(err["cuda"]) <= 0.10
         ok += good
-        print(f"{name:9s} B={batch:3d} {mode:5s}: estimate {est / 2**20:8.0f} MiB, measured peak "
-              f"{peak / 2**20:8.0f} MiB, error {err * 100:+6.1f} % {'OK' if good else 'OUTSIDE 10 %'}", flush=True)
+        print(f"{name:9s} B={batch:3d} {mode:5s}: measured peak {peak / 2**20:7.0f} MiB; fit on GPU "
+              f"{est['cuda'] / 2**20:7.0f} MiB ({err['cuda'] * 100:+5.1f} %) {'OK' if good else 'OUTSIDE 10 %'}; "
+              f"CPU-only estimate {est['cpu'] / 2**20:7.0f} MiB ({err['cpu'] * 100:+5.1f} %)", flush=True)
     print(f"fit_within_10pct: {ok}/{len(CASES)}")
     return 0 if ok == len(CASES) else 1
 
