@@ -20,7 +20,7 @@ from ..errors import UserError
 from ..record import RunRecord
 from .data import DatasetIndex, ensure_sample_dataset, scan_dataset
 from .loop import LoopResult, OutOfDeviceMemory, make_step_fn, metas_to_columns, run_loop, steps_to_columns
-from .models import build_model
+from .models import build_model, normalize_model_name
 from .timed import StreamBatchSampler, TimedCollate, TimedImageDataset, seed_worker
 from .transforms import build_transform
 
@@ -112,16 +112,16 @@ class Prepared:
 def prepare(c: RunConfig, on_sample_progress: Callable[[int, int], None] | None = None) -> Prepared:
     validate_config(c)
     device = resolve_device(c.device)
-    model = build_model(c.model, num_classes=1000)  # validates the name and input size before any data work
-    if model is not None:
-        check_input_size(model, c.model, c.image_size)
+    normalize_model_name(c.model)  # an unknown name fails here, before any data work
     if c.data:
         index, sample = scan_dataset(c.data), False
     else:
         index, sample = scan_dataset(ensure_sample_dataset(progress=on_sample_progress)), True
+    # Match the classifier to the dataset: a user's own 10-class data trains a 10-way head.
+    model = build_model(c.model, num_classes=max(2, len(index.classes)))
     if model is not None:
-        # Match the classifier to the dataset: a user's own 10-class data trains a 10-way head.
-        model = build_model(c.model, num_classes=max(2, len(index.classes))).to(device)
+        check_input_size(model, c.model, c.image_size)
+        model = model.to(device)
     if c.pin_memory is None:
         c.pin_memory = device.type == "cuda"
     return Prepared(c, index, sample, device, model)
@@ -290,8 +290,11 @@ def _memory_section(p: Prepared, res: LoopResult, oom: dict | None) -> dict[str,
         return out
     try:
         from ..memory.estimate import estimate_memory, oom_recommendations
+        # On a GPU that did not run out of memory, measure activations there (fast, and what the card really does);
+        # after an OOM the device may be too full to measure, so the CPU's saved-tensor count is used.
+        where = str(p.device) if p.device.type == "cuda" and not oom else "cpu"
         bd = estimate_memory(c.model, c.batch_size, mode=c.mode, precision="fp32", amp=c.amp, optimizer="momentum",
-                             image_size=c.image_size, num_classes=max(2, len(p.index.classes)), device="cpu")
+                             image_size=c.image_size, num_classes=max(2, len(p.index.classes)), device=where)
         out["breakdown"] = bd.to_dict()
         if oom and out.get("device_total_bytes"):
             out["oom_recommendations"] = oom_recommendations(bd, out["device_total_bytes"])
