@@ -131,7 +131,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     p = prepare(c, on_sample_progress=sample_progress)
     console.print(f"Profiling {p.index.root} ({len(p.index.files)} images, {p.index.total_bytes / 1e6:.0f} MB) "
                   f"with model={c.model} mode={c.mode} workers={c.workers} batch={c.batch_size} on {p.device}")
-    with LiveProgress(c.warmup + c.steps, c.warmup, console=console, enabled=show) as live:
+    with LiveProgress(c.warmup + c.steps, console=console, enabled=show) as live:
         rec = execute(p, on_step=live.on_step)
     analyze(rec)
     rec.save(out / "run.json")

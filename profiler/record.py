@@ -33,8 +33,6 @@ REQUIRED: dict[str, type | tuple[type, ...]] = {
     "timeline": dict,
     "samples": dict,
 }
-# Derived sections: analysis writes them; a record saved by `run` always has them.
-DERIVED = ("throughput", "stages", "stall", "verdict")
 
 
 @dataclass

@@ -25,9 +25,8 @@ BOTTLENECK_STYLE = {"compute": "green", "io": "red", "cpu": "red", "transfer": "
 class LiveProgress:
     """Steps, samples/s and the current wait share, refreshed by rich at its own rate (cheap per update)."""
 
-    def __init__(self, total_steps: int, warmup: int, console: Console | None = None, enabled: bool = True):
+    def __init__(self, total_steps: int, console: Console | None = None, enabled: bool = True):
         self.enabled = enabled
-        self.warmup = warmup
         self.samples = 0
         self.wait_ns = 0
         self.t_start: int | None = None
