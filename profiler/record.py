@@ -47,6 +47,7 @@ class RunRecord:
     skipped: dict[str, Any] = field(default_factory=lambda: {"count": 0, "files": []})
     storage: dict[str, Any] | None = None
     memory: dict[str, Any] | None = None
+    job: dict[str, Any] | None = None  # v2: what ran (built-in pipeline or a user's script) and the profiled loader
     partial: bool = False
     partial_reason: str | None = None
     schema_version: int = SCHEMA_VERSION

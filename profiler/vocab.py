@@ -64,7 +64,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("ready_ahead", "batch", "worker", None, "ready ahead (queued)", "#b0b0b0",
           "finished batches waiting in the queue (prefetch slack)"),
     Stage("wait", "step", "main", None, "wait for batch (main)", _DEEP[3], "waiting for the next batch"),
-    Stage("h2d", "step", "main", None, "H2D copy", _DEEP[6], "copying batches to the device"),
+    Stage("h2d", "step", "main", "transfer", "H2D copy", _DEEP[6], "copying batches to the device"),
     Stage("compute", "step", "main", None, "compute", _DEEP[2], "the model step"),
     Stage("epoch_start", "epoch", "main", None, "epoch start (iter(loader))", "#4a4a4a",
           "starting an epoch (worker start-up and first prefetch)"),

@@ -18,7 +18,10 @@ def analyze(rec: Any) -> Any:
     win = rec.window
     window_s = float(win.get("seconds", 0.0))
     stages = stage_stats(t)
-    stall = attribute(t, window_s)
+    from .attribution import has_kernel_accounting
+
+    stall = attribute(t, window_s, rec.compute_device.get("timing", "host clocks"),
+                      kernel=has_kernel_accounting(rec.timeline, t))
     stall["method"] = ("device-timeline gaps (CUDA events), split by what the producing worker was doing"
                        if rec.compute_device.get("timing") == "cuda events"
                        else "main-thread wait for the next batch, split by what the producing worker was doing")

@@ -1,19 +1,23 @@
-"""Attribute every second the compute device sat idle waiting for input to io, cpu, transfer or other.
+"""Attribute every second the compute device sat idle waiting for input — by stage (where) and by kind (what).
 
 Method (docs/attribution.md has the long form):
 1. Idle time per measured step. CPU: the main thread's wait in ``next()`` (the model cannot run meanwhile). CUDA: the
-   gap on the device timeline between the previous step's compute end and this step's H2D start (CUDA events).
-2. Each step waited for one batch, made by one worker ``w``. For each instant of the host wait interval
-   ``[wait_start, wait_end]`` we ask what the batch was doing:
-   - after the worker finished collating it (``collate_end``) and before the main process held it: ``transfer``
-     (worker→main queue and shared memory, pin-memory thread);
-   - before that, what worker ``w`` was doing at that instant, from its spans (for any of its batches, since a worker
-     busy with its previous batch is exactly why this one is late): reading a file → ``io``; decoding, augmenting
-     or collating → ``cpu``;
-   - anything else (worker between spans: Python overhead, GC, the sampler's index queue, process start) → ``other``.
-3. On CUDA the device gap and the host wait need not be equal: the gap's part up to the wait's length is split in the
-   wait's proportions; any gap beyond the wait (e.g. the host busy launching kernels) is ``other``.
-So ``by_cause`` sums to the idle seconds exactly, by construction.
+   device-timeline gap between entering ``next()`` and having the batch (CUDA events), plus the H2D copy of the
+   built-in pipeline (the compute units are idle during a copy on the compute stream) — counted as ``transfer``.
+2. The gap is the *tail* of the host wait: the interval ``[wait_end - gap, wait_end]`` (all of it on the CPU) is
+   intersected with what the batch waited for was doing at each instant:
+   - after its worker finished collating it: on its way to the main process. The part of that time the main
+     thread spent waiting for a core (its run-queue delay during the wait) and the time the worker's queue thread
+     took to pick the batch up is CPU contention (``cpu``, kind ``runqueue``); the rest is ``transfer``;
+   - before that, what its worker was doing at that instant (for any of its batches: a worker busy with its previous
+     batch is exactly why this one is late): the dataset calls and collates overlapping the interval, each split by
+     its own kernel accounting — on a core → ``cpu``/``on_cpu``, waiting for a core → ``cpu``/``runqueue``, blocked
+     with block-device reads → ``io``/``blocked_device``, blocked without → ``io``/``blocked_other`` — and by its
+     named sub-stages (read, decode, augment, the user's own) with the rest of the call as ``getitem``;
+   - instants no span covers (the worker between batches, process start) → ``other``.
+   A gap longer than the host wait (e.g. the host busy launching kernels) is ``other`` beyond the wait.
+3. Records without kernel accounting (schema 1) use each stage's default cause from the registry (read → io).
+So ``by_cause``, ``by_stage`` and ``by_kind`` each sum to the idle seconds exactly, by construction.
 """
 from __future__ import annotations
 
@@ -21,105 +25,182 @@ from typing import Any
 
 import numpy as np
 
-from .stats import Tables
+from .. import vocab
+from .stats import Tables, ordered, sample_stage_seconds
 
-CAUSES = ("io", "cpu", "transfer", "other")
-DETAIL = ("read", "decode", "augment", "collate", "transfer", "other")
-DETAIL_CAUSE = {"read": "io", "decode": "cpu", "augment": "cpu", "collate": "cpu", "transfer": "transfer",
-                 "other": "other"}
-_CAT = {"read": 0, "decode": 1, "augment": 2, "collate": 3}
+KIND_NAMES = tuple(vocab.KINDS)
+_K = {k: i for i, k in enumerate(KIND_NAMES)}
 
 
 class _WorkerSpans:
-    """One worker's non-overlapping activity intervals, sorted, for fast overlap queries."""
+    """One worker's activity intervals with, per span, its kernel-kind shares and its stage shares."""
 
-    def __init__(self, starts: np.ndarray, ends: np.ndarray, cats: np.ndarray):
-        order = np.argsort(starts, kind="stable")
-        self.s, self.e, self.c = starts[order], ends[order], cats[order]
+    def __init__(self, s: np.ndarray, e: np.ndarray, kinds: np.ndarray, stages: np.ndarray):
+        order = np.argsort(s, kind="stable")
+        self.s, self.e, self.kinds, self.stages = s[order], e[order], kinds[order], stages[order]
         # Spans of one worker are sequential, so ends are sorted too, up to clock jitter; enforce it for searchsorted.
         self.e_sorted = np.maximum.accumulate(self.e) if self.e.size else self.e
 
-    def overlap(self, a: float, b: float) -> np.ndarray:
-        """Seconds of [a, b] spent in each category (read, decode, augment, collate)."""
-        out = np.zeros(4)
+    def overlap(self, a: float, b: float) -> tuple[np.ndarray, np.ndarray]:
+        """Seconds of [a, b] per kernel kind and per stage column."""
+        kinds = np.zeros(self.kinds.shape[1])
+        stages = np.zeros(self.stages.shape[1])
         if b <= a or self.s.size == 0:
-            return out
+            return kinds, stages
         lo = int(np.searchsorted(self.e_sorted, a, side="right"))
         hi = int(np.searchsorted(self.s, b, side="left"))
         if hi <= lo:
-            return out
-        ov = np.minimum(self.e[lo:hi], b) - np.maximum(self.s[lo:hi], a)
-        ov = np.clip(ov, 0.0, None)
-        np.add.at(out, self.c[lo:hi], ov)
-        return out
+            return kinds, stages
+        ov = np.clip(np.minimum(self.e[lo:hi], b) - np.maximum(self.s[lo:hi], a), 0.0, None)
+        return ov @ self.kinds[lo:hi], ov @ self.stages[lo:hi]
 
 
-def _worker_spans(t: Tables) -> dict[int, _WorkerSpans]:
+def _kind_shares(wall: np.ndarray, cpu: np.ndarray, runq: np.ndarray, read_bytes: np.ndarray,
+                 default_kind: np.ndarray | None) -> np.ndarray:
+    """Per span, the share of its wall time in each kernel kind (rows sum to 1)."""
+    n = wall.size
+    out = np.zeros((n, len(KIND_NAMES)))
+    safe = np.where(wall > 0, wall, 1.0)
+    on = np.clip(cpu / safe, 0.0, 1.0)
+    rq = np.clip(runq / safe, 0.0, 1.0 - on)
+    blocked = np.clip(1.0 - on - rq, 0.0, 1.0)
+    out[:, _K["on_cpu"]] = on
+    out[:, _K["runqueue"]] = rq
+    dev = read_bytes > 0
+    out[:, _K["blocked_device"]] = np.where(dev, blocked, 0.0)
+    out[:, _K["blocked_other"]] = np.where(dev, 0.0, blocked)
+    if default_kind is not None:  # no kernel accounting for these spans: the stage's default cause
+        none = (cpu <= 0) & (runq <= 0)
+        out[none] = 0.0
+        out[none, default_kind[none]] = 1.0
+    return out
+
+
+def _worker_spans(t: Tables, stage_names: list[str], kernel: bool) -> dict[int, _WorkerSpans]:
     sp, bt = t.spans, t.batches
-    by_worker: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
-    if sp.get("worker") is not None and sp["worker"].size:
-        for lo_key, hi_key, cat in (("read_start", "read_end", "read"), ("read_end", "decode_end", "decode"),
-                                    ("decode_end", "augment_end", "augment")):
-            for w in np.unique(sp["worker"]):
-                m = sp["worker"] == w
-                by_worker.setdefault(int(w), []).append(
-                    (sp[lo_key][m], sp[hi_key][m], np.full(int(m.sum()), _CAT[cat])))
-    if bt.get("worker") is not None and bt["worker"].size:
+    col = {k: i for i, k in enumerate(stage_names)}
+    parts: dict[int, list[tuple[np.ndarray, ...]]] = {}
+    if sp.get("start") is not None and sp["start"].size:
+        s, e = sp["start"].astype(float), sp["end"].astype(float)
+        wall = np.maximum(e - s, 0.0)
+        per_stage = sample_stage_seconds(t)
+        stage_mat = np.zeros((s.size, len(stage_names)))
+        safe = np.where(wall > 0, wall, 1.0)
+        for name, secs in per_stage.items():
+            stage_mat[:, col[name]] = secs / safe
+        default = None
+        if not kernel:  # the call's default kind: io if its largest named stage is an io stage (read), else cpu
+            default = np.full(s.size, _K["on_cpu"])
+            io_cols = [n for n in per_stage if vocab.stage(n).cause == "io"]
+            if io_cols:
+                io_share = sum(per_stage[n] for n in io_cols) / safe
+                default = np.where(io_share >= 0.5, _K["blocked_device"], _K["on_cpu"])
+        kinds = _kind_shares(wall, sp.get("cpu", np.zeros_like(s)).astype(float),
+                             sp.get("runq", np.zeros_like(s)).astype(float),
+                             sp.get("read_bytes", np.zeros_like(s)).astype(float), default)
+        for w in np.unique(sp["worker"]):
+            m = sp["worker"] == w
+            parts.setdefault(int(w), []).append((s[m], e[m], kinds[m], stage_mat[m]))
+    if bt.get("batch") is not None and bt["batch"].size:
+        s, e = bt["collate_start"].astype(float), bt["collate_end"].astype(float)
+        wall = np.maximum(e - s, 0.0)
+        default = None if kernel else np.full(s.size, _K["on_cpu"])
+        kinds = _kind_shares(wall, bt.get("collate_cpu", np.zeros_like(s)).astype(float),
+                             bt.get("collate_runq", np.zeros_like(s)).astype(float), np.zeros_like(s), default)
+        stage_mat = np.zeros((s.size, len(stage_names)))
+        stage_mat[:, col["collate"]] = 1.0
         for w in np.unique(bt["worker"]):
             m = bt["worker"] == w
-            by_worker.setdefault(int(w), []).append(
-                (bt["collate_start"][m], bt["collate_end"][m], np.full(int(m.sum()), _CAT["collate"])))
-    return {w: _WorkerSpans(np.concatenate([p[0] for p in parts]).astype(float),
-                            np.concatenate([p[1] for p in parts]).astype(float),
-                            np.concatenate([p[2] for p in parts]).astype(int))
-            for w, parts in by_worker.items()}
+            parts.setdefault(int(w), []).append((s[m], e[m], kinds[m], stage_mat[m]))
+    return {w: _WorkerSpans(*(np.concatenate([p[i] for p in ps]) for i in range(4))) for w, ps in parts.items()}
 
 
-def attribute(t: Tables, window_s: float) -> dict[str, Any]:
-    """The ``stall`` section: fraction, seconds, by_cause, by_stage, and per-step attribution for the renderers."""
+def has_kernel_accounting(timeline: dict[str, Any], t: Tables) -> bool:
+    acc = timeline.get("accounting") or {}
+    if acc:
+        return True
+    cpu = t.spans.get("cpu")
+    return bool(cpu is not None and cpu.size and (cpu > 0).any())
+
+
+def attribute(t: Tables, window_s: float, device_timing: str = "host clocks",
+              kernel: bool = True) -> dict[str, Any]:
+    """The ``stall`` section: seconds, fraction, by_cause, by_stage, by_kind, per_step, share_by_cause."""
     st, bt = t.steps, t.batches
     n = int(st["wait_start"].size) if "wait_start" in st else 0
-    per_step = np.zeros((n, len(DETAIL)))
-    spans = _worker_spans(t)
+    stage_names = ordered(list(sample_stage_seconds(t)) + ["collate", "transfer", "h2d", "other"])
+    stage_names = [k for k in stage_names if k in set(sample_stage_seconds(t)) | {"collate", "transfer", "h2d",
+                                                                                   "other"}]
+    scol = {k: i for i, k in enumerate(stage_names)}
+    per_stage = np.zeros((n, len(stage_names)))
+    per_kind = np.zeros((n, len(KIND_NAMES)))
+    spans = _worker_spans(t, stage_names, kernel)
     batch_pos = {int(b): i for i, b in enumerate(bt.get("batch", np.array([])))}
+    cuda = device_timing == "cuda events"
+    zero_runq = np.zeros(n)
+    main_runq = st.get("main_runq", zero_runq).astype(float) if n else zero_runq
     for i in range(n):
         a, b = float(st["wait_start"][i]), float(st["wait_end"][i])
         wait = max(0.0, b - a)
         idle = max(0.0, float(st["idle"][i]))
         if idle <= 0:
             continue
-        detail = np.zeros(len(DETAIL))
-        if wait > 0:
-            j = batch_pos.get(int(st["batch"][i]))
-            ce = float(bt["collate_end"][j]) if j is not None else b
-            transfer = max(0.0, min(b, float(bt["received"][j]) if j is not None else b) - max(a, ce))
-            ws = spans.get(int(st["worker"][i]))
-            busy = ws.overlap(a, min(b, ce)) if ws is not None else np.zeros(4)
-            detail[:4] = busy
-            detail[4] = transfer
-            detail[5] = max(0.0, wait - busy.sum() - transfer)
-            # Scale to the idle time: on CPU idle == wait (factor 1); on CUDA the gap may differ from the wait.
-            explained = min(idle, wait)
-            detail *= explained / wait
-            detail[5] += idle - explained
-        else:
-            detail[5] = idle
-        per_step[i] = detail
-    by_stage = {k: float(per_step[:, j].sum()) for j, k in enumerate(DETAIL)}
-    by_cause = {c: 0.0 for c in CAUSES}
-    for k, v in by_stage.items():
-        by_cause[DETAIL_CAUSE[k]] += v
-    seconds = float(per_step.sum())
-    # Exactness: round the parts and put the rounding residue into `other` so the parts sum to `seconds` exactly.
-    by_cause = {k: round(v, 6) for k, v in by_cause.items()}
-    seconds = round(seconds, 6)
-    by_cause["other"] = max(0.0, round(seconds - (by_cause["io"] + by_cause["cpu"] + by_cause["transfer"]), 6))
+        h2d = max(0.0, float(st["h2d_end"][i] - st["h2d_start"][i])) if cuda else 0.0
+        h2d = min(h2d, idle)
+        gap = idle - h2d
+        explained = min(gap, wait)
+        lo = b - explained
+        j = batch_pos.get(int(st["batch"][i]))
+        ce = float(bt["collate_end"][j]) if j is not None else b
+        sent = float(bt["sent"][j]) if j is not None and "sent" in bt else ce
+        # On its way to the main process: [max(lo, ce), b]; contention first, the rest is transfer.
+        tr = max(0.0, b - max(lo, ce))
+        pickup = max(0.0, min(sent, b) - max(ce, lo))
+        contention = min(tr, float(main_runq[i]) + pickup)
+        kinds = np.zeros(len(KIND_NAMES))
+        stages = np.zeros(len(stage_names))
+        kinds[_K["runqueue"]] += contention
+        kinds[_K["transfer"]] += tr - contention
+        stages[scol["transfer"]] += tr
+        ws = spans.get(int(st["worker"][i]))
+        if ws is not None and explained > 0:
+            k, s = ws.overlap(lo, min(b, ce))
+            kinds += k
+            stages += s
+        rest = max(0.0, explained - kinds.sum())
+        kinds[_K["other"]] += rest + (gap - explained)
+        stages[scol["other"]] += max(0.0, explained - stages.sum()) + (gap - explained)
+        if h2d > 0:
+            kinds[_K["transfer"]] += h2d
+            stages[scol["h2d"]] += h2d
+        per_kind[i], per_stage[i] = kinds, stages
+    by_kind = {k: float(per_kind[:, j].sum()) for j, k in enumerate(KIND_NAMES)}
+    by_stage = {k: float(per_stage[:, j].sum()) for j, k in enumerate(stage_names)}
+    by_cause = {c: 0.0 for c in vocab.CAUSE_NAMES}
+    for k, v in by_kind.items():
+        by_cause[vocab.KINDS[k][0]] += v
+    seconds = round(float(per_kind.sum()), 6)
+    by_cause = _exact({k: round(v, 6) for k, v in by_cause.items()}, seconds)
+    by_kind = _exact({k: round(v, 6) for k, v in by_kind.items()}, seconds)
+    by_stage = _exact({k: round(v, 6) for k, v in by_stage.items()}, seconds)
     seconds = round(sum(by_cause.values()), 6)
     return {
         "seconds": seconds,
         "fraction": round(seconds / window_s, 6) if window_s > 0 else 0.0,
         "by_cause": by_cause,
-        "by_stage": {k: round(v, 6) for k, v in by_stage.items()},
+        "by_stage": by_stage,
+        "by_kind": by_kind,
         "share_by_cause": {k: (round(v / seconds, 4) if seconds > 0 else 0.0) for k, v in by_cause.items()},
-        "per_step": {k: [round(float(x), 6) for x in per_step[:, j]] for j, k in enumerate(DETAIL)},
+        "per_step": {k: [round(float(x), 6) for x in per_stage[:, j]] for j, k in enumerate(stage_names)},
     }
+
+
+def _exact(parts: dict[str, float], total: float) -> dict[str, float]:
+    """Put the rounding residue into ``other`` so the parts sum to ``total`` exactly."""
+    rest = round(total - sum(v for k, v in parts.items() if k != "other"), 6)
+    parts["other"] = max(0.0, rest)
+    return parts
+
+# Compatibility names for modules not yet iterating profiler.vocab (removed once they do).
+CAUSES = vocab.CAUSE_NAMES
+DETAIL_CAUSE = {s.name: (s.cause or "other") for s in vocab.STAGES} | {"other": "other"}

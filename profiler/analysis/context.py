@@ -89,7 +89,8 @@ def build_context(rec: Any, t: Tables, stages: dict[str, Any]) -> Context:
     samples = int(np.sum(t.steps["samples"])) if "samples" in t.steps else 0
     sp = t.spans
     sel = np.isin(sp["batch"], t.measured_batches) if sp.get("batch") is not None and sp["batch"].size else None
-    mean_bytes = float(sp["bytes"][sel].mean()) if sel is not None and sel.any() else 0.0
+    nbytes = sp.get("rchar", sp.get("bytes"))
+    mean_bytes = float(nbytes[sel].mean()) if sel is not None and sel.any() and nbytes is not None else 0.0
     mean_px = float(sp["pixels"][sel].mean()) if sel is not None and sel.any() and "pixels" in sp else 0.0
     read_total = stages.get("read", {}).get("total_s", 0.0)
     read_bytes = stages.get("read", {}).get("bytes", 0)

@@ -6,12 +6,7 @@ from typing import Any
 
 import numpy as np
 
-# Stage names in pipeline order, with what one observation is.
-WORKER_STAGES = {"read": "sample", "decode": "sample", "augment": "sample", "collate": "batch", "transfer": "batch",
-                 "ready_ahead": "batch"}
-MAIN_STAGES = {"wait": "step", "h2d": "step", "compute": "step"}
-STAGE_ORDER = tuple(WORKER_STAGES) + tuple(MAIN_STAGES)
-STAGE_PER = {**WORKER_STAGES, **MAIN_STAGES}
+from .. import vocab
 
 
 def describe(values_s: np.ndarray, per: str) -> dict[str, Any]:
@@ -32,7 +27,9 @@ class Tables:
     """The timeline as numpy columns, restricted to what the measured window used."""
     steps: dict[str, np.ndarray]  # measured steps only
     batches: dict[str, np.ndarray]  # all batches (warm-up too: attribution needs the workers' whole activity)
-    spans: dict[str, np.ndarray]  # all sample spans
+    spans: dict[str, np.ndarray]  # all dataset calls
+    span_stages: dict[str, np.ndarray]  # named sub-stage self seconds per dataset call
+    epochs: dict[str, np.ndarray]
     measured_batches: np.ndarray  # batch numbers received in measured steps
 
 
@@ -43,8 +40,12 @@ def tables(timeline: dict[str, Any]) -> Tables:
         keep = m.astype(bool)
         st = {k: v[keep] for k, v in st.items()}
     bt = {k: np.asarray(v) for k, v in timeline.get("batches", {}).items()}
-    sp = {k: np.asarray(v) for k, v in timeline.get("sample_spans", {}).items()}
-    return Tables(st, bt, sp, st.get("batch", np.array([], dtype=np.int64)))
+    raw_spans = dict(timeline.get("sample_spans", {}))
+    stages = raw_spans.pop("stages", None) or {}
+    sp = {k: np.asarray(v) for k, v in raw_spans.items()}
+    ss = {k: np.asarray(v, dtype=float) for k, v in stages.items()}
+    ep = {k: np.asarray(v) for k, v in (timeline.get("epochs") or {}).items()}
+    return Tables(st, bt, sp, ss, ep, st.get("batch", np.array([], dtype=np.int64)))
 
 
 def _asked_at(t: Tables, bt: dict[str, np.ndarray]) -> np.ndarray:
@@ -58,16 +59,40 @@ def _asked_at(t: Tables, bt: dict[str, np.ndarray]) -> np.ndarray:
     return asked
 
 
+def sample_stage_seconds(t: Tables) -> dict[str, np.ndarray]:
+    """Self seconds per dataset call of each named sub-stage, plus ``getitem`` (the rest of the call), all rows."""
+    sp = t.spans
+    if sp.get("start") is None or not sp["start"].size:
+        return {}
+    wall = np.maximum(sp["end"].astype(float) - sp["start"].astype(float), 0.0)
+    out = {k: np.minimum(np.maximum(v, 0.0), wall) for k, v in t.span_stages.items() if v.size == wall.size}
+    named = sum(out.values()) if out else np.zeros_like(wall)
+    out["getitem"] = np.maximum(wall - named, 0.0)
+    return out
+
+
+def ordered(names: Any) -> list[str]:
+    """Stage names in the registry's pipeline order; names beyond the registry after the sample stages."""
+    names = list(dict.fromkeys(names))
+    known = [s.name for s in vocab.STAGES if s.name in names]
+    extra = sorted(n for n in names if n not in vocab.STAGE)
+    pos = len([k for k in known if vocab.STAGE[k].per == "sample"])
+    return known[:pos] + extra + known[pos:]
+
+
 def stage_durations(t: Tables) -> dict[str, np.ndarray]:
     """Seconds per observation of every stage, measured window only: the one definition that the statistics, the
     latency plots and the comparison all use."""
-    out: dict[str, np.ndarray] = {k: np.zeros(0) for k in STAGE_ORDER}
+    out: dict[str, np.ndarray] = {}
     sp, bt, st = t.spans, t.batches, t.steps
     if sp.get("batch") is not None and sp["batch"].size:
         sel = np.isin(sp["batch"], t.measured_batches)
-        out["read"] = (sp["read_end"] - sp["read_start"])[sel]
-        out["decode"] = (sp["decode_end"] - sp["read_end"])[sel]
-        out["augment"] = (sp["augment_end"] - sp["decode_end"])[sel]
+        for name, secs in sample_stage_seconds(t).items():
+            v = secs[sel]
+            # A named stage is observed in the calls where it occurred; getitem in every call.
+            out[name] = v if name == "getitem" else v[v > 0]
+        if "getitem" in out and not out["getitem"].any() and len(out) > 1:
+            out.pop("getitem")
     if bt.get("batch") is not None and bt["batch"].size:
         sel = np.isin(bt["batch"], t.measured_batches)
         out["collate"] = (bt["collate_end"] - bt["collate_start"])[sel]
@@ -77,22 +102,23 @@ def stage_durations(t: Tables) -> dict[str, np.ndarray]:
         asked = _asked_at(t, bt)
         out["transfer"] = np.maximum(0.0, bt["received"] - np.maximum(bt["collate_end"], asked))[sel]
         out["ready_ahead"] = np.maximum(0.0, asked - bt["collate_end"])[sel]
-    if st.get("wait_start") is not None:
+    if st.get("wait_start") is not None and st["wait_start"].size:
         out["wait"] = st["wait_end"] - st["wait_start"]
         out["h2d"] = st["h2d_end"] - st["h2d_start"]
         out["compute"] = st["compute_end"] - st["h2d_end"]
-    return {k: np.asarray(v, dtype=float) for k, v in out.items()}
+    ep = t.epochs
+    if ep.get("iter_start") is not None and ep["iter_start"].size:
+        out["epoch_start"] = ep["first_batch"] - ep["iter_start"]
+    return {k: np.asarray(out[k], dtype=float) for k in ordered(out)}
 
 
 def stage_stats(t: Tables) -> dict[str, dict[str, Any]]:
     durations = stage_durations(t)
-    out = {k: describe(v, STAGE_PER[k]) for k, v in durations.items()}
+    out = {k: describe(v, vocab.stage(k).per) for k, v in durations.items()}
     sp = t.spans
-    if sp.get("batch") is not None and sp["batch"].size:
-        out["read"]["bytes"] = int(sp["bytes"][np.isin(sp["batch"], t.measured_batches)].sum())
-    else:
-        out["read"]["bytes"] = 0
-    if t.steps.get("wait_start") is None:
-        for k in MAIN_STAGES:
-            out.pop(k, None)
+    if "read" in out and sp.get("rchar") is not None and sp["rchar"].size:
+        out["read"]["bytes"] = int(sp["rchar"][np.isin(sp["batch"], t.measured_batches)].sum())
     return out
+
+# Compatibility names for modules not yet iterating profiler.vocab (removed once they do).
+STAGE_ORDER = tuple(s.name for s in vocab.STAGES)

@@ -99,3 +99,21 @@ def build_model(name: str, num_classes: int = 1000) -> nn.Module | None:
         warnings.simplefilter("ignore", category=FutureWarning)
         warnings.simplefilter("ignore", category=UserWarning)
         return torchvision.models.get_model(key, weights=None, num_classes=num_classes)
+
+
+def primary_output(out):  # TEMP: replaced by the fitgpu branch's version on merge
+    if isinstance(out, torch.Tensor):
+        return out
+    if hasattr(out, "logits"):
+        return out.logits
+    if isinstance(out, (tuple, list)):
+        return out[0]
+    return out
+
+
+def amp_dtype(device):  # TEMP
+    return torch.bfloat16
+
+
+def needs_grad_scaler(dtype, mode):  # TEMP
+    return dtype == torch.float16 and mode == "train"

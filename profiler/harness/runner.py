@@ -19,9 +19,8 @@ from ..config import AUGMENTS, CACHE_MODES, MODES, THROTTLE_MECHANISMS, RunConfi
 from ..errors import UserError
 from ..record import RunRecord
 from .data import DatasetIndex, ensure_sample_dataset, scan_dataset
-from .loop import LoopResult, OutOfDeviceMemory, make_step_fn, metas_to_columns, run_loop, steps_to_columns
+from .job import JobSpec, build_record, run_session
 from .models import build_model, normalize_model_name
-from .timed import StreamBatchSampler, TimedCollate, TimedImageDataset, seed_worker
 from .transforms import build_transform
 
 # Residency is checked on at most this many files (a seeded sample beyond): mincore on 100k files would take seconds.
@@ -139,7 +138,7 @@ def _storage_setup(p: Prepared) -> tuple[dict[str, Any], Any, Any]:
         section["evicted_files"] = cache.evict(files)
     elif c.cache == "warm":
         section["warmed_bytes"] = cache.warm(files)
-    section["residency_start"] = residency.measure_residency(files, max_files=RESIDENCY_MAX_FILES, seed=c.seed).to_dict()
+    section["residency_start"] = _residency(files, c.seed)
     spec = thr.resolve_storage(c.throttle, c.storage)
     ctx, hook = None, None
     if spec is not None:
@@ -158,132 +157,71 @@ def _storage_setup(p: Prepared) -> tuple[dict[str, Any], Any, Any]:
 
 
 def execute(p: Prepared, on_step: Callable | None = None) -> RunRecord:
-    """Run the timed loop and collect the record (analysis not yet applied)."""
+    """Run the built-in pipeline under the same instrumentation as a user's script; return the raw record."""
+    from ..instrument.session import Session
     from ..samplers.background import Sampler
-    from ..samplers.environment import probe_environment
+    from .builtin import ImageDataset, StreamBatchSampler, builtin_loop, collate_skipping, make_step_fn, seed_worker
 
     c = p.config
     t0 = time.perf_counter_ns()
     storage, throttle_ctx, read_hook = _storage_setup(p)
-    gpu_index = None
-    if p.device.type == "cuda":
-        from ..samplers.gpu import nvml_index_for_cuda_device
-        gpu_index = nvml_index_for_cuda_device(p.device.index or 0)  # NVML numbering ignores CUDA_VISIBLE_DEVICES
-    env = probe_environment(gpu_index=gpu_index)
-    env["storage"] = storage.get("device")
-    env["residency_start"] = storage.get("residency_start")
-    dataset = TimedImageDataset(p.index.files, p.index.labels, build_transform(c.augment, c.image_size),
-                                read_hook=read_hook)
-    total = c.warmup + c.steps
+    env, gpu_index = _environment(p.device, storage)
+    dataset = ImageDataset(p.index.files, p.index.labels, build_transform(c.augment, c.image_size), read_hook=read_hook)
     loader = DataLoader(
-        dataset, batch_sampler=StreamBatchSampler(len(dataset), c.batch_size, total, seed=c.seed),
-        num_workers=c.workers, collate_fn=TimedCollate(), pin_memory=bool(c.pin_memory) and p.device.type == "cuda",
+        dataset, batch_sampler=StreamBatchSampler(len(dataset), c.batch_size, c.warmup + c.steps, seed=c.seed),
+        num_workers=c.workers, collate_fn=collate_skipping, pin_memory=bool(c.pin_memory) and p.device.type == "cuda",
         prefetch_factor=c.prefetch_factor if c.workers > 0 else None, worker_init_fn=seed_worker,
-        persistent_workers=False,
     )
     torch.manual_seed(c.seed)
     step_fn = make_step_fn(p.model, c.mode, p.device, c.amp)
     disk = (storage.get("device") or {}).get("disk")
     sampler = Sampler(t0_ns=t0, interval_s=c.sample_interval_s, gpu_index=gpu_index, disk=disk)
-    seen_pids: set[int] = set()
-
-    def on_meta(meta) -> None:
-        if meta.pid not in seen_pids:
-            seen_pids.add(meta.pid)
-            if meta.worker_id >= 0:
-                sampler.label_pid(meta.pid, "worker", meta.worker_id)
-
-    sampler.start()
-    res: LoopResult
+    session = Session(c.warmup, c.steps, then="exit", t0_ns=t0, on_step=on_step,
+                      on_first_pid=lambda pid, w: sampler.label_pid(pid, "worker", w) if w >= 0 else None)
     try:
-        if throttle_ctx is not None:
-            with throttle_ctx:
-                res = run_loop(loader, step_fn, p.device, total, c.warmup, bool(c.pin_memory), on_step, on_meta)
-        else:
-            res = run_loop(loader, step_fn, p.device, total, c.warmup, bool(c.pin_memory), on_step, on_meta)
+        outcome = run_session(lambda: builtin_loop(loader, step_fn, p.device, bool(c.pin_memory)), session, sampler,
+                              throttle_ctx)
     finally:
-        samples = sampler.stop()
         if read_hook is not None:
             read_hook.close()
-    return _collect(p, t0, res, samples, env, storage)
+    storage["residency_end"] = _residency(p.index.files, c.seed)
+    memory = _memory_section(p, outcome.oom, session.peak_device_memory_bytes)
+    rec = build_record(session, outcome, JobSpec("builtin", then="exit"), config=c.to_dict(), environment=env,
+                       compute_device=_compute_device(p.device, env), dataset={**p.index.to_dict(),
+                                                                                 "sample": p.sample_data},
+                       storage=storage, memory=memory)
+    rec.outcome = outcome  # type: ignore[attr-defined]  # not serialised: the CLI's exit status
+    return rec
 
 
-def _collect(p: Prepared, t0: int, res: LoopResult, samples: dict, env: dict, storage: dict) -> RunRecord:
+def _environment(device: torch.device, storage: dict) -> tuple[dict, int | None]:
+    from ..samplers.environment import probe_environment
+
+    gpu_index = None
+    if device.type == "cuda":
+        from ..samplers.gpu import nvml_index_for_cuda_device
+        gpu_index = nvml_index_for_cuda_device(device.index or 0)  # NVML numbering ignores CUDA_VISIBLE_DEVICES
+    env = probe_environment(gpu_index=gpu_index)
+    env["storage"] = storage.get("device")
+    env["residency_start"] = storage.get("residency_start")
+    return env, gpu_index
+
+
+def _compute_device(dev: torch.device, env: dict) -> dict[str, Any]:
+    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else ((env.get("cpu") or {}).get("model") or "CPU")
+    return {"type": dev.type, "index": dev.index, "name": name}
+
+
+def _residency(files: list[str], seed: int) -> dict:
     from ..storage import residency
 
+    return residency.measure_residency(files, max_files=RESIDENCY_MAX_FILES, seed=seed).to_dict()
+
+
+def _memory_section(p: Prepared, oom: dict | None, peak: int | None) -> dict[str, Any]:
+    """Raw memory facts: the device's peak and size, and the fit estimate of this model (analysis advises)."""
     c = p.config
-    storage["residency_end"] = residency.measure_residency(p.index.files, max_files=RESIDENCY_MAX_FILES,
-                                                           seed=c.seed).to_dict()
-    measured = [r for r in res.steps if r.measured]
-    batches, spans = metas_to_columns(res.metas, [r.wait_end_ns for r in res.steps], t0)
-    storage.update(io_totals(samples, batches))
-    skipped: dict[str, str] = {}
-    for m in res.metas:
-        for _, path, reason in m.skipped:
-            skipped.setdefault(path, reason)
-    partial, reason, oom = False, None, None
-    if isinstance(res.error, KeyboardInterrupt):
-        partial, reason = True, f"interrupted (Ctrl-C) after {len(measured)} of {c.steps} measured steps"
-    elif isinstance(res.error, OutOfDeviceMemory):
-        partial, reason = True, f"CUDA out of memory at step {res.error.step}"
-        oom = {"step": res.error.step, "message": str(res.error)}
-    elif res.error is not None:
-        partial, reason = True, f"failed: {type(res.error).__name__}: {res.error}"
-    elif len(measured) < c.steps:
-        partial, reason = True, f"the loader ended after {len(measured)} of {c.steps} measured steps"
-    dev = p.device
-    compute_device = {"type": dev.type, "index": dev.index,
-                      "name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else ((env.get("cpu") or {}).get("model") or "CPU"),
-                      "timing": res.device_timing}
-    memory = _memory_section(p, res, oom)
-    window = {"start_s": round((res.window_start_ns - t0) / 1e9, 6), "end_s": round((res.window_end_ns - t0) / 1e9, 6),
-              "seconds": round((res.window_end_ns - res.window_start_ns) / 1e9, 6),
-              "steps": len(measured), "samples": sum(r.n_samples for r in measured), "warmup_steps": c.warmup}
-    return RunRecord(
-        config=c.to_dict(), environment=env, compute_device=compute_device, window=window,
-        timeline={"steps": steps_to_columns(res.steps, t0), "batches": batches, "sample_spans": spans,
-                  "time_unit": "s since run start"},
-        samples=samples, dataset={**p.index.to_dict(), "sample": p.sample_data},
-        skipped={"count": len(skipped), "files": [{"path": k, "reason": v} for k, v in sorted(skipped.items())]},
-        storage=storage, memory=memory, partial=partial, partial_reason=reason,
-    )
-
-
-def io_totals(samples: dict, batches: dict | None = None) -> dict[str, Any]:
-    """Bytes the workers asked for (rchar) vs bytes that came from the block device (read_bytes).
-
-    Preferred source: the /proc/self/io readings each worker attached to its batches (exact up to its last batch, and
-    also for the measured window alone). Fallback: the sampler's last readings of each worker process.
-    """
-    out: dict[str, Any] = {}
-    per_pid: dict[int, tuple[int, int]] = {}
-    win: dict[int, list[tuple[int, int]]] = {}
-    if batches and batches.get("rchar"):
-        for pid, w, rc, rb in zip(batches["pid"], batches["worker"], batches["rchar"], batches["read_bytes"]):
-            if w < 0 or rc < 0:
-                continue  # the main process (workers = 0) also reads libraries, /proc, ...: not comparable
-            prev = per_pid.get(pid, (0, 0))
-            per_pid[pid] = (max(prev[0], rc), max(prev[1], rb))
-            win.setdefault(pid, []).append((rc, rb))
-        source = "workers' /proc/self/io at each batch"
-    if not per_pid:
-        for proc in samples.get("processes", []):
-            io = proc.get("io")
-            if proc.get("role") == "worker" and io:
-                per_pid[int(proc["pid"])] = (int(io.get("rchar", 0)), int(io.get("read_bytes", 0)))
-        source = "sampler's last /proc/<pid>/io of each worker"
-    rchar = sum(v[0] for v in per_pid.values())
-    read_bytes = sum(v[1] for v in per_pid.values())
-    out.update({"io_source": source if per_pid else None, "worker_processes_with_io": len(per_pid),
-                "bytes_requested": rchar, "bytes_from_device": read_bytes})
-    if rchar > 0:
-        out["page_cache_hit_fraction"] = round(max(0.0, 1.0 - read_bytes / rchar), 4)
-    return out
-
-
-def _memory_section(p: Prepared, res: LoopResult, oom: dict | None) -> dict[str, Any]:
-    c = p.config
-    out: dict[str, Any] = {"device_peak_bytes": res.peak_device_memory_bytes, "oom": oom}
+    out: dict[str, Any] = {"device_peak_bytes": peak, "oom": oom}
     if p.device.type == "cuda":
         out["device_total_bytes"] = int(torch.cuda.get_device_properties(p.device).total_memory)
     if p.model is None:

@@ -1,0 +1,133 @@
+"""Every private torch detail the profiler relies on, in one place, each checked by ``check()``.
+
+Profiling a user's DataLoader unchanged needs four seams. Public API offers none of them for an existing loader
+(a ``collate_fn`` or ``worker_init_fn`` of ours would replace the user's and change what their code observes), so:
+
+1. ``torch.utils.data._utils.worker._worker_loop`` — the function every worker process runs. The DataLoader looks
+   it up as a module attribute when it starts workers, so replacing it makes new workers run
+   :func:`profiled_worker_loop` first. Under ``spawn`` / ``forkserver`` the target is pickled *by reference*, so the
+   child imports this module, installs the in-worker hooks itself, then calls torch's loop with the same arguments.
+2. ``torch.utils.data.dataloader._DatasetKind.create_fetcher`` — called in the worker loop (and by the
+   single-process iterator) to build the fetcher; wrapped so every fetcher is instrumented (worker.py).
+3. ``torch.utils.data.dataloader._BaseDataLoaderIter.__next__`` — the main side: one call per batch the user's loop
+   takes; it unwraps the batch and marks the step boundary.
+4. ``torch.utils.data.DataLoader.__iter__`` — the start of each epoch (worker start-up, first prefetch).
+
+``check()`` fails loudly (tests/test_torch_hooks.py) when a torch release moves any of them; ``install`` refuses to
+run (one clear line) rather than profile wrongly.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable
+
+import torch.utils.data._utils.worker as _worker_mod
+from torch.utils.data import DataLoader
+from torch.utils.data import dataloader as _dl
+
+from . import substages, worker
+
+_ORIG_WORKER_LOOP = _worker_mod._worker_loop
+_ORIG_CREATE_FETCHER = _dl._DatasetKind.__dict__["create_fetcher"]
+_ORIG_NEXT = _dl._BaseDataLoaderIter.__next__
+_ORIG_ITER = DataLoader.__iter__
+_installed = False
+
+
+def check() -> list[str]:
+    """What this torch lacks of the seams above (empty when everything is where the profiler expects it)."""
+    problems = []
+    if not callable(getattr(_worker_mod, "_worker_loop", None)):
+        problems.append("torch.utils.data._utils.worker._worker_loop is missing")
+    else:
+        params = list(inspect.signature(_ORIG_WORKER_LOOP).parameters)
+        if not params or params[0] != "dataset_kind":  # the arguments themselves are passed through untouched
+            problems.append(f"_worker_loop's parameters changed: {params[:4]}")
+    cf = _dl._DatasetKind.__dict__.get("create_fetcher")
+    if not isinstance(cf, staticmethod):
+        problems.append("_DatasetKind.create_fetcher is no longer a staticmethod")
+    elif list(inspect.signature(cf.__func__).parameters) != ["kind", "dataset", "auto_collation", "collate_fn",
+                                                             "drop_last"]:
+        problems.append("_DatasetKind.create_fetcher's parameters changed")
+    if not hasattr(_dl, "_BaseDataLoaderIter") or "__next__" not in _dl._BaseDataLoaderIter.__dict__:
+        problems.append("_BaseDataLoaderIter.__next__ is missing")
+    src = inspect.getsource(_dl._MultiProcessingDataLoaderIter.__init__)
+    if "_utils.worker._worker_loop" not in src:
+        problems.append("the DataLoader no longer starts workers through _utils.worker._worker_loop")
+    import torch.utils.data._utils.fetch as fetch
+
+    if not hasattr(fetch._IterableDatasetFetcher(iter(()), False, None, False), "dataset_iter"):
+        problems.append("_IterableDatasetFetcher has no dataset_iter")
+    return problems
+
+
+def _create_fetcher(kind: Any, dataset: Any, auto_collation: Any, collate_fn: Any, drop_last: Any) -> Any:
+    from torch.utils.data import get_worker_info
+
+    fetcher = _ORIG_CREATE_FETCHER.__func__(kind, dataset, auto_collation, collate_fn, drop_last)
+    info = get_worker_info()
+    return worker.instrument_fetcher(fetcher, info.id if info is not None else -1)
+
+
+def install_worker_side() -> None:
+    """In-worker hooks: fetchers and library sub-stages (idempotent)."""
+    _dl._DatasetKind.create_fetcher = staticmethod(_create_fetcher)
+    substages.install_library_stages()
+
+
+def profiled_worker_loop(*args: Any, **kwargs: Any) -> Any:
+    """The worker process's entry point while profiling: install the in-worker hooks, then torch's own loop."""
+    install_worker_side()
+    return _ORIG_WORKER_LOOP(*args, **kwargs)
+
+
+def install(on_next: Callable[[Any, Callable[[Any], Any]], Any],
+            on_iter: Callable[[Any, Callable[[Any], Any]], Any]) -> None:
+    """Main process: route workers, fetchers, ``__next__`` and ``__iter__`` through the profiler."""
+    global _installed
+    problems = check()
+    if problems:
+        from ..errors import UserError
+
+        raise UserError(f"this torch ({torch_version()}) changed a DataLoader internal the profiler needs: "
+                        f"{problems[0]}")
+
+    def __next__(self: Any) -> Any:
+        return on_next(self, _ORIG_NEXT)
+
+    def __iter__(self: Any) -> Any:
+        return on_iter(self, _ORIG_ITER)
+
+    __next__.__wrapped__ = _ORIG_NEXT  # type: ignore[attr-defined]
+    __iter__.__wrapped__ = _ORIG_ITER  # type: ignore[attr-defined]
+    _worker_mod._worker_loop = profiled_worker_loop
+    install_worker_side()
+    _dl._BaseDataLoaderIter.__next__ = __next__
+    DataLoader.__iter__ = __iter__
+    _installed = True
+
+
+def uninstall() -> None:
+    """Restore torch. Batches still in flight from instrumented workers are unwrapped by ``unwrap``."""
+    global _installed
+    _worker_mod._worker_loop = _ORIG_WORKER_LOOP
+    _dl._DatasetKind.create_fetcher = _ORIG_CREATE_FETCHER
+    _dl._BaseDataLoaderIter.__next__ = _unwrapping_next
+    DataLoader.__iter__ = _ORIG_ITER
+    substages.uninstall_library_stages()
+    _installed = False
+
+
+def _unwrapping_next(self: Any) -> Any:
+    """After profiling: persistent workers started while profiling still send envelopes; open them, nothing else."""
+    return unwrap(_ORIG_NEXT(self))
+
+
+def unwrap(data: Any) -> Any:
+    return data.batch if isinstance(data, worker.Instrumented) else data
+
+
+def torch_version() -> str:
+    import torch
+
+    return torch.__version__
