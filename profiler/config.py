@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -127,7 +128,7 @@ def max_workers() -> int:
 
 
 def _int_in(flag: str, value: Any, lo: int, hi: int, why: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise UserError(f"{flag} must be a whole number (got {value!r})")
     if not lo <= value <= hi:
         shown = str(value) if len(str(value)) <= 24 else str(value)[:20] + "..."
