@@ -76,6 +76,37 @@ def test_evict_drops_files_from_cache(disk_dir):
     assert 0.15 < measure_residency(paths).fraction < 0.3
 
 
+def test_evict_drops_freshly_written_files(disk_dir):
+    # Written just now, so their pages are dirty: one sync of the filesystem must make them droppable (the per-file
+    # fdatasync it replaced did this file by file). Never read back, never synced by the test.
+    paths = []
+    for i in range(8):
+        p = disk_dir / "fresh" / f"f{i}.bin"
+        p.parent.mkdir(exist_ok=True)
+        with open(p, "wb") as f:
+            f.write(os.urandom(FILE_BYTES))
+        paths.append(str(p))
+    assert measure_residency(paths).fraction > 0.99  # the page cache holds what was just written
+    assert evict(paths) == 8
+    assert measure_residency(paths).fraction < 0.05
+    assert evict(str(disk_dir / "fresh")) == 8  # a directory argument reaches the same files
+
+
+def test_residency_stats_only_the_sampled_files(tmp_path, monkeypatch):
+    paths = _make_files(tmp_path / "d", 300, size=100)
+    calls = []
+    real_stat = os.stat
+
+    def counting_stat(path, *a, **kw):  # a spy: the real stat still answers
+        calls.append(path)
+        return real_stat(path, *a, **kw)
+
+    monkeypatch.setattr(os, "stat", counting_stat)  # os.path.isdir goes through it too
+    r = measure_residency(paths, max_files=20, seed=1)
+    assert r.sampled and r.files_checked == 20 and r.files_total == 300
+    assert len(calls) <= 20, f"{len(calls)} stat calls for a sample of 20"
+
+
 def test_directory_argument_is_walked(disk_dir):
     paths = _make_files(disk_dir / "d" / "sub", 3)
     warm(disk_dir / "d")

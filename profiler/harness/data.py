@@ -6,14 +6,17 @@ sub-folders and none at the top, the sub-folders are classes.
 """
 from __future__ import annotations
 
+import errno
 import io
 import os
-from dataclasses import dataclass
+import stat
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
-from ..config import IMAGE_EXTENSIONS
+from ..config import IMAGE_EXTENSIONS, MAX_FILE_BYTES, MAX_SCAN_ENTRIES
 from ..errors import UserError
 
 # Sample dataset: ~500x375 (the median ImageNet image), JPEG quality 90, 1,000+ images in 10 classes.
@@ -32,6 +35,9 @@ class DatasetIndex:
     classes: list[str]
     layout: str  # "imagefolder" | "flat"
     total_bytes: int
+    # Entries with an image name that are not readable images files (FIFOs, sockets, devices, links to them, broken or
+    # looping links) and folders not scanned (cycles, permission denied): (path, reason), for the record's skip list.
+    skipped: list[tuple[str, str]] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {"root": self.root, "files": len(self.files), "classes": len(self.classes), "layout": self.layout,
@@ -42,62 +48,214 @@ def _is_image(name: str) -> bool:
     return name.lower().endswith(IMAGE_EXTENSIONS)
 
 
-def scan_dataset(root: str | os.PathLike) -> DatasetIndex:
-    """List the images under ``root``; UserError if the folder is missing or holds none."""
-    path = Path(root)
-    if not path.exists():
-        raise UserError(f"--data {root}: no such directory")
-    if not path.is_dir():
-        raise UserError(f"--data {root}: not a directory")
-    top_images = []
-    subdirs = []
+# Kernel filesystems whose "files" are live views (endless, blocking or recursive), never a dataset: /proc/self alone
+# links back into the whole process tree. Refused by path and by filesystem type (a container may mount them elsewhere).
+_VIRTUAL_PREFIXES = ("/proc", "/sys", "/dev")
+_VIRTUAL_FS_TYPES = frozenset({"proc", "sysfs", "devtmpfs", "devpts", "cgroup", "cgroup2", "debugfs", "tracefs",
+                               "securityfs", "configfs", "bpf", "pstore", "efivarfs", "fusectl", "mqueue", "hugetlbfs",
+                               "binfmt_misc", "autofs", "rpc_pipefs", "nsfs"})
+
+
+def _virtual_place(real: str) -> str | None:
+    """Why ``real`` (a resolved path) is a kernel filesystem and not data, or None."""
+    for prefix in _VIRTUAL_PREFIXES:
+        if real == prefix or real.startswith(prefix + "/"):
+            return f"is under {prefix}, a kernel filesystem, not a dataset"
+    from ..storage.device import find_mount, read_mountinfo
+
     try:
-        entries = sorted(os.scandir(path), key=lambda e: e.name)
-    except PermissionError:
-        raise UserError(f"--data {root}: permission denied") from None
-    for e in entries:
-        if e.is_dir(follow_symlinks=True) and not e.name.startswith("."):
-            subdirs.append(e)
-        elif e.is_file() and _is_image(e.name):
-            top_images.append(e.path)
-    files: list[str] = []
+        mount = find_mount(real, read_mountinfo())
+    except Exception:  # no mountinfo (not Linux, restricted /proc): the prefix check above is all we can do
+        return None
+    if mount is not None and mount.fstype in _VIRTUAL_FS_TYPES:
+        return f"is on a {mount.fstype} filesystem (kernel state), not a dataset"
+    return None
+
+
+def _special_reason(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe), not a file: reading it would wait forever"
+    if stat.S_ISSOCK(mode):
+        return "a socket, not a file"
+    if stat.S_ISCHR(mode):
+        return "a character device, not a file"
+    if stat.S_ISBLK(mode):
+        return "a block device, not a file"
+    return "not a regular file"
+
+
+class _Scan:
+    """State of one scan: entries seen (bounded), folders visited (cycle detection) and what was skipped."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.entries = 0
+        self.visited: set[tuple[int, int]] = set()
+        self.skipped: list[tuple[str, str]] = []
+
+    def count(self, n: int) -> None:
+        self.entries += n
+        if self.entries > MAX_SCAN_ENTRIES:
+            raise UserError(f"--data {self.root}: more than {MAX_SCAN_ENTRIES:,} files and folders; point --data at "
+                            f"a part of the dataset")
+
+    def enter(self, path: str, st: os.stat_result) -> bool:
+        """True the first time a folder (by device and inode) is seen; a link back to it is skipped and listed."""
+        key = (st.st_dev, st.st_ino)
+        if key in self.visited:
+            self.skipped.append((path, "folder link to a folder already scanned (a cycle or a duplicate): not "
+                                       "scanned twice"))
+            return False
+        self.visited.add(key)
+        return True
+
+    def list_dir(self, d: str) -> tuple[list[tuple[str, int]], list[str]]:
+        """(images as (path, size), sub-folders) of one folder, sorted by name; hidden entries ignored."""
+        try:
+            with os.scandir(d) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as e:
+            if d == self.root:
+                raise UserError(f"--data {d}: cannot list it ({e.strerror or e})") from None
+            self.skipped.append((d, f"folder not scanned: {e.strerror or e}"))
+            return [], []
+        self.count(len(entries))
+        images: list[tuple[str, int]] = []
+        subdirs: list[str] = []
+        for e in entries:
+            if e.name.startswith("."):
+                continue
+            try:
+                st = e.stat()  # follows links; cached by scandir for plain entries
+            except OSError as err:
+                if _is_image(e.name):
+                    why = "a link that loops" if err.errno == errno.ELOOP else \
+                        "a broken link" if isinstance(err, FileNotFoundError) else f"cannot stat: {err.strerror}"
+                    self.skipped.append((e.path, why))
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                if self.enter(e.path, st):
+                    subdirs.append(e.path)
+            elif _is_image(e.name):
+                if not stat.S_ISREG(st.st_mode):
+                    self.skipped.append((e.path, _special_reason(st.st_mode)))
+                elif e.is_symlink() and (why := _virtual_place(os.path.realpath(e.path))):
+                    self.skipped.append((e.path, f"a link to a file that {why}"))
+                else:
+                    images.append((e.path, st.st_size))
+        return images, subdirs
+
+
+def scan_dataset(root: str | os.PathLike) -> DatasetIndex:
+    """List the images under ``root``; UserError (one line) if it is missing, not a folder, or holds none.
+
+    Files that are not regular files (FIFOs, sockets, devices, links to them) are skipped and listed in ``skipped``,
+    never opened; a folder reached twice (a link to ``.`` or to a parent) is scanned once; kernel filesystems
+    (/proc, /sys, /dev) are refused up front and the scan stops beyond MAX_SCAN_ENTRIES.
+    """
+    text = os.fspath(root)
+    if not text or not text.strip():
+        raise UserError("--data is empty; leave it out to use the built-in sample dataset")
+    if "\0" in text:
+        raise UserError("--data contains a NUL character")
+    try:
+        st = os.stat(text)
+    except FileNotFoundError:
+        raise UserError(f"--data {text}: no such directory") from None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise UserError(f"--data {text}: a symbolic link loop, not a directory") from None
+        if isinstance(e, PermissionError):
+            raise UserError(f"--data {text}: permission denied") from None
+        raise UserError(f"--data {text}: {e.strerror or e}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise UserError(f"--data {text}: not a directory")
+    real = os.path.realpath(text)
+    why = _virtual_place(real)
+    if why:
+        raise UserError(f"--data {text}: {why}")
+    scan = _Scan(text)
+    scan.enter(text, st)
+    top_images, subdirs = scan.list_dir(text)
+    pairs: list[tuple[str, int]] = []
     labels: list[int] = []
     classes: list[str] = []
     if subdirs and not top_images:
         layout = "imagefolder"
         for ci, d in enumerate(subdirs):
-            classes.append(d.name)
-            for f in _walk_images(d.path):
-                files.append(f)
+            classes.append(os.path.basename(d))
+            for item in _walk(d, scan):
+                pairs.append(item)
                 labels.append(ci)
         # Drop class folders without images so labels stay dense.
         used = sorted(set(labels))
         if len(used) != len(classes):
             remap = {old: new for new, old in enumerate(used)}
             classes = [classes[i] for i in used]
-            labels = [remap[l] for l in labels]
+            labels = [remap[lab] for lab in labels]
     else:
         layout = "flat"
-        files = list(_walk_images(str(path)))
-        labels = [0] * len(files)
+        pairs = top_images + [item for d in subdirs for item in _walk(d, scan)]
+        labels = [0] * len(pairs)
         classes = ["all"]
-    if not files:
-        raise UserError(f"--data {root}: no images found (looked for {', '.join(IMAGE_EXTENSIONS)})")
-    total = 0
-    for f in files:
-        try:
-            total += os.stat(f).st_size
-        except OSError:
-            pass
-    return DatasetIndex(str(path.resolve()), files, labels, classes, layout, total)
+    if not pairs:
+        extra = f"; skipped {len(scan.skipped)} that are not regular files" if scan.skipped else ""
+        raise UserError(f"--data {text}: no images found (looked for {', '.join(IMAGE_EXTENSIONS)}){extra}")
+    files = [p for p, _ in pairs]
+    total = sum(size for _, size in pairs)
+    return DatasetIndex(real, files, labels, classes, layout, total, scan.skipped)
+
+
+def _walk(top: str, scan: _Scan):
+    """Images under ``top`` (already entered) in os.walk's top-down sorted order; iterative, so depth is no limit."""
+    stack = [top]
+    while stack:
+        d = stack.pop()
+        images, subdirs = scan.list_dir(d)
+        yield from images
+        stack.extend(reversed(subdirs))
 
 
 def _walk_images(top: str):
-    for dirpath, dirnames, filenames in os.walk(top, followlinks=True):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in sorted(filenames):
-            if _is_image(name) and not name.startswith("."):
-                yield os.path.join(dirpath, name)
+    """Paths of the images under ``top`` (a folder), with the same skips and cycle detection as ``scan_dataset``."""
+    scan = _Scan(top)
+    try:
+        scan.enter(top, os.stat(top))
+    except OSError:
+        return
+    for path, _ in _walk(top, scan):
+        yield path
+
+
+def bounded_read(f: BinaryIO, limit: int = MAX_FILE_BYTES) -> bytes:
+    """Read a whole file, but never more than ``limit`` bytes: OSError (EFBIG) beyond, with a reason for the skip list.
+
+    Why: a path that turns out to be a device (a link to /dev/zero) or a file that grows without end would otherwise
+    be read until the worker runs out of memory. Non-regular files are refused before reading. Reads the size the
+    file reports plus one byte first (one read for a normal file), then continues in chunks only if it grew.
+    """
+    try:
+        st = os.fstat(f.fileno())
+    except (OSError, AttributeError, ValueError, io.UnsupportedOperation):
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise OSError(errno.EINVAL, _special_reason(st.st_mode))
+    first = min(st.st_size, limit) + 1 if st is not None and st.st_size > 0 else _READ_CHUNK
+    chunks = [f.read(first)]
+    total = len(chunks[0])
+    while total <= limit and chunks[-1]:
+        if st is not None and 0 < total < first:
+            break  # a short read of a regular file: end of file
+        chunk = f.read(min(_READ_CHUNK, limit + 1 - total))
+        chunks.append(chunk)
+        total += len(chunk)
+    if total > limit:
+        raise OSError(errno.EFBIG, f"larger than the {limit:,}-byte limit for one file")
+    return b"".join(chunks) if len(chunks) > 1 else chunks[0]
+
+
+# Chunk size for files whose size is unknown or grew: 1 MiB keeps syscalls few and the overshoot small.
+_READ_CHUNK = 1 << 20
 
 
 def default_sample_dir() -> Path:

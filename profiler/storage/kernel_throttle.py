@@ -4,9 +4,11 @@ Why the kernel and not sleeps: the block layer throttles the reads that actually
 free, readahead is counted), so cold/warm behaviour, readahead and file layout stay real. Needs root.
 
 How: make a cgroup, set read limits for the whole disk (MAJ:MIN from device.describe_storage), move the current process
-in. DataLoader workers started afterwards (fork or spawn) inherit the cgroup. On exit - also on exceptions and
-Ctrl-C - every process still in it goes back to where this process came from and the cgroup is removed. A run killed
-with SIGKILL leaves ``profiler-<pid>`` behind; ``cleanup_stale()`` (also called on every enter) removes those.
+in. DataLoader workers started afterwards (fork or spawn) inherit the cgroup. On exit - also on exceptions, Ctrl-C,
+SIGTERM and SIGHUP (entering installs profiler.signals' handlers, which turn those into exceptions) and at interpreter
+exit if the context was never left (atexit) - every process still in it goes back to where this process came from and
+the cgroup is removed. A run killed with SIGKILL leaves ``profiler-<pid>`` behind; ``cleanup_stale()``, called on
+every enter, removes those of processes that no longer exist.
 
 cgroup v1 (``blkio.throttle.read_{bps,iops}_device``) is preferred when mounted: it changes only the blkio hierarchy,
 so memory/cpu limits of the process stay exactly as they were. On pure cgroup v2 (``io.max``) a cgroup cannot hold
@@ -16,17 +18,16 @@ not exercised by the tests on a v1 machine.
 """
 from __future__ import annotations
 
+import atexit
 import errno
 import os
 import re
-import signal
-import threading
 import time
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from types import TracebackType
 
+from profiler import signals
+from profiler.signals import deferred as _deferred_signals
 from profiler.storage.device import read_mountinfo
 from profiler.storage.spec import ThrottleSpec
 
@@ -136,33 +137,6 @@ def _evacuate_and_remove(cg_dir: str, target_dir: str, first_pid: int | None = N
         pids = _procs(cg_dir)
 
 
-@contextmanager
-def _deferred_signals() -> Iterator[None]:
-    """Hold SIGINT/SIGTERM while cgroup state is half-changed; re-raise them afterwards.
-
-    Why not pthread_sigmask: Python runs handlers in the main thread whichever thread the kernel picked, so a mask on
-    one thread does not defer KeyboardInterrupt in a process with sampler threads. Only the main thread may swap
-    handlers; elsewhere this is a no-op.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    got: list[int] = []
-    old: dict[int, object] = {}
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        prev = signal.getsignal(sig)
-        if prev is None:
-            continue  # installed from C: we could not restore it
-        old[sig] = signal.signal(sig, lambda n, _f: got.append(n))
-    try:
-        yield
-    finally:
-        for sig, prev in old.items():
-            signal.signal(sig, prev)  # type: ignore[arg-type]
-        for n in got:
-            signal.raise_signal(n)
-
-
 class KernelThrottle:
     """Context manager: throttle reads of this process (and children forked inside) from disk ``maj_min``.
 
@@ -177,6 +151,7 @@ class KernelThrottle:
         self.mechanism: str | None = V1 if _v1_blkio() else (V2 if _v2_unified() else None)
         self.cgroup_dir: str | None = None
         self._origin_dir: str | None = None
+        self._taken_signals: list[int] = []
 
     @staticmethod
     def available(spec: ThrottleSpec, maj_min: str | None) -> tuple[bool, str]:
@@ -197,11 +172,6 @@ class KernelThrottle:
             return True, f"{V2} under {v2[0]}"
         return False, "no cgroup v1 blkio throttle and no cgroup v2 io controller on this machine"
 
-    @staticmethod
-    def cleanup_stale() -> list[str]:
-        """Same as the module-level ``cleanup_stale()``."""
-        return cleanup_stale()
-
     # -- enter / exit -------------------------------------------------------------------------------------------
     def __enter__(self) -> KernelThrottle:
         ok, reason = self.available(self.spec, self.maj_min)
@@ -210,21 +180,34 @@ class KernelThrottle:
         if self.cgroup_dir is not None:
             raise KernelThrottleError("this KernelThrottle is already active")
         cleanup_stale()
+        # SIGTERM/SIGHUP must run __exit__ like Ctrl-C does, or the cgroup outlives us with its limit set.
+        self._taken_signals = signals.install()
         with _deferred_signals():
+            atexit.register(self._undo)  # a caller that never leaves the context (or an exception in a thread)
             try:
                 if self.mechanism == V1:
                     self._enter_v1()
                 else:
                     self._enter_v2()
-            except OSError as e:
+            except BaseException as e:
                 self._undo()
-                raise KernelThrottleError(f"could not set up {self.mechanism} throttle for {self.maj_min}: {e}") from e
+                signals.restore(self._taken_signals)
+                self._taken_signals = []
+                if isinstance(e, OSError):
+                    raise KernelThrottleError(
+                        f"could not set up {self.mechanism} throttle for {self.maj_min}: {e}") from e
+                raise
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        with _deferred_signals():
-            self._undo()
+        try:
+            with _deferred_signals():
+                self._undo()
+        finally:
+            # Handlers we installed only for our lifetime go back (not those the CLI installed for the whole run).
+            signals.restore(self._taken_signals)
+            self._taken_signals = []
 
     def _make_dir(self, parent: str) -> str:
         base = f"profiler-{os.getpid()}"
@@ -277,6 +260,8 @@ class KernelThrottle:
         _write(os.path.join(self.cgroup_dir, "cgroup.procs"), str(os.getpid()))
 
     def _undo(self) -> None:
+        """Move every process back to the origin cgroup and remove ours. Idempotent; also the atexit hook."""
+        atexit.unregister(self._undo)
         if self.cgroup_dir is None:
             return
         cg, origin = self.cgroup_dir, self._origin_dir or os.path.dirname(self.cgroup_dir)

@@ -115,30 +115,46 @@ def measure_residency(paths: PathArg | Iterable[PathArg], max_files: int | None 
                       seed: int = 0) -> ResidencyReport:
     """Measure page-cache residency of ``paths`` (files; directories are walked).
 
-    With more than ``max_files`` files, a seeded random sample of ``max_files`` is checked and ``bytes_total`` is
+    With more than ``max_files`` entries, a seeded random sample of ``max_files`` is checked and ``bytes_total`` is
     estimated as (mean size of the sampled files that could be stat'ed) x ``files_total``. ``max_files=None`` checks
     everything.
+
+    Cost: one stat (and one mmap/mincore) per *checked* file only. A list of paths is sampled as given, without
+    looking at the other entries (a 1.28 M-file dataset used to cost 1.28 M extra stat calls per measurement); a
+    directory met among the checked entries is walked and its files checked in its place. A single directory argument
+    is walked first, as its files cannot be sampled without listing them.
     """
-    files = expand_paths(paths)
-    n = len(files)
     if max_files is not None and max_files < 1:
         raise ValueError(f"max_files must be >= 1 or None, got {max_files}")
+    if isinstance(paths, (str, os.PathLike)):
+        entries = expand_paths(paths)
+    else:
+        entries = [os.fspath(p) for p in paths]
+    n = len(entries)
     sampled = max_files is not None and n > max_files
     if sampled:
         assert max_files is not None
-        chosen = [files[i] for i in sorted(random.Random(seed).sample(range(n), max_files))]
+        chosen = [entries[i] for i in sorted(random.Random(seed).sample(range(n), max_files))]
     else:
-        chosen = files
+        chosen = entries
 
     stat_count = 0      # files whose size we know (including zero-byte ones): the base of the size estimate
     size_sum = 0
     files_checked = 0
     bytes_checked = 0
     bytes_resident = 0
-    for path in chosen:
+    extra_files = 0     # files found in directories among the entries, beyond the directory entry itself
+    queue = list(reversed(chosen))
+    while queue:
+        path = queue.pop()
         try:
             st = os.stat(path)
         except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            inner = expand_paths(path)
+            extra_files += len(inner) - 1
+            queue.extend(reversed(inner))
             continue
         if not stat.S_ISREG(st.st_mode):
             continue
@@ -164,11 +180,12 @@ def measure_residency(paths: PathArg | Iterable[PathArg], max_files: int | None 
         bytes_checked += size
         bytes_resident += res
 
+    files_total = n if sampled else n + extra_files
     if sampled:
-        bytes_total = round(size_sum / stat_count * n) if stat_count else 0
+        bytes_total = round(size_sum / stat_count * files_total) if stat_count else 0
     else:
         bytes_total = size_sum
     fraction = bytes_resident / bytes_checked if bytes_checked else 0.0
-    return ResidencyReport(files_total=n, files_checked=files_checked, bytes_total=bytes_total,
+    return ResidencyReport(files_total=files_total, files_checked=files_checked, bytes_total=bytes_total,
                            bytes_checked=bytes_checked, bytes_resident=bytes_resident, fraction=fraction,
                            sampled=sampled)

@@ -7,11 +7,18 @@ userspace throttle charges ``bytes/bandwidth + 1/iops`` per read (a seek, then a
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from profiler.errors import UserError
+
+#: Largest bandwidth a throttle may set: 1 TB/s. Why: it is ~15x a PCIe 5.0 x16 link (64 GB/s), more than any storage
+#: a DataLoader reads from; a larger "limit" limits nothing and risks overflowing the kernel's counters.
+MAX_BYTES_PER_S = 10**12
+#: Largest IOPS a throttle may set: 10 million. Why: the fastest NVMe drives reach ~2-3 M random-read IOPS at depth.
+MAX_IOPS = 10_000_000
 
 
 @dataclass(frozen=True)
@@ -27,8 +34,13 @@ class ThrottleSpec:
             raise ValueError("ThrottleSpec needs bytes_per_s or iops")
         for name in ("bytes_per_s", "iops"):
             v = getattr(self, name)
-            if v is not None and (not isinstance(v, int) or v <= 0):
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
                 raise ValueError(f"ThrottleSpec.{name} must be a positive int, got {v!r}")
+        # Never hand the kernel an absurd number (parse_throttle refuses these with a UserError first).
+        if self.bytes_per_s is not None and self.bytes_per_s > MAX_BYTES_PER_S:
+            raise ValueError(f"ThrottleSpec.bytes_per_s above {MAX_BYTES_PER_S}: {self.bytes_per_s}")
+        if self.iops is not None and self.iops > MAX_IOPS:
+            raise ValueError(f"ThrottleSpec.iops above {MAX_IOPS}: {self.iops}")
 
     def cost_s(self, nbytes: int) -> float:
         """Device time of one read of ``nbytes`` in the additive (seek + transfer) model of the userspace throttle."""
@@ -54,7 +66,7 @@ class ThrottleSpec:
 
 def format_rate(bytes_per_s: float) -> str:
     """Decimal units, 3 significant digits: 20000000 -> '20 MB/s'."""
-    for unit, scale in (("GB/s", 1e9), ("MB/s", 1e6), ("KB/s", 1e3)):
+    for unit, scale in (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6), ("KB/s", 1e3)):
         if bytes_per_s >= scale:
             return f"{bytes_per_s / scale:.3g} {unit}"
     return f"{bytes_per_s:.3g} B/s"
@@ -94,6 +106,8 @@ def parse_throttle(text: str) -> ThrottleSpec:
     silently invalidate the emulation.
     """
     raw = (text or "").strip()
+    if len(raw) > 100:
+        raise UserError(f"throttle is too long ({len(raw)} characters); expected {_EXAMPLES}")
     if not raw:
         raise UserError(f"empty throttle; expected {_EXAMPLES}")
     bps: int | None = None
@@ -109,13 +123,20 @@ def parse_throttle(text: str) -> ThrottleSpec:
             if bps is not None:
                 raise UserError(f"throttle {text!r} gives the bandwidth twice")
             value = float(m_bw.group(1)) * _UNITS[(m_bw.group(2) or "").upper()]
+            if not math.isfinite(value) or value > MAX_BYTES_PER_S:
+                raise UserError(f"throttle {item!r}: bandwidth above {format_rate(MAX_BYTES_PER_S)}, faster than "
+                                f"any storage; leave --throttle out for no limit")
             bps = round(value)
             if bps <= 0:
                 raise UserError(f"throttle {item!r}: bandwidth must be at least 1 B/s")
         elif m_io:
             if iops is not None:
                 raise UserError(f"throttle {text!r} gives the IOPS twice")
-            iops = round(float(m_io.group(1)) * (1000 if m_io.group(2) else 1))
+            value = float(m_io.group(1)) * (1000 if m_io.group(2) else 1)
+            if not math.isfinite(value) or value > MAX_IOPS:
+                raise UserError(f"throttle {item!r}: IOPS above {MAX_IOPS:,}, faster than any storage; leave "
+                                f"--throttle out for no limit")
+            iops = round(value)
             if iops <= 0:
                 raise UserError(f"throttle {item!r}: IOPS must be at least 1")
         else:
@@ -124,7 +145,11 @@ def parse_throttle(text: str) -> ThrottleSpec:
 
 
 def resolve_storage(throttle: str | None, storage: str | None) -> ThrottleSpec | None:
-    """Turn ``--throttle`` / ``--storage`` into a spec; None when neither is given."""
+    """Turn ``--throttle`` / ``--storage`` into a spec; None when neither is given (an empty string is an error)."""
+    if throttle is not None and not throttle.strip():
+        raise UserError(f"--throttle is empty; expected {_EXAMPLES}, or leave it out for no throttle")
+    if storage is not None and not storage.strip():
+        raise UserError(f"--storage is empty; choose one of: {', '.join(STORAGE_PRESETS)}")
     if throttle and storage:
         raise UserError("give either --throttle or --storage, not both")
     if throttle:

@@ -1,0 +1,215 @@
+"""Termination signals as exceptions, so a run stopped by a scheduler, `timeout` or a closed terminal keeps its record.
+
+Why: Python turns only SIGINT into an exception (KeyboardInterrupt). SIGTERM (what `kill`, `timeout` and job
+schedulers send) and SIGHUP (a closed terminal or ssh session) kill the process outright, so nothing in a ``finally``
+runs: no partial record, and a kernel-throttle cgroup stays behind. ``install()`` makes both raise ``Terminated``, a
+KeyboardInterrupt subclass, so every existing ``except KeyboardInterrupt`` / ``finally`` path handles them too.
+SIGINT still raises a plain KeyboardInterrupt, exactly as Python's own handler does; ``signal_number(exc)`` tells
+them apart. Note: an *uncaught* Terminated ends Python like a KeyboardInterrupt (status 130); the CLI catches it and
+returns ``exit_status(exc)`` instead.
+
+A second signal while the first is being handled (the user presses Ctrl-C again while the loader shuts down or the
+record is written) must not throw away what the first one is saving. Once an interrupt has been raised, further
+signals are remembered, not raised, and ``deferred()`` holds even the first one during a critical section (writing
+the record and reports), raising it after. The user keeps a way out: the ``FORCE_AFTER``-th signal is raised anyway.
+
+Exit status: ``exit_status(exc)`` is 128 + the signal number (130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP), the
+shell convention for "ended by signal N".
+"""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from types import FrameType
+
+#: The signals that end a run. SIGQUIT is left alone on purpose: its default core dump is what a user asks for with it.
+HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+#: The signal count at which we stop holding back. Why 3: "Ctrl-C twice" is a common reflex (and the issue's case) and
+#: must still leave a record; a third press is a deliberate "quit now", which a tool must never refuse.
+FORCE_AFTER = 3
+
+_NAMES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}
+
+
+class Terminated(KeyboardInterrupt):
+    """A termination signal received by the main thread; ``signum`` says which (SIGINT for Ctrl-C)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"interrupted by {describe(signum)}")
+        self.signum = int(signum)
+
+
+def describe(signum: int) -> str:
+    """Human name of a signal: 'Ctrl-C' for SIGINT, else its symbolic name ('SIGTERM')."""
+    try:
+        sig = signal.Signals(signum)
+    except ValueError:
+        return f"signal {signum}"
+    return _NAMES.get(sig, sig.name)
+
+
+def signal_number(exc: BaseException | None) -> int | None:
+    """The signal behind an exception: ``signum`` of a Terminated, SIGINT for a plain KeyboardInterrupt, else None."""
+    if isinstance(exc, Terminated):
+        return exc.signum
+    if isinstance(exc, KeyboardInterrupt):
+        return int(signal.SIGINT)
+    return None
+
+
+def exit_status(exc: BaseException | int | None = None) -> int:
+    """128 + signal number for an interrupt (130 for Ctrl-C); with nothing given, of the first signal received.
+
+    Returns 130 when no signal is known at all (a KeyboardInterrupt raised by code, not by a signal).
+    """
+    if isinstance(exc, int):
+        return 128 + exc
+    signum = signal_number(exc)
+    if signum is None and _state.received:
+        signum = _state.received[0]
+    return 128 + (signum if signum is not None else int(signal.SIGINT))
+
+
+@dataclass
+class _State:
+    received: list[int] = field(default_factory=list)  # every signal seen, in order
+    raised: bool = False  # an interrupt has been raised: the run is already stopping
+    depth: int = 0  # nesting of deferred()
+    noted: bool = False  # the "still saving" line was printed
+
+
+_state = _State()
+_installed = False
+
+
+def _note(state: _State) -> None:
+    """One line on stderr so a user pressing Ctrl-C again knows why nothing happened. os.write: safe in a handler."""
+    if state.noted:
+        return
+    state.noted = True
+    left = FORCE_AFTER - len(state.received)
+    try:
+        os.write(2, f"\nprofiler: still saving what was measured; press Ctrl-C {left} more time"
+                    f"{'s' if left != 1 else ''} to quit without it\n".encode())
+    except OSError:
+        pass  # no stderr (closed terminal after SIGHUP): the note is a courtesy only
+
+
+def interrupt(signum: int) -> KeyboardInterrupt:
+    """The exception for ``signum``: a plain KeyboardInterrupt for SIGINT (as Python's own), else ``Terminated``."""
+    return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+
+
+def _handler(signum: int, frame: FrameType | None) -> None:
+    st = _state
+    st.received.append(signum)
+    if len(st.received) >= FORCE_AFTER:
+        st.raised = True
+        raise interrupt(signum)
+    if st.depth > 0 or st.raised:
+        _note(st)
+        return
+    st.raised = True
+    raise interrupt(signum)
+
+
+def _is_default(handler: object, signum: int) -> bool:
+    return handler is signal.SIG_DFL or (signum == signal.SIGINT and handler is signal.default_int_handler)
+
+
+def install() -> list[int]:
+    """Make SIGINT, SIGTERM and SIGHUP raise ``Terminated`` in the main thread; returns the signals newly taken over.
+
+    Signals the process ignores (``nohup`` sets SIGHUP to SIG_IGN; a background job in a script ignores SIGINT) or
+    that someone else handles stay as they are: only default actions are replaced. Idempotent. Outside the main
+    thread nothing can be installed and the result is empty.
+    """
+    global _installed, _state
+    if threading.current_thread() is not threading.main_thread():
+        return []
+    taken = []
+    for sig in HANDLED:
+        if _is_default(signal.getsignal(sig), sig):
+            signal.signal(sig, _handler)
+            taken.append(int(sig))
+    if taken and not _installed:
+        _state = _State()  # a new run: forget signals a previous one received
+    _installed = _installed or bool(taken)
+    return taken
+
+
+def restore(taken: list[int] | None = None) -> None:
+    """Give back the default action of ``taken`` (all of ours when None); forget the state once none is ours.
+
+    For a library caller that installed the handlers only for a while (KernelThrottle does, for its lifetime).
+    """
+    global _installed, _state
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in HANDLED if taken is None else [signal.Signals(t) for t in taken]:
+        if signal.getsignal(sig) is _handler:
+            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+    if not any(signal.getsignal(s) is _handler for s in HANDLED):
+        _installed = False
+        _state = _State()
+
+
+def uninstall() -> None:
+    """Restore every default action and forget every signal received (tests)."""
+    restore(None)
+
+
+def received() -> list[int]:
+    """The signals received since ``install()``, in order (empty if none)."""
+    return list(_state.received)
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM/SIGHUP until the block ends, then raise the first one (if the run was not stopping already).
+
+    Use around work that must not be cut in half: writing run.json and the reports, changing cgroup membership.
+    With ``install()`` active this only marks the section; otherwise it swaps in temporary handlers (main thread
+    only; elsewhere it does nothing, since only the main thread can run Python signal handlers) and, after the block,
+    re-delivers each held signal to whatever handler the process had before.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    if _installed and any(signal.getsignal(s) is _handler for s in HANDLED):
+        with _marked():
+            yield
+        return
+    got: list[int] = []
+    old: dict[int, object] = {}
+    for sig in HANDLED:
+        prev = signal.getsignal(sig)
+        if prev is None or prev is signal.SIG_IGN:
+            continue  # installed from C (cannot be restored) or ignored: leave it
+        old[sig] = signal.signal(sig, lambda n, _f: got.append(n))
+    try:
+        yield
+    finally:
+        for sig, prev in old.items():
+            signal.signal(sig, prev)  # type: ignore[arg-type]
+        for n in got:
+            signal.raise_signal(n)
+
+
+@contextmanager
+def _marked() -> Iterator[None]:
+    st = _state
+    st.depth += 1
+    try:
+        yield
+    finally:
+        st.depth -= 1
+    # Reached only when the block ended normally: an exception from it propagates instead of this.
+    if st.depth == 0 and st.received and not st.raised:
+        st.raised = True
+        raise interrupt(st.received[0])
