@@ -84,7 +84,11 @@ def cpu_util_in_window(samples: dict[str, Any], start_s: float, end_s: float) ->
 
 
 def build_context(rec: Any, t: Tables, stages: dict[str, Any]) -> Context:
-    cfg, env, win = rec.config, rec.environment, rec.window
+    cfg, env, win = dict(rec.config), rec.environment, rec.window
+    loader = (getattr(rec, "job", None) or {}).get("loader") or {}
+    if loader:  # a user's job: its DataLoader, not our options, says how it loaded
+        cfg.update(workers=loader.get("num_workers") or 0, batch_size=loader.get("batch_size") or 1,
+                   pin_memory=loader.get("pin_memory"))
     window_s = float(win.get("seconds", 0.0))
     samples = int(np.sum(t.steps["samples"])) if "samples" in t.steps else 0
     sp = t.spans
@@ -117,6 +121,6 @@ def build_context(rec: Any, t: Tables, stages: dict[str, Any]) -> Context:
         dataset_bytes=int(rec.dataset.get("total_bytes", 0) or 0),
         ram_available_bytes=int(ram) if ram else None,
         pin_memory=bool(cfg.get("pin_memory")), amp=bool(cfg.get("amp")), mode=str(cfg.get("mode", "train")),
-        model=str(cfg.get("model", "")), augment=str(cfg.get("augment", "")), image_size=int(cfg.get("image_size", 224)),
+        model=str(cfg.get("model") or ""), augment=str(cfg.get("augment", "")), image_size=int(cfg.get("image_size", 224)),
         page_cache_hit=(rec.storage or {}).get("page_cache_hit_fraction"),
     )

@@ -17,12 +17,8 @@ from torch.utils.data import Dataset, Sampler
 from ..instrument.substages import stage
 from ..instrument.worker import report_skipped
 from ..storage.residency import file_resident_bytes
+from .data import bounded_read
 from .job import OutOfDeviceMemory
-
-# A file larger than this is not an image the pipeline should read whole (a symlink to /dev/zero, a stray archive):
-# it is skipped with this reason instead of exhausting a worker's memory. 1 GiB is ~10x the largest real photos.
-MAX_FILE_BYTES = 1 << 30
-
 
 class StreamBatchSampler(Sampler):
     """Full batches from a continuous stream of per-epoch shuffles: no short last batch, no worker restart per epoch
@@ -75,13 +71,12 @@ class ImageDataset(Dataset):
         return os.fsdecode(self._paths[self._offsets[index]:self._offsets[index + 1]].tobytes())
 
     def _read(self, path: str) -> bytes:
-        with open(path, "rb") as f:
+        # O_NONBLOCK: a FIFO swapped in after the scan must not block the open (bounded_read then refuses it).
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if self.read_hook is not None:
                 cold = size - (file_resident_bytes(f.fileno(), size) or 0)
-            data = f.read(MAX_FILE_BYTES + 1)
-        if len(data) > MAX_FILE_BYTES:
-            raise OSError(f"larger than {MAX_FILE_BYTES >> 20} MiB")
+            data = bounded_read(f)
         if self.read_hook is not None and cold > 0:
             self.read_hook.charge(cold)
         return data

@@ -78,8 +78,8 @@ def run_session(job: Callable[[], Any], session: Session, sampler: Any = None,
             raise  # bad input found while starting (e.g. the profiler's own checks): exit 2, not a failed run
         outcome = Outcome("failed", e)
     finally:
-        if sampler is not None:
-            session.samples = sampler.stop()  # type: ignore[attr-defined]
+        if sampler is not None and not session.samples:  # then='continue' stopped it when the window closed
+            session.samples = sampler.stop()
     if outcome.status == "ended" and session.closed and session.measured_steps >= session.steps:
         outcome.status = "window closed"  # then='continue': the window closed and the job finished by itself
     return outcome

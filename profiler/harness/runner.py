@@ -15,7 +15,7 @@ from typing import Any, Callable
 import torch
 from torch.utils.data import DataLoader
 
-from ..config import AUGMENTS, CACHE_MODES, MODES, THROTTLE_MECHANISMS, RunConfig
+from ..config import RunConfig
 from ..errors import UserError
 from ..record import RunRecord
 from .data import DatasetIndex, ensure_sample_dataset, scan_dataset
@@ -25,30 +25,6 @@ from .transforms import build_transform
 
 # Residency is checked on at most this many files (a seeded sample beyond): mincore on 100k files would take seconds.
 RESIDENCY_MAX_FILES = 2000
-
-
-def validate_config(c: RunConfig) -> None:
-    """Reject bad options before anything is started (UserError → exit 2)."""
-    if c.workers < 0:
-        raise UserError(f"--workers must be >= 0 (got {c.workers})")
-    if c.batch_size <= 0:
-        raise UserError(f"--batch-size must be > 0 (got {c.batch_size})")
-    if c.steps <= 0:
-        raise UserError(f"--steps must be > 0 (got {c.steps})")
-    if c.warmup < 0:
-        raise UserError(f"--warmup must be >= 0 (got {c.warmup})")
-    if c.image_size < 16:
-        raise UserError(f"--image-size must be >= 16 pixels (got {c.image_size})")
-    if c.prefetch_factor < 1:
-        raise UserError(f"--prefetch-factor must be >= 1 (got {c.prefetch_factor})")
-    if c.mode not in MODES:
-        raise UserError(f"--mode must be one of {', '.join(MODES)} (got {c.mode!r})")
-    if c.augment not in AUGMENTS:
-        raise UserError(f"--augment must be one of {', '.join(AUGMENTS)} (got {c.augment!r})")
-    if c.cache not in CACHE_MODES:
-        raise UserError(f"--cache must be one of {', '.join(CACHE_MODES)} (got {c.cache!r})")
-    if c.throttle_mechanism not in THROTTLE_MECHANISMS:
-        raise UserError(f"--throttle-mechanism must be one of {', '.join(THROTTLE_MECHANISMS)}")
 
 
 def resolve_device(spec: str) -> torch.device:
@@ -68,20 +44,11 @@ def resolve_device(spec: str) -> torch.device:
     return dev
 
 
-def default_out_dir(c: RunConfig) -> Path:
+def default_run_name(c: RunConfig, script: str | None = None) -> str:
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path(c.out) / f"{stamp}_{c.model}_w{c.workers}_b{c.batch_size}"
-
-
-def prepare_out(path: Path) -> Path:
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as e:
-        raise UserError(f"--out {path}: cannot create or write there ({e.strerror or e})") from None
-    return path
+    if script:
+        return f"{stamp}_{Path(script).stem}"
+    return f"{stamp}_{c.model}_w{c.workers}_b{c.batch_size}"
 
 
 def check_input_size(model: torch.nn.Module, name: str, image_size: int) -> None:
@@ -109,7 +76,7 @@ class Prepared:
 
 
 def prepare(c: RunConfig, on_sample_progress: Callable[[int, int], None] | None = None) -> Prepared:
-    validate_config(c)
+    c.validate()
     device = resolve_device(c.device)
     normalize_model_name(c.model)  # an unknown name fails here, before any data work
     if c.data:
@@ -127,13 +94,17 @@ def prepare(c: RunConfig, on_sample_progress: Callable[[int, int], None] | None 
 
 
 def _storage_setup(p: Prepared) -> tuple[dict[str, Any], Any, Any]:
-    """Storage facts, cache control and throttling; returns (storage section, context manager, read hook)."""
-    from ..storage import cache, device as sdev, residency, throttle as thr
+    return storage_setup(p.index.root, p.index.files, p.config, userspace_ok=True)
 
-    c = p.config
-    info = sdev.describe_storage(p.index.root)
+
+def storage_setup(root: str, files: list[str], c: RunConfig, userspace_ok: bool) -> tuple[dict[str, Any], Any, Any]:
+    """Storage facts, cache control and throttling of the files under ``root``; returns (storage section, context
+    manager, read hook). ``userspace_ok``: whether the job reads through our read hook (only the built-in dataset
+    does; a user's script can be slowed by the kernel throttle alone)."""
+    from ..storage import cache, device as sdev, throttle as thr
+
+    info = sdev.describe_storage(root)
     section: dict[str, Any] = {"device": info.to_dict(), "cache_mode": c.cache}
-    files = p.index.files
     if c.cache == "cold":
         section["evicted_files"] = cache.evict(files)
     elif c.cache == "warm":
@@ -147,6 +118,9 @@ def _storage_setup(p: Prepared) -> tuple[dict[str, Any], Any, Any]:
             raise UserError(f"--throttle-mechanism kernel: not available here ({why})")
         if c.throttle_mechanism == "userspace":
             ok, why = False, "userspace emulation requested"
+        if not ok and not userspace_ok:
+            raise UserError(f"--storage/--throttle on a script needs the kernel throttle, which is not available here "
+                            f"({why}); the userspace emulation works only for the built-in pipeline's reads")
         if ok:
             ctx = thr.KernelThrottle(spec, info.maj_min)
             section["throttle"] = {**spec.to_dict(), "mechanism": ctx.mechanism, "maj_min": info.maj_min}
@@ -189,7 +163,7 @@ def execute(p: Prepared, on_step: Callable | None = None) -> RunRecord:
     rec = build_record(session, outcome, JobSpec("builtin", then="exit"), config=c.to_dict(), environment=env,
                        compute_device=_compute_device(p.device, env), dataset={**p.index.to_dict(),
                                                                                  "sample": p.sample_data},
-                       storage=storage, memory=memory)
+                       storage=storage, memory=memory, extra_skipped=list(p.index.skipped))
     rec.outcome = outcome  # type: ignore[attr-defined]  # not serialised: the CLI's exit status
     return rec
 

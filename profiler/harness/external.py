@@ -1,0 +1,155 @@
+"""Profile a user's own job: ``run train.py``, ``run -m pkg.train`` and the ``profiler.profile()`` API.
+
+The job runs in this process, unchanged, as ``__main__`` (``runpy``: ``sys.argv`` and ``sys.path[0]`` as Python
+sets them, so classes defined in the script pickle for spawn/forkserver workers exactly as under ``python
+train.py``). The Session (profiler/instrument/) profiles the first DataLoader the job iterates. When the window
+closes, the record is written and the job is stopped (``then='exit'``) or left to finish unprofiled
+(``then='continue'``).
+"""
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import UserError
+from ..instrument.session import Session
+from ..record import RunRecord
+from .job import JobSpec, Outcome, build_record, run_session
+
+# A --data folder for a script is listed (for cache control and residency) up to this many files: beyond, the
+# scan itself would cost minutes on network storage, and residency samples a few thousand files anyway.
+MAX_LISTED_FILES = 2_000_000
+
+
+def list_files(root: str) -> list[str]:
+    """Regular files under ``root`` (any kind: a script's data is not only images), sorted, bounded."""
+    p = Path(root)
+    if not p.is_dir():
+        raise UserError(f"--data {root}: no such directory")
+    out: list[str] = []
+    seen: set[tuple[int, int]] = set()
+    for dirpath, dirnames, filenames in os.walk(p, followlinks=True):
+        st = os.stat(dirpath)
+        if (st.st_dev, st.st_ino) in seen:
+            dirnames[:] = []
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        dirnames.sort()
+        for name in sorted(filenames):
+            f = os.path.join(dirpath, name)
+            if os.path.isfile(f):
+                out.append(f)
+                if len(out) >= MAX_LISTED_FILES:
+                    return out
+    return out
+
+
+def resolve_target(target: str, is_module: bool) -> str:
+    """Check the script or module exists before anything starts (exit 2 otherwise); returns its path."""
+    if is_module:
+        import importlib.util
+
+        try:
+            spec = importlib.util.find_spec(target)
+        except (ImportError, ValueError) as e:
+            raise UserError(f"-m {target}: cannot import it ({e})") from None
+        if spec is None:
+            raise UserError(f"-m {target}: no module of that name (is its package on the path?)")
+        return spec.origin or target
+    p = Path(target)
+    if not p.is_file():
+        raise UserError(f"{target}: no such script")
+    return str(p.resolve())
+
+
+def script_job(target: str, args: list[str], is_module: bool) -> Callable[[], Any]:
+    """A callable that runs the script (or module) as ``__main__`` with its own argv and sys.path[0]."""
+    def job() -> None:
+        saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
+        try:
+            if is_module:
+                sys.argv = [target, *args]
+                sys.path.insert(0, os.getcwd())
+                runpy.run_module(target, run_name="__main__", alter_sys=True)
+            else:
+                sys.argv = [target, *args]
+                sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
+                runpy.run_path(target, run_name="__main__")
+        finally:
+            sys.argv = saved_argv
+            if sys.path and saved_path0 is not None:
+                sys.path.pop(0)
+
+    return job
+
+
+def print_user_traceback(e: BaseException, file: Any = None) -> None:
+    """The job's exception as Python would show it for ``python train.py``: without the profiler's own frames."""
+    tb = e.__traceback__
+    ours = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "runpy.py", "<frozen runpy>")
+    while tb is not None and (tb.tb_frame.f_code.co_filename.startswith(ours[0])
+                              or tb.tb_frame.f_code.co_filename.endswith(ours[1:])):
+        tb = tb.tb_next
+    traceback.print_exception(type(e), e, tb, file=file or sys.stderr)
+
+
+class ExternalRun:
+    """Everything around a Session for a job we did not write: sampler, environment, storage facts, the record."""
+
+    def __init__(self, spec: JobSpec, warmup: int, steps: int, config: dict, data: str | None = None,
+                 storage: tuple[dict, Any] | None = None, sample_interval_s: float = 0.1,
+                 on_step: Callable | None = None, on_window_closed: Callable[[RunRecord], None] | None = None):
+        from ..samplers.background import Sampler
+
+        self.spec, self.config, self.data = spec, config, data
+        self.t0 = time.perf_counter_ns()
+        self.storage, self.throttle_ctx = storage if storage else (None, None)
+        disk = ((self.storage or {}).get("device") or {}).get("disk")
+        self.sampler = Sampler(t0_ns=self.t0, interval_s=sample_interval_s, disk=disk)
+        self.on_window_closed = on_window_closed
+        self.session = Session(warmup, steps, then=spec.then, t0_ns=self.t0, on_step=on_step,
+                               on_first_pid=lambda pid, w: self.sampler.label_pid(pid, "worker", w) if w >= 0 else None,
+                               on_window_closed=self._window_closed if spec.then == "continue" else None)
+        self.record: RunRecord | None = None
+
+    def _window_closed(self, session: Session) -> None:
+        """then='continue': write the record now; the job goes on unprofiled."""
+        self.session.samples = self.sampler.stop()
+        self.record = self._build(Outcome("window closed"))
+        if self.on_window_closed is not None:
+            self.on_window_closed(self.record)
+
+    def run(self, job: Callable[[], Any]) -> tuple[RunRecord | None, Outcome]:
+        outcome = run_session(job, self.session, self.sampler if not self.record else None, self.throttle_ctx)
+        if self.record is not None:  # already written when the window closed
+            return self.record, outcome
+        if not self.session.rows and self.session.loader is None:
+            return None, outcome
+        self.session.samples = getattr(self.session, "samples", None) or {}
+        return self._build(outcome), outcome
+
+    def _build(self, outcome: Outcome) -> RunRecord:
+        from ..samplers.environment import probe_environment
+
+        env = probe_environment(gpu_index=None)
+        storage = dict(self.storage) if self.storage else None
+        if storage is not None:
+            env["storage"] = storage.get("device")
+            env["residency_start"] = storage.get("residency_start")
+        import torch
+
+        cuda = self.session.device_timing == "cuda events"
+        dev = {"type": "cuda" if cuda else "cpu", "index": torch.cuda.current_device() if cuda else None,
+               "name": torch.cuda.get_device_name() if cuda else ((env.get("cpu") or {}).get("model") or "CPU")}
+        dataset: dict[str, Any] = {"root": self.data, "sample": False}
+        if self.storage and self.storage.get("files"):
+            dataset.update(files=self.storage["files"], total_bytes=self.storage.get("total_bytes", 0))
+        if self.session.loader is not None:
+            dataset["class"] = self.session.loader.dataset_class
+        return build_record(self.session, outcome, self.spec, config=self.config, environment=env,
+                            compute_device=dev, dataset=dataset, storage=storage, memory=None)
