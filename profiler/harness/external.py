@@ -9,7 +9,6 @@ closes, the record is written and the job is stopped (``then='exit'``) or left t
 from __future__ import annotations
 
 import os
-import runpy
 import sys
 import time
 import traceback
@@ -68,22 +67,47 @@ def resolve_target(target: str, is_module: bool) -> str:
 
 
 def script_job(target: str, args: list[str], is_module: bool) -> Callable[[], Any]:
-    """A callable that runs the script (or module) as ``__main__`` with its own argv and sys.path[0]."""
+    """A callable that runs the script (or module) as ``__main__``, as ``python SCRIPT`` / ``python -m`` would.
+
+    The code runs in a fresh module registered as both ``__main__`` and ``__mp_main__`` while it runs: classes it
+    defines then pickle by reference for spawn/forkserver workers and unpickle in this process (multiprocessing
+    aliased ``__mp_main__`` to the profiler's own ``__main__`` when it was first imported).
+    """
     def job() -> None:
-        saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
+        import builtins
+        import importlib.util
+        import types
+
+        saved_argv, saved_mods = sys.argv[:], {k: sys.modules.get(k) for k in ("__main__", "__mp_main__")}
+        mod = types.ModuleType("__main__")
+        mod.__dict__["__builtins__"] = builtins
+        if is_module:
+            spec = importlib.util.find_spec(target)
+            if spec is not None and spec.submodule_search_locations is not None:  # a package: run its __main__
+                spec = importlib.util.find_spec(f"{target}.__main__")
+            if spec is None or spec.loader is None:
+                raise UserError(f"-m {target}: cannot run it")
+            code = spec.loader.get_code(spec.name)  # type: ignore[attr-defined]
+            mod.__file__, mod.__spec__, mod.__loader__ = spec.origin, spec, spec.loader
+            mod.__package__ = spec.parent
+            sys.argv = [spec.origin or target, *args]
+            sys.path.insert(0, os.getcwd())
+        else:
+            path = os.path.abspath(target)
+            with open(path, "rb") as f:
+                code = compile(f.read(), target, "exec")
+            mod.__file__, mod.__spec__, mod.__loader__, mod.__package__ = target, None, None, None
+            sys.argv = [target, *args]
+            sys.path.insert(0, os.path.dirname(path))
+        sys.modules["__main__"] = sys.modules["__mp_main__"] = mod
         try:
-            if is_module:
-                sys.argv = [target, *args]
-                sys.path.insert(0, os.getcwd())
-                runpy.run_module(target, run_name="__main__", alter_sys=True)
-            else:
-                sys.argv = [target, *args]
-                sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
-                runpy.run_path(target, run_name="__main__")
+            exec(code, mod.__dict__)
         finally:
             sys.argv = saved_argv
-            if sys.path and saved_path0 is not None:
-                sys.path.pop(0)
+            sys.path.pop(0)
+            for k, v in saved_mods.items():
+                if v is not None:
+                    sys.modules[k] = v
 
     return job
 
