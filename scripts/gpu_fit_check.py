@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from profiler.harness.models import build_model  # noqa: E402
-from profiler.memory.estimate import estimate_memory  # noqa: E402
+from profiler.fit.estimate import estimate_memory  # noqa: E402
 
 CASES = [(m, b, mode) for m in ("resnet18", "resnet50") for b in (32, 64) for mode in ("train", "infer")]
 

@@ -8,12 +8,16 @@ import pytest
 import torch
 
 from profiler.errors import UserError
-from profiler.memory.estimate import (
-    CUDA_CONTEXT_BYTES, FRAGMENTATION_FRACTION, LIBRARY_WORKSPACE_BYTES, estimate_memory, max_batch_size,
-    oom_recommendations,
+from profiler.fit.advice import oom_recommendations
+from profiler.fit.command import NO_GPU_NOTE, add_fit_arguments, run_fit
+from profiler.fit.estimate import (
+    CUDA_CONTEXT_BYTES,
+    FRAGMENTATION_FRACTION,
+    LIBRARY_WORKSPACE_BYTES,
+    estimate_memory,
+    max_batch_size,
 )
-from profiler.memory.fit_cli import NO_GPU_NOTE, add_fit_arguments, run_fit
-from profiler.memory.sizes import GIB, GPU_PRESETS, MIB, parse_size, resolve_gpu_mem
+from profiler.fit.sizes import GIB, GPU_PRESETS, MIB, parse_size, resolve_gpu_mem
 
 R18_PARAMS = 11_689_512
 R50_PARAMS = 25_557_032
