@@ -2,7 +2,7 @@
 # Device check: run the CUDA paths of profiler on a real NVIDIA GPU and check figures that would catch their bugs.
 #   PYTHONPATH=. bash scripts/gpu_check.sh [OUT_DIR]
 # One line per check (PASS/FAIL with its figure), last line `gpu_check: N/M`. Every sub-run has its own `timeout`;
-# the budgets add up to 420 s, so one call fits in one device command (600 s) with room for start-up. What each
+# the budgets add up to 415 s, so one call fits in one device command (600 s) with room for start-up. What each
 # check verifies and why: docs/gpu.md.
 set -u
 OUT=${1:-${OUT:-/tmp/gpu_check}}
@@ -22,7 +22,7 @@ timeout 20 $PY -c "import torch; assert torch.cuda.is_available(); print(torch._
 rc=$?
 [ $rc = 0 ] && echo "PASS cuda_available: $(tail -1 "$OUT/cuda.log")" || echo "FAIL cuda_available: $(tail -1 "$OUT/cuda.log")"
 tally $rc
-timeout 20 $PY datasets/make_sample.py "$OUT/data" --count 600 >/dev/null 2>&1 || echo "   (sample data: exit $?)"
+timeout 30 $PY datasets/make_sample.py "$OUT/data" --count 400 --size 320x240 >/dev/null 2>&1 || echo "   (sample data: exit $?)"
 
 prun() {  # budget_s, name, profiler run args...: the built-in pipeline on the sample data
   local budget=$1 name=$2; shift 2
@@ -33,7 +33,7 @@ prun() {  # budget_s, name, profiler run args...: the built-in pipeline on the s
 
 # (a) a planted input stall of known length, measured on the device timeline (user script, workers 0)
 SLEEP=0.2; EVERY=5
-timeout 50 $PY -m profiler run --device cuda --steps 40 --warmup 5 --no-progress --out "$OUT/stall" \
+timeout 45 $PY -m profiler run --device cuda --steps 40 --warmup 5 --no-progress --out "$OUT/stall" \
     scripts/gpu_jobs/planted_stall.py --sleep $SLEEP --every $EVERY > "$OUT/stall.log" 2>&1
 echo "   (stall: exit $?, log $OUT/stall.log)"
 $V stall "$OUT/stall" --sleep $SLEEP --every $EVERY; tally $?
@@ -42,7 +42,7 @@ $V stall "$OUT/stall" --sleep $SLEEP --every $EVERY; tally $?
 timeout 25 $V h2d; tally $?
 
 # (c) fit's estimate within 10 % of the measured peak (net of baseline), resnet18 and resnet50, batch 32, train
-timeout 80 $PY scripts/gpu_fit_check.py --models resnet18,resnet50 --batch 32 --modes train > "$OUT/fit.log" 2>&1
+timeout 75 $PY scripts/gpu_fit_check.py --models resnet18,resnet50 --batch 32 --modes train > "$OUT/fit.log" 2>&1
 rc=$?
 line=$(tail -1 "$OUT/fit.log")
 [ $rc = 0 ] && echo "PASS fit_vs_peak: $line" || echo "FAIL fit_vs_peak: $line (exit $rc; $OUT/fit.log)"
@@ -64,7 +64,7 @@ prun 40 workers0 --model resnet18 --batch-size 32 --workers 0 --device cuda --st
 $V timing "$OUT/workers0" workers0 --workers 0; tally $?
 
 # (g) the GPU-marked tests
-timeout 55 $PY -m pytest -q -m gpu tests > "$OUT/pytest.log" 2>&1
+timeout 50 $PY -m pytest -q -m gpu tests > "$OUT/pytest.log" 2>&1
 rc=$?
 summary=$(tail -1 "$OUT/pytest.log")
 [ $rc = 0 ] && echo "PASS gpu_tests: $summary" || echo "FAIL gpu_tests: $summary (exit $rc; $OUT/pytest.log)"
