@@ -264,14 +264,15 @@ def test_cuda_measurement_agrees_with_cpu_measurement() -> None:
 ])
 def test_fit_cli_bad_input_is_one_line_and_exit_2(extra: list[str], tmp_path) -> None:
     """Through the real CLI entry point: one line on stderr, exit 2, nothing measured (so it returns at once)."""
+    import os
     import subprocess
     import sys
 
     (tmp_path / "FILE").write_text("a file, not a folder")
     argv = [sys.executable, "-m", "profiler", "fit", "--model", "resnet18", "--batch-size", "4", "--device", "cpu",
             *[a.replace("FILE", str(tmp_path / "FILE")) for a in extra]]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tmp_path,
-                          env={**__import__("os").environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tmp_path, check=False,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("profiler: error:"), done.stderr
