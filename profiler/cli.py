@@ -142,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DIR", help="output folder (default: reports/compare-<time>)")
     p.add_argument("--force", action="store_true", help="compare runs of different model or batch size anyway")
     p = sub.add_parser("fit", help="will it fit? device memory breakdown and the largest batch size")
-    from .memory.fit_cli import add_fit_arguments
+    from .fit.command import add_fit_arguments
     add_fit_arguments(p)
     return ap
 
@@ -345,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "compare":
             return cmd_compare(args)
         if args.command == "fit":
-            from .memory.fit_cli import run_fit
+            from .fit.command import run_fit
             return run_fit(args)
     except UserError as e:
         print(f"profiler: error: {e}", file=sys.stderr)

@@ -15,8 +15,13 @@ requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs 
 
 
 def run_profile(**kw) -> object:
-    """Run a real profile (DataLoader, workers, model) and analyse it."""
+    """Run a real profile (DataLoader, workers, model) and analyse it.
+
+    On the CPU unless the test says otherwise: the tests assert CPU behaviour (host timing, no device memory), and
+    "auto" would pick a GPU on a machine that has one and fail them there.
+    """
     kw.setdefault("out", "unused")
+    kw.setdefault("device", "cpu")
     c = RunConfig(**kw)
     rec = execute(prepare(c))
     return analyze(rec)

@@ -3,17 +3,23 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 import pytest
 import torch
 
 from profiler.errors import UserError
-from profiler.memory.estimate import (
-    CUDA_CONTEXT_BYTES, FRAGMENTATION_FRACTION, LIBRARY_WORKSPACE_BYTES, estimate_memory, max_batch_size,
-    oom_recommendations,
+from profiler.fit.advice import oom_recommendations
+from profiler.fit.command import NO_GPU_NOTE, add_fit_arguments, run_fit
+from profiler.fit.estimate import (
+    CUDA_CONTEXT_BYTES,
+    FRAGMENTATION_FRACTION,
+    LIBRARY_WORKSPACE_BYTES,
+    estimate_memory,
+    max_batch_size,
 )
-from profiler.memory.fit_cli import NO_GPU_NOTE, add_fit_arguments, run_fit
-from profiler.memory.sizes import GIB, GPU_PRESETS, MIB, parse_size, resolve_gpu_mem
+from profiler.fit.measure import MemoryProbe, is_out_of_memory, measure_line, net_line
+from profiler.fit.sizes import GIB, GPU_PRESETS, MIB, parse_size, resolve_gpu_mem
 
 R18_PARAMS = 11_689_512
 R50_PARAMS = 25_557_032
@@ -231,10 +237,14 @@ def test_run_fit_without_gpu_says_so(capsys) -> None:
     ["--model", "resnet18", "--batch-size", "4", "--precision", "int8"],
     ["--model", "resnet_huge", "--batch-size", "4"],
     ["--model", "resnet18", "--batch-size", "4", "--image-size", "0"],
+    ["--model", "resnet18", "--batch-size", "4", "--image-size", "100000"],
+    ["--model", "resnet18", "--batch-size", "4", "--gpu-mem", "99999999999999999999TiB"],
+    ["--model", "resnet18", "--batch-size", "4", "--num-classes", "0"],
+    ["--model", "resnet18", "--batch-size", "4", "--device", "tpu"],
 ])
 def test_run_fit_bad_input_is_a_user_error(argv: list[str], tmp_path) -> None:
     with pytest.raises(UserError):
-        run_fit(_parse([*argv, "--json", "--out", str(tmp_path)]))
+        run_fit(_parse(["--device", "cpu", *argv, "--json", "--out", str(tmp_path)]))
 
 
 @pytest.mark.gpu
@@ -244,3 +254,97 @@ def test_cuda_measurement_agrees_with_cpu_measurement() -> None:
     gpu = estimate_memory("resnet18", 64, image_size=128, device="cuda")
     assert gpu.method.startswith("cuda-peak")
     assert 0.6 < gpu.activations_bytes / cpu.activations_bytes < 1.6
+
+
+@pytest.mark.parametrize("extra", [
+    ["--image-size", "100000"],
+    ["--gpu-mem", "99999999999999999999TiB"],
+    ["--out", "FILE"],
+    ["--out", "FILE/sub"],
+])
+def test_fit_cli_bad_input_is_one_line_and_exit_2(extra: list[str], tmp_path) -> None:
+    """Through the real CLI entry point: one line on stderr, exit 2, nothing measured (so it returns at once)."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "FILE").write_text("a file, not a folder")
+    argv = [sys.executable, "-m", "profiler", "fit", "--model", "resnet18", "--batch-size", "4", "--device", "cpu",
+            *[a.replace("FILE", str(tmp_path / "FILE")) for a in extra]]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tmp_path, check=False,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("profiler: error:"), done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+def test_net_line_subtracts_each_baseline() -> None:
+    # 1 MiB per sample, 3 MiB fixed, measured on top of different baselines (weights, then weights + workspace)
+    points = [(8, 100 * MIB + 3 * MIB + 8 * MIB, 100 * MIB), (16, 132 * MIB + 3 * MIB + 16 * MIB, 132 * MIB)]
+    assert net_line(points) == (MIB, 3 * MIB)
+    # a least-squares fit through three exact points is the same line
+    assert net_line([*points, (32, 7 * MIB + 3 * MIB + 32 * MIB, 7 * MIB)]) == (MIB, 3 * MIB)
+    # never a negative slope or intercept
+    assert net_line([(8, 10, 0), (16, 5, 0)]) == (0, 8)
+    with pytest.raises(ValueError):
+        net_line([(8, 10, 0), (8, 12, 0)])
+
+
+class _FakeAllocator:
+    """A device allocator's counters, and a step that creates a library workspace on its first call and keeps it
+    (as cuBLAS does on a GPU): what measure_line must not count as activations."""
+
+    WORKSPACE = 32 * MIB
+    PER_SAMPLE = 8 * MIB
+    FIXED = 5 * MIB
+
+    def __init__(self) -> None:
+        self.now = 200 * MIB  # weights
+        self.high = self.now
+        self.workspace = False
+
+    def probe(self) -> MemoryProbe:
+        def reset() -> None:
+            self.high = self.now
+        return MemoryProbe(allocated=lambda: self.now, peak=lambda: self.high, reset_peak=reset, sync=lambda: None)
+
+    def _alloc(self, n: int) -> None:
+        self.now += n
+        self.high = max(self.high, self.now)
+
+    def step(self, batch: int) -> None:
+        if not self.workspace:
+            self.workspace = True
+            self._alloc(self.WORKSPACE)
+        act = self.FIXED + self.PER_SAMPLE * batch
+        self._alloc(act)
+        self.now -= act
+
+
+def test_measure_line_with_warmup_is_exact_despite_a_lazy_workspace() -> None:
+    dev = _FakeAllocator()
+    points = measure_line(dev.step, (8, 16), dev.probe())
+    assert net_line(points) == (dev.PER_SAMPLE, dev.FIXED)
+
+
+def test_measure_line_without_warmup_shows_the_bug_it_prevents() -> None:
+    # the first measurement carries the workspace, the second has it in its baseline: slope low by 32 MiB / 8
+    dev = _FakeAllocator()
+    per_sample, _ = net_line(measure_line(dev.step, (8, 16), dev.probe(), warmup=False))
+    assert per_sample == dev.PER_SAMPLE - dev.WORKSPACE // 8
+
+
+def test_out_of_memory_is_recognised() -> None:
+    assert is_out_of_memory(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert is_out_of_memory(RuntimeError("CUDA error: out of memory"))
+    assert is_out_of_memory(RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate "
+                                         "memory: you tried to allocate 1099511627776 bytes"))
+    assert not is_out_of_memory(RuntimeError("Given groups=1, weight of size [64, 3, 7, 7], expected input"))
+    assert not is_out_of_memory(ValueError("out of memory"))
+
+
+def test_googlenet_train_measures_through_its_named_tuple_output() -> None:
+    # googlenet returns GoogLeNetOutputs in train mode: the measurement must take its logits, not fail
+    bd = estimate_memory("googlenet", 2, mode="train", image_size=SMALL, device="cpu")
+    assert bd.activations_per_sample_bytes > 0

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from profiler.errors import UserError
-from profiler.harness.models import TinyCNN, build_model, model_names
+from profiler.harness.models import TinyCNN, amp_dtype, build_model, model_names, needs_grad_scaler, primary_output
 
 
 @pytest.mark.parametrize("size", [32, 224])
@@ -62,3 +62,62 @@ def test_unknown_model_is_a_user_error(bad: str) -> None:
 def test_bad_num_classes_is_a_user_error() -> None:
     with pytest.raises(UserError):
         build_model("tiny", num_classes=0)
+
+
+def test_primary_output_of_the_containers_models_return() -> None:
+    logits = torch.randn(2, 5)
+    aux = torch.randn(2, 5)
+    assert primary_output(logits) is logits
+    assert primary_output((logits, aux)) is logits
+    assert primary_output([None, logits]) is logits
+    assert primary_output({"out": logits, "aux": aux}) is logits
+    assert primary_output({"logits": logits}) is logits
+    assert primary_output({"features": logits, "other": aux}) is logits  # the first tensor
+    assert primary_output(((logits,), aux)) is logits
+
+    class ModelOutput(dict):  # Hugging Face style: a mapping with a .logits attribute
+        logits = None
+
+    hf = ModelOutput(loss=aux)
+    hf.logits = logits
+    assert primary_output(hf) is logits
+    with pytest.raises(UserError, match="no tensor"):
+        primary_output({"a": 1, "b": "x"})
+    with pytest.raises(UserError):
+        primary_output(None)
+
+
+@pytest.mark.parametrize("name", ["googlenet", "inception_v3"])
+def test_primary_output_of_googlenet_and_inception_in_train_mode(name: str) -> None:
+    # both return a named tuple of (logits, aux logits...) in train mode; the loss needs the logits
+    model = build_model(name, num_classes=6).train()
+    size = 299 if name == "inception_v3" else 96
+    out = model(torch.randn(2, 3, size, size))
+    assert not isinstance(out, torch.Tensor)
+    logits = primary_output(out)
+    assert logits is out.logits and logits.shape == (2, 6)
+    torch.nn.functional.cross_entropy(logits, torch.tensor([0, 1])).backward()
+
+
+def test_amp_dtype_on_the_cpu_is_bf16() -> None:
+    assert amp_dtype(torch.device("cpu")) == torch.bfloat16
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the answer without a usable CUDA device")
+def test_amp_dtype_without_a_cuda_device_is_fp16() -> None:
+    # nothing is native without a device; fp16 is the safe autocast dtype (and asks for a GradScaler)
+    assert amp_dtype(torch.device("cuda")) == torch.float16
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_amp_dtype_on_a_gpu_follows_its_compute_capability() -> None:
+    native = torch.cuda.get_device_capability(0) >= (8, 0)
+    assert amp_dtype(torch.device("cuda:0")) == (torch.bfloat16 if native else torch.float16)
+
+
+def test_needs_grad_scaler_only_for_fp16_training() -> None:
+    assert needs_grad_scaler(torch.float16, "train")
+    assert not needs_grad_scaler(torch.float16, "infer")
+    assert not needs_grad_scaler(torch.bfloat16, "train")
+    assert not needs_grad_scaler(torch.float32, "train")

@@ -16,7 +16,13 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from profiler.samplers import Sampler, gpu_facts, probe_environment
-from profiler.samplers.gpu import GpuSampler
+from profiler.samplers.gpu import (
+    GpuSampler,
+    NvmlDevice,
+    map_cuda_device,
+    parse_visible_devices,
+    pcie_counter_rate,
+)
 
 SYSTEM_SERIES = ("cpu_percent_per_core", "ram_used_bytes", "ram_available_bytes", "page_cache_bytes",
                  "disk_read_bytes_per_s", "shm_used_bytes")
@@ -280,3 +286,78 @@ def test_gpu_series_with_gpu() -> None:
         assert len(g["pcie_rx_bytes_per_s"]) == len(g["t_s"])
         assert any(v is not None for v in g["pcie_rx_bytes_per_s"])
     json.dumps(s)
+
+
+GPU0 = "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6"
+GPU1 = "GPU-1a2b3c4d-0000-4106-c12f-20bd9faed9f6"
+MIG10 = "MIG-5c6d7e8f-1111-5000-a000-000000000001"
+MIG11 = "MIG-5c6d7e8f-2222-5000-a000-000000000002"
+TABLE = [NvmlDevice(0, GPU0), NvmlDevice(1, GPU1), NvmlDevice(1, MIG10, mig=True), NvmlDevice(1, MIG11, mig=True)]
+
+
+@pytest.mark.parametrize("value, tokens", [
+    (None, None), ("", []), ("0", ["0"]), ("2,1", ["2", "1"]), (" 1 , 0 ", ["1", "0"]),
+    ("0,2,-1,1", ["0", "2"]),  # CUDA stops at the first invalid token
+    (f"{GPU1},0", [GPU1, "0"]), ("GPU-8932f937", ["GPU-8932f937"]), (MIG10, [MIG10]), ("foo,0", []),
+])
+def test_parse_visible_devices(value: str | None, tokens: list[str] | None) -> None:
+    assert parse_visible_devices(value) == tokens
+
+
+def test_map_by_torch_uuid_wins_over_everything() -> None:
+    m = map_cuda_device(0, ["0"], TABLE, torch_uuid=GPU1.removeprefix("GPU-"))
+    assert (m.index, m.uuid, m.mig, m.how) == (1, GPU1, False, "device UUID")
+
+
+def test_map_numeric_visible_devices() -> None:
+    m = map_cuda_device(0, ["1", "0"], TABLE, pci_bus_order=True)
+    assert (m.index, m.uuid, m.note) == (1, GPU1, None)
+    m = map_cuda_device(1, ["1", "0"], TABLE)
+    assert m.index == 0 and "PCI_BUS_ID" in m.note  # the order assumption is said
+    m = map_cuda_device(0, ["7"], TABLE)
+    assert m.index is None and "does not list" in m.note
+    m = map_cuda_device(2, ["1", "0"], TABLE)
+    assert m.index is None and m.how == "not visible"
+
+
+def test_map_gpu_uuid_and_prefix_in_visible_devices() -> None:
+    assert map_cuda_device(0, [GPU1], TABLE).index == 1
+    assert map_cuda_device(0, ["GPU-8932f937"], TABLE).index == 0  # a unique prefix, as CUDA allows
+    m = map_cuda_device(0, ["GPU-"], TABLE)
+    assert m.index is None and "matches 2" in m.note
+
+
+def test_map_mig_instance_samples_its_parent_and_says_so() -> None:
+    m = map_cuda_device(0, [MIG11], TABLE)
+    assert (m.index, m.uuid, m.mig) == (1, MIG11, True) and "MIG" in m.note and "parent" in m.note
+    # torch reports a MIG instance's own UUID
+    m = map_cuda_device(0, None, TABLE, torch_uuid=MIG10.removeprefix("MIG-"))
+    assert (m.index, m.mig) == (1, True)
+    # the legacy form MIG-GPU-<uuid>/<gi>/<ci> names the parent GPU
+    m = map_cuda_device(0, [f"MIG-{GPU1}/1/0"], TABLE)
+    assert (m.index, m.mig) == (1, True)
+    assert map_cuda_device(0, ["MIG-ffff"], TABLE).index is None
+
+
+def test_map_without_visible_devices_uses_the_same_index() -> None:
+    m = map_cuda_device(1, None, TABLE)
+    assert (m.index, m.uuid) == (1, GPU1) and m.note  # two GPUs: the ordering assumption is said
+    m = map_cuda_device(0, None, [NvmlDevice(0, GPU0)])
+    assert (m.index, m.note) == (0, None)
+    assert map_cuda_device(0, None, []).index == 0  # no NVML at all: the sampler finds out it cannot open
+
+
+def test_pcie_counter_rate() -> None:
+    assert pcie_counter_rate(None, (1000, 10)) is None
+    assert pcie_counter_rate((1000, 1_000_000), (3_000_000_000, 2_000_000)) == pytest.approx(2_999_999_000.0)
+    assert pcie_counter_rate((5000, 10), (4000, 20)) is None  # counter went back: reset
+    assert pcie_counter_rate((5000, 10), (6000, 10)) is None  # no time passed
+
+
+def test_environment_probe_on_the_cpu_has_no_gpu_index_mixup() -> None:
+    # the NVML index and torch's index are separate arguments; on a machine without CUDA neither yields a GPU
+    env = probe_environment(gpu_index=None, cuda_index=None)
+    if not torch.cuda.is_available():
+        assert env["gpu"] is None
+    else:
+        assert env["gpu"]["cuda_index"] == 0

@@ -12,6 +12,7 @@ Three kinds, so a first run needs nothing downloaded and a real run can use the 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from functools import lru_cache
 
 import torch
@@ -101,19 +102,75 @@ def build_model(name: str, num_classes: int = 1000) -> nn.Module | None:
         return torchvision.models.get_model(key, weights=None, num_classes=num_classes)
 
 
-def primary_output(out):  # TEMP: replaced by the fitgpu branch's version on merge
+def primary_output(out: object) -> torch.Tensor:
+    """The class-score tensor of a model's output, whatever container the model wraps it in.
+
+    Why: torchvision's googlenet and inception_v3 return ``GoogLeNetOutputs``/``InceptionOutputs`` (named tuples of
+    logits and auxiliary logits) in train mode, Hugging Face models an object with ``.logits``, segmentation-style
+    models a dict with ``'out'``; a loss needs the one tensor of class scores. Order: a tensor as is; a ``.logits``
+    tensor (named tuples and model-output objects); a mapping's ``'out'`` or ``'logits'``, else its first value that
+    resolves; a tuple/list's first item that resolves. UserError when nothing in it is a tensor.
+    """
+    found = _find_tensor(out, depth=0)
+    if found is None:
+        raise UserError(f"model output of type {type(out).__name__} holds no tensor of class scores")
+    return found
+
+
+def _find_tensor(out: object, depth: int) -> torch.Tensor | None:
     if isinstance(out, torch.Tensor):
         return out
-    if hasattr(out, "logits"):
-        return out.logits
-    if isinstance(out, (tuple, list)):
-        return out[0]
-    return out
+    if depth > 4:  # nested containers deeper than this are not a model's output convention
+        return None
+    logits = getattr(out, "logits", None)
+    if isinstance(logits, torch.Tensor):
+        return logits
+    if isinstance(out, Mapping):
+        for key in ("out", "logits"):
+            if isinstance(out.get(key), torch.Tensor):
+                return out[key]
+        items: object = list(out.values())
+    elif isinstance(out, (tuple, list)):
+        items = out
+    else:
+        return None
+    for item in items:  # type: ignore[union-attr]
+        found = _find_tensor(item, depth + 1)
+        if found is not None:
+            return found
+    return None
 
 
-def amp_dtype(device):  # TEMP
-    return torch.bfloat16
+def amp_dtype(device: torch.device) -> torch.dtype:
+    """The autocast dtype for ``--amp`` on ``device``: bfloat16 where the hardware computes it natively, else float16.
+
+    Why not always bfloat16: before Ampere (compute capability 8.0) CUDA GPUs only emulate bf16, several times slower
+    than their fp16 tensor cores, so an AMP run there would measure the emulation. The CPU autocasts to bf16 only.
+    torch.cuda.is_bf16_supported gained ``including_emulation`` in torch 2.3; older releases are asked through the
+    compute capability instead.
+    """
+    if device.type == "cpu":
+        return torch.bfloat16
+    if device.type != "cuda":
+        return torch.float16
+    return torch.bfloat16 if _cuda_bf16_native(device) else torch.float16
 
 
-def needs_grad_scaler(dtype, mode):  # TEMP
+def _cuda_bf16_native(device: torch.device) -> bool:
+    try:
+        if torch.version.hip:  # ROCm: bf16 is native on every GPU torch supports there
+            return bool(torch.cuda.is_bf16_supported())
+        with torch.cuda.device(device):
+            try:
+                return bool(torch.cuda.is_bf16_supported(including_emulation=False))
+            except TypeError:  # torch < 2.3 has no including_emulation argument
+                return torch.cuda.get_device_capability(device) >= (8, 0)
+    except (RuntimeError, AssertionError):  # no usable CUDA device: nothing native
+        return False
+
+
+def needs_grad_scaler(dtype: torch.dtype, mode: str) -> bool:
+    """Whether a ``mode`` step autocast to ``dtype`` needs a GradScaler: fp16 training does (its 5-bit exponent
+    underflows small gradients to zero unless the loss is scaled up first); bf16 has fp32's range and inference has no
+    gradients."""
     return dtype == torch.float16 and mode == "train"

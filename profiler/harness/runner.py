@@ -201,7 +201,7 @@ def _memory_section(p: Prepared, oom: dict | None, peak: int | None) -> dict[str
     if p.model is None:
         return out
     try:
-        from ..memory.estimate import estimate_memory, oom_recommendations
+        from ..fit import estimate_memory, oom_recommendations
         # On a GPU that did not run out of memory, measure activations there (fast, and what the card really does);
         # after an OOM the device may be too full to measure, so the CPU's saved-tensor count is used.
         where = str(p.device) if p.device.type == "cuda" and not oom else "cpu"

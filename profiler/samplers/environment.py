@@ -16,7 +16,7 @@ from importlib import metadata
 
 import psutil
 
-from profiler.samplers.gpu import gpu_facts
+from profiler.samplers.gpu import gpu_facts, nvml_mapping_for_cuda_device
 
 
 def _cpu_model() -> str | None:
@@ -137,26 +137,42 @@ def _torch_facts() -> dict:
     }
 
 
-def _gpu(cuda_available: bool, gpu_index: int | None) -> dict | None:
-    """NVML facts for the GPU, else torch's device properties, else None."""
-    index = 0 if gpu_index is None else gpu_index
+def _gpu(cuda_available: bool, gpu_index: int | None, cuda_index: int | None) -> dict | None:
+    """NVML facts for the GPU, else torch's device properties, else None.
+
+    Two numberings, never mixed: ``gpu_index`` is NVML's (PCI order over every GPU of the machine), ``cuda_index``
+    torch's (the visible devices, fastest first by default); a torch call gets the CUDA index only.
+    """
     if not cuda_available and gpu_index is None:
         return None
-    facts = gpu_facts(index)
+    cuda = 0 if cuda_index is None else cuda_index
+    mapping_note = None
+    if gpu_index is None:
+        # no NVML index given: map torch's device to NVML without asking torch (which would initialise CUDA here)
+        mapping = nvml_mapping_for_cuda_device(cuda, ask_torch=False)
+        gpu_index, mapping_note = mapping.index, mapping.note
+    facts = gpu_facts(gpu_index) if gpu_index is not None else None
     if facts is not None:
+        facts["cuda_index"] = cuda
+        if mapping_note:
+            facts["mapping_note"] = mapping_note
         return facts
+    if not cuda_available:
+        return None
     try:
         import torch
 
-        props = torch.cuda.get_device_properties(index)
-        return {"index": index, "name": props.name, "memory_total_bytes": int(props.total_memory)}
+        props = torch.cuda.get_device_properties(cuda)
+        return {"index": gpu_index, "cuda_index": cuda, "name": props.name,
+                "memory_total_bytes": int(props.total_memory)}
     except Exception:
         return None
 
 
-def probe_environment(gpu_index: int | None = None) -> dict:
-    """Machine and software facts (JSON-safe). `gpu_index`: NVML index of the GPU in use; default 0 when CUDA is
-    available. `usable_cores` = min(affinity mask, cgroup quota) as a float (a quota may be fractional)."""
+def probe_environment(gpu_index: int | None = None, cuda_index: int | None = None) -> dict:
+    """Machine and software facts (JSON-safe). `gpu_index`: NVML index of the GPU in use; `cuda_index`: torch's
+    index of it (default 0, the first visible device); without `gpu_index` the NVML device is found from
+    CUDA_VISIBLE_DEVICES. `usable_cores` = min(affinity mask, cgroup quota) as a float (a quota may be fractional)."""
     logical = psutil.cpu_count(logical=True)
     try:
         affinity = len(os.sched_getaffinity(0))
@@ -198,5 +214,5 @@ def probe_environment(gpu_index: int | None = None) -> dict:
         },
         "pillow_libjpeg_turbo": pillow["libjpeg_turbo"],
         "torch": torch_facts,
-        "gpu": _gpu(torch_facts["cuda_available"], gpu_index),
+        "gpu": _gpu(torch_facts["cuda_available"], gpu_index, cuda_index),
     }

@@ -22,6 +22,7 @@ make ``fixed``, and it extends to any batch size without running it.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 
@@ -30,6 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from profiler.errors import UserError
+from profiler.harness.models import primary_output
 
 # Batch sizes for the two CPU runs. Train starts at 2 because BatchNorm in train mode rejects a batch of 1 once the
 # feature map is 1x1 (one value per channel); infer can use 1. Both are small so a resnet50 at 224 px costs ~1 s.
@@ -46,6 +48,20 @@ BACKWARD_GRAD_BUFFERS = 2
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int8": torch.float16}
 
 
+class DeviceOutOfMemory(Exception):
+    """The device ran out of memory while fit measured on it (a fact about that device, not a broken model)."""
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """True for a CUDA (or CPU allocator) out-of-memory error: ``torch.OutOfMemoryError`` (torch >= 1.13), or a
+    RuntimeError whose message says so, as older torch and cuDNN/cuBLAS failures raise it."""
+    oom_type = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", None)
+    if oom_type is not None and isinstance(exc, oom_type):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
+
+
 @dataclass(frozen=True)
 class ActivationMeasurement:
     """The measured line ``bytes(B) = fixed_bytes + per_sample_bytes * B`` and how it was obtained."""
@@ -58,48 +74,99 @@ class ActivationMeasurement:
     # CUDA fp16/bf16/AMP run); the estimator rescales to the requested precision with it.
     measured_scale: float
     method: str
+    # Why this was not measured where asked (e.g. the GPU ran out of memory, so the CPU measured); "" when it was.
+    fallback: str = ""
 
 
-def _logits(out: object) -> torch.Tensor:
-    """The class-logit tensor of a model output (googlenet/inception return a named tuple with aux outputs)."""
-    if isinstance(out, torch.Tensor):
-        return out
-    logits = getattr(out, "logits", None)
-    if isinstance(logits, torch.Tensor):
-        return logits
-    if isinstance(out, (tuple, list)):
-        for item in out:
-            if isinstance(item, torch.Tensor):
-                return item
-    raise UserError(f"model output of type {type(out).__name__} is not a tensor of class scores")
+def net_line(points: list[tuple[int, int, int]]) -> tuple[int, int]:
+    """``(per_sample, fixed)`` bytes of the line through ``(batch, peak, baseline)`` measurements, net of baseline.
+
+    Why net: each peak includes whatever was allocated before that measurement began (weights, gradients, the cuBLAS
+    workspace a first matmul creates and keeps); only ``peak - baseline`` grows with the batch. Two points give the
+    line exactly; more are fitted by least squares. The slope is never negative and the intercept never below 0.
+    """
+    if len(points) < 2 or len({b for b, _, _ in points}) < 2:
+        raise ValueError("net_line needs measurements at two different batch sizes")
+    xs = [float(b) for b, _, _ in points]
+    ys = [float(max(0, peak - base)) for _, peak, base in points]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    slope = max(0.0, slope)
+    return round(slope), max(0, round(my - slope * mx))
+
+
+@dataclass
+class MemoryProbe:
+    """How :func:`measure_line` reads a device's allocator: callables, so the protocol is testable without one."""
+
+    allocated: Callable[[], int]  # bytes allocated now
+    peak: Callable[[], int]  # bytes at the peak since the last reset
+    reset_peak: Callable[[], None]
+    sync: Callable[[], None]
+
+
+def measure_line(step: Callable[[int], None], batches: tuple[int, ...], probe: MemoryProbe,
+                 warmup: bool = True) -> list[tuple[int, int, int]]:
+    """Run ``step(batch)`` once per batch size and return ``(batch, peak, baseline)`` for each.
+
+    With ``warmup``, one step at the smallest batch runs first and is not measured: a fresh process creates the cuBLAS
+    workspace (32 MiB on Hopper), cuDNN handles and the parameters' ``.grad`` tensors in its first step and keeps
+    them, which would otherwise land inside the first measurement but in the second one's baseline, and pull the
+    per-sample slope down by that constant over the batch difference.
+    """
+    if warmup:
+        step(min(batches))
+        probe.sync()
+    points = []
+    for batch in batches:
+        probe.sync()
+        base = probe.allocated()
+        probe.reset_peak()
+        step(batch)
+        probe.sync()
+        points.append((batch, probe.peak(), base))
+    return points
+
+
+def _line(batches: tuple[int, int], measured: tuple[int, int]) -> tuple[int, int]:
+    return net_line([(batches[0], measured[0], 0), (batches[1], measured[1], 0)])
 
 
 def _frozen_storages(model: nn.Module) -> set[int]:
     return {t.untyped_storage().data_ptr() for t in (*model.parameters(), *model.buffers())}
 
 
-def _line(batches: tuple[int, int], measured: tuple[int, int]) -> tuple[int, int]:
-    (b1, b2), (m1, m2) = batches, measured
-    slope = max(0.0, (m2 - m1) / (b2 - b1))
-    return int(round(slope)), max(0, int(round(m1 - slope * b1)))
-
-
 def _run_forward(model: nn.Module, batch: int, image_size: int, num_classes: int, train: bool,
                  device: torch.device, dtype: torch.dtype, autocast_dtype: torch.dtype | None,
-                 model_name: str) -> None:
+                 model_name: str, backward: bool = False) -> None:
+    """One forward (and loss; with ``backward`` also the backward) at ``batch``.
+
+    Out of memory raises DeviceOutOfMemory, raised after the except block so that no traceback (whose frames hold
+    the batch and its activations) outlives this call; any other failure of the model is a UserError.
+    """
     gen = torch.Generator(device="cpu").manual_seed(0)
-    x = torch.randn(batch, 3, image_size, image_size, generator=gen).to(device=device, dtype=dtype)
-    target = torch.randint(0, num_classes, (batch,), generator=gen).to(device)
     grad_ctx = torch.enable_grad() if train else torch.no_grad()
     amp_ctx = torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype is not None else nullcontext()
+    failure: str | None = None
+    oom = False
     try:
+        x = torch.randn(batch, 3, image_size, image_size, generator=gen).to(device=device, dtype=dtype)
+        target = torch.randint(0, num_classes, (batch,), generator=gen).to(device)
         with grad_ctx, amp_ctx:
-            out = _logits(model(x))
+            out = primary_output(model(x))
             if train:
-                F.cross_entropy(out.float(), target)
+                loss = F.cross_entropy(out.float(), target)
+        if train and backward:
+            loss.backward()
     except (RuntimeError, ValueError, AssertionError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"model '{model_name}' cannot run on {image_size}px images: {first}") from None
+        oom = is_out_of_memory(exc)
+        failure = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if failure is None:
+        return
+    x = target = out = loss = None  # (drop the batch before the caller frees the cache)
+    if oom:
+        raise DeviceOutOfMemory(f"out of memory at batch {batch}, {image_size} px on {device}: {failure}")
+    raise UserError(f"model '{model_name}' cannot run on {image_size}px images: {failure}")
 
 
 def measure_cpu(model: nn.Module, model_name: str, mode: str, image_size: int,
@@ -187,36 +254,57 @@ def _live_peak_bytes(model: nn.Module, batch: int, image_size: int, num_classes:
 
 def measure_cuda(model: nn.Module, model_name: str, mode: str, image_size: int, num_classes: int,
                  precision: str, amp: bool, device: str = "cuda") -> ActivationMeasurement:
-    """Activation line from ``torch.cuda.max_memory_allocated`` over the forward, in the requested precision.
+    """Activation line from ``torch.cuda.max_memory_allocated`` over a real step, net of what was allocated before it.
+
+    Train runs forward + backward (the peak of a step is early in backward, where saved activations and their
+    gradients coexist); the parameters' ``.grad`` tensors exist from the warm-up step on, so they sit in the baseline
+    and are not counted twice (the estimator counts gradients separately). Infer runs the forward under no_grad.
+    See :func:`measure_line` for the warm-up and the baseline.
 
     int8 is run as fp16 (PyTorch has no generic int8 CUDA path for these models) and reported with scale 0.5, which
     the estimator halves again. With AMP the fp16 copies of the weights that autocast keeps for backward are in the
     measured peak; they are subtracted from ``fixed`` here because the estimator adds them back analytically.
+    Raises DeviceOutOfMemory when the device cannot hold the model or the measured steps.
     """
     dev = torch.device(device)
     train = mode == "train"
     dtype = torch.float32 if amp else _DTYPES[precision]
     autocast_dtype = (torch.bfloat16 if precision == "bf16" else torch.float16) if amp else None
-    model = model.to(dev, dtype=dtype).train(train)
-    measured = []
+    probe = MemoryProbe(allocated=lambda: int(torch.cuda.memory_allocated(dev)),
+                        peak=lambda: int(torch.cuda.max_memory_allocated(dev)),
+                        reset_peak=lambda: torch.cuda.reset_peak_memory_stats(dev),
+                        sync=lambda: torch.cuda.synchronize(dev))
+
+    def step(batch: int) -> None:
+        _run_forward(model, batch, image_size, num_classes, train, dev, dtype, autocast_dtype, model_name,
+                     backward=True)
+
+    failure: str | None = None
     try:
-        for batch in CUDA_BATCHES:
-            torch.cuda.synchronize(dev)
-            torch.cuda.empty_cache()
-            base = torch.cuda.memory_allocated(dev)
-            torch.cuda.reset_peak_memory_stats(dev)
-            _run_forward(model, batch, image_size, num_classes, train, dev, dtype, autocast_dtype, model_name)
-            torch.cuda.synchronize(dev)
-            measured.append(max(0, torch.cuda.max_memory_allocated(dev) - base))
+        with torch.cuda.device(dev):
+            model.to(dev, dtype=dtype).train(train)
+            points = measure_line(step, CUDA_BATCHES, probe)
+    except DeviceOutOfMemory as exc:
+        failure = str(exc)
+    except RuntimeError as exc:  # model.to() itself: the weights do not fit
+        if not is_out_of_memory(exc):
+            raise
+        failure = f"out of memory moving the weights to {dev}: " + str(exc).strip().splitlines()[0]
     finally:
-        model.to("cpu")
+        model.zero_grad(set_to_none=True)
+        model.to("cpu", dtype=torch.float32)
         torch.cuda.empty_cache()
-    per_sample, fixed = _line(CUDA_BATCHES, (measured[0], measured[1]))
+    if failure is not None:
+        raise DeviceOutOfMemory(failure)
+    per_sample, fixed = net_line(points)
     if amp:
         fixed = max(0, fixed - 2 * sum(p.numel() for p in model.parameters()))
     scale = 1.0 if (dtype == torch.float32 and not amp) else 0.5
     name = torch.cuda.get_device_name(dev)
     label = precision + ("+amp" if amp else "") + (" (run as fp16)" if precision == "int8" else "")
-    method = (f"cuda-peak: torch.cuda.max_memory_allocated over the forward on {name} at batch {CUDA_BATCHES[0]} "
-              f"and {CUDA_BATCHES[1]} in {label}, extended linearly in batch")
-    return ActivationMeasurement(per_sample, fixed, CUDA_BATCHES, (measured[0], measured[1]), scale, method)
+    what = "forward + backward" if train else "forward"
+    method = (f"cuda-peak: torch.cuda.max_memory_allocated over a {what} on {name}, net of the memory allocated "
+              f"before it, at batch {CUDA_BATCHES[0]} and {CUDA_BATCHES[1]} after one warm-up step, in {label}, "
+              "extended linearly in batch")
+    return ActivationMeasurement(per_sample, fixed, CUDA_BATCHES, (points[0][1] - points[0][2],
+                                                                   points[1][1] - points[1][2]), scale, method)

@@ -14,13 +14,17 @@ from profiler.errors import UserError
 KIB = 1024
 MIB = 1024**2
 GIB = 1024**3
+TIB = 1024**4
 
 _UNITS: dict[str, int] = {
     "": 1, "b": 1,
-    "k": KIB, "m": MIB, "g": GIB, "t": 1024**4,
-    "kib": KIB, "mib": MIB, "gib": GIB, "tib": 1024**4,
+    "k": KIB, "m": MIB, "g": GIB, "t": TIB,
+    "kib": KIB, "mib": MIB, "gib": GIB, "tib": TIB,
     "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
 }
+# Largest memory size accepted: 64 TiB is ~100x the largest single accelerator (a 2026 GPU carries < 300 GiB); a
+# bigger figure is a typo, and past ~2**63 bytes it would not even fit the integer types the numbers end up in.
+MAX_MEMORY_BYTES = 64 * TIB
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 # Advertised memory of common training/inference GPUs, in GiB (what the spec sheet says). Usable memory is a bit
@@ -60,16 +64,19 @@ def parse_size(text: str) -> int:
     value = int(float(match.group(1)) * _UNITS[unit])
     if value <= 0:
         raise UserError(f"memory size must be positive, got '{text}'")
+    if value > MAX_MEMORY_BYTES:
+        raise UserError(f"memory size '{text}' is more than {format_bytes(MAX_MEMORY_BYTES)}: "
+                        "check the number and its unit")
     return value
 
 
-def format_bytes(n: float | int | None) -> str:
+def format_bytes(n: float | None) -> str:
     """``1.50 GiB`` style (binary units, as nvidia-smi and torch.cuda report); ``-`` for None."""
     if n is None:
         return "-"
     sign = "-" if n < 0 else ""
     n = abs(float(n))
-    for unit, scale in (("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
+    for unit, scale in (("TiB", TIB), ("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
         if n >= scale:
             return f"{sign}{n / scale:.2f} {unit}"
     return f"{sign}{int(n)} B"
@@ -80,10 +87,12 @@ def resolve_gpu_mem(text: str) -> tuple[int, str]:
     key = str(text).strip().lower()
     if key in GPU_PRESETS:
         return GPU_PRESETS[key], f"{key} ({format_bytes(GPU_PRESETS[key])})"
-    try:
-        size = parse_size(key)
-    except UserError:
+    if not _SIZE_RE.match(key):
         raise UserError(
             f"unknown --gpu-mem '{text}': give a size such as 24GiB or a preset: {', '.join(GPU_PRESETS)}"
-        ) from None
+        )
+    try:
+        size = parse_size(key)
+    except UserError as exc:
+        raise UserError(f"--gpu-mem: {exc}") from None
     return size, format_bytes(size)

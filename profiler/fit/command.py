@@ -12,10 +12,17 @@ import re
 from pathlib import Path
 
 from profiler.errors import UserError
-from profiler.memory.estimate import (
-    MODES, OPTIMIZER_STATES, PRECISIONS, MemoryBreakdown, breakdown_max_batch, estimate_memory, oom_recommendations,
+from profiler.fit.advice import oom_recommendations
+from profiler.fit.estimate import (
+    MAX_IMAGE_SIZE,
+    MODES,
+    OPTIMIZER_STATES,
+    PRECISIONS,
+    MemoryBreakdown,
+    breakdown_max_batch,
+    estimate_memory,
 )
-from profiler.memory.sizes import GPU_PRESETS, format_bytes, resolve_gpu_mem
+from profiler.fit.sizes import GPU_PRESETS, format_bytes, resolve_gpu_mem
 
 FIT_EPILOG = """examples:
   python -m profiler fit --model resnet50 --batch-size 64 --gpu-mem rtx3060-12g
@@ -25,6 +32,10 @@ FIT_EPILOG = """examples:
 Weights, gradients and optimizer state are exact (parameter counts); activations are measured by running the model
 at two small batch sizes (on the GPU when there is one, else on the CPU) and extended linearly to --batch-size.
 --gpu-mem takes a size (24GiB, 24GB = 10^9 bytes, 512MiB, 6g) or a preset: """ + ", ".join(GPU_PRESETS)
+
+# Largest --num-classes: ImageNet-21k has 21,841 classes and the largest public label sets ~10^6; the head's
+# parameters (classes x features) grow with it, and 10^7 would be a typo costing tens of GiB to build.
+MAX_NUM_CLASSES = 1_000_000
 
 NO_GPU_NOTE = "no GPU detected; give --gpu-mem SIZE_OR_PRESET to check the fit"
 
@@ -49,35 +60,49 @@ def add_fit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-classes", type=int, default=1000, metavar="N", help="classifier outputs (default 1000)")
     parser.add_argument("--gpu-mem", default=None, metavar="SIZE_OR_PRESET",
                         help="GPU memory to fit in (default: the detected GPU's total memory)")
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
-                        help="where activations are measured (auto: the GPU when present)")
+    parser.add_argument("--device", default="auto", metavar="DEVICE",
+                        help="where activations are measured: auto (the GPU when present), cpu, cuda or cuda:N")
     parser.add_argument("--json", action="store_true", help="print one JSON object with every figure, nothing else")
     parser.add_argument("--out", default="reports", metavar="DIR", help="folder for the PNG (default reports/)")
 
 
-def detect_gpu_mem() -> tuple[int, str] | None:
-    """(total bytes, name) of CUDA device 0, or None without a usable GPU."""
+def detect_gpu_mem(device: str = "auto") -> tuple[int, str] | None:
+    """(total bytes, name) of the CUDA device fit measures on (``cuda:N``, else device 0), or None without one."""
     try:
         import torch
 
-        if not torch.cuda.is_available():
+        if not torch.cuda.is_available() or device == "cpu":
             return None
-        props = torch.cuda.get_device_properties(0)
+        index = torch.device(device).index if device.startswith("cuda") else None
+        props = torch.cuda.get_device_properties(index or 0)
         return int(props.total_memory), f"{props.name} ({format_bytes(props.total_memory)}, detected)"
     except Exception:  # a broken driver is the same as no GPU for this purpose  # noqa: BLE001
         return None
+
+
+def _check_out_dir(out: Path) -> None:
+    """The PNG goes into folder ``out``: refuse a path that is a file (or under one) before measuring anything."""
+    for path in (out, *out.parents):
+        if path.exists():
+            if not path.is_dir():
+                raise UserError(f"--out {out} is not a folder: {path} is a file")
+            return
 
 
 def fit_result(args: argparse.Namespace) -> dict:
     """Every figure of the fit check as one dict (what ``--json`` prints); UserError on bad input."""
     if args.batch_size is None or args.batch_size <= 0:
         raise UserError(f"--batch-size must be a positive integer, got {args.batch_size}")
-    if args.image_size <= 0:
-        raise UserError(f"--image-size must be positive, got {args.image_size}")
+    if not 8 <= args.image_size <= MAX_IMAGE_SIZE:
+        raise UserError(f"--image-size must be between 8 and {MAX_IMAGE_SIZE} px, got {args.image_size}")
+    if not 1 <= args.num_classes <= MAX_NUM_CLASSES:
+        raise UserError(f"--num-classes must be between 1 and {MAX_NUM_CLASSES:,}, got {args.num_classes}")
+    if not args.json:
+        _check_out_dir(Path(args.out))
     if args.gpu_mem is not None:
         gpu = resolve_gpu_mem(args.gpu_mem)
     else:
-        gpu = detect_gpu_mem()
+        gpu = detect_gpu_mem(args.device)
     bd = estimate_memory(args.model, args.batch_size, mode=args.mode, precision=args.precision, amp=args.amp,
                          optimizer=args.optimizer, image_size=args.image_size, num_classes=args.num_classes,
                          device=args.device)
@@ -99,44 +124,6 @@ def _plot_name(bd: MemoryBreakdown | dict) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", f"fit_{d['model']}_{d['mode']}_b{d['batch_size']}_{prec}.png")
 
 
-def _print_table(result: dict, png: Path) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    bd = result["breakdown"]
-    console = Console()
-    prec = bd["precision"] + (" + AMP" if bd["amp"] else "")
-    title = (f"{bd['model']} {bd['mode']}, batch {bd['batch_size']}, {prec}, {bd['image_size']} px"
-             + (f", {bd['optimizer']}" if bd["mode"] == "train" else ""))
-    table = Table(title=title)
-    table.add_column("part")
-    table.add_column("memory", justify="right")
-    table.add_column("how it is counted")
-    pb = bd["weights_bytes"] / max(1, bd["params"])
-    rows = [
-        ("weights", bd["weights_bytes"], f"{bd['params']:,} params (+ buffers), ~{pb:.0f} B each"),
-        ("gradients", bd["gradients_bytes"], "one per trainable param" if bd["mode"] == "train" else "none (infer)"),
-        ("optimizer state", bd["optimizer_bytes"], bd["optimizer"]),
-        ("activations", bd["activations_bytes"],
-         f"{format_bytes(bd['activations_per_sample_bytes'])}/sample x {bd['batch_size']} (measured)"),
-        ("workspace", bd["workspace_bytes"], "CUDA context, cuDNN/cuBLAS workspace, fragmentation"),
-    ]
-    for name, value, how in rows:
-        table.add_row(name, format_bytes(value), how)
-    table.add_row("[bold]total[/bold]", f"[bold]{format_bytes(bd['total_bytes'])}[/bold]", "")
-    console.print(table)
-    if result["gpu_bytes"] is not None:
-        verdict = "[green]fits[/green]" if result["fits"] else "[red]does not fit[/red]"
-        console.print(f"GPU {result['gpu_label']}: {verdict}, headroom {format_bytes(result['headroom_bytes'])}; "
-                      f"largest batch that fits: {result['max_batch_size']}")
-        for rec in result["recommendations"]:
-            console.print(f"  - {rec['action']}: {rec['reason']} -> {rec['expected_gain']}")
-    for note in result["notes"]:
-        console.print(f"[dim]note: {note}[/dim]")
-    console.print(f"[dim]activations: {bd['method']}[/dim]")
-    console.print(f"plot: {png}")
-
-
 def run_fit(args: argparse.Namespace) -> int:
     """Run the fit check for parsed ``args``; returns the exit status (0). UserError propagates to the CLI."""
     result = fit_result(args)
@@ -144,7 +131,11 @@ def run_fit(args: argparse.Namespace) -> int:
         print(json.dumps(result, sort_keys=True))
         return 0
     from profiler.render.fit_plot import plot_fit
+    from profiler.render.fit_terminal import print_fit
 
-    png = plot_fit(result["breakdown"], result["gpu_bytes"], Path(args.out) / _plot_name(result["breakdown"]))
-    _print_table(result, png)
+    try:
+        png = plot_fit(result["breakdown"], result["gpu_bytes"], Path(args.out) / _plot_name(result["breakdown"]))
+    except OSError as exc:
+        raise UserError(f"cannot write the plot into --out {args.out}: {exc.strerror or exc}") from None
+    print_fit(result, png)
     return 0

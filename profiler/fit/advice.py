@@ -13,10 +13,10 @@ from functools import lru_cache
 import torch
 
 from profiler.errors import UserError
+from profiler.fit.estimate import MemoryBreakdown, ModelProfile, compose, max_batch_from_profile
+from profiler.fit.measure import ActivationMeasurement
+from profiler.fit.sizes import format_bytes
 from profiler.harness.models import build_model, model_names
-from profiler.memory.estimate import MemoryBreakdown, ModelProfile, max_batch_from_profile, compose
-from profiler.memory.measure import ActivationMeasurement
-from profiler.memory.sizes import format_bytes
 
 # Gradient checkpointing with sqrt(L) segments keeps ~2*sqrt(L)/L of the activations (Chen et al. 2016, "Training
 # deep nets with sublinear memory cost") when the L layers are equal in size. Real CNNs put most activation bytes in
@@ -162,3 +162,11 @@ def recommendations(breakdown: MemoryBreakdown | dict, gpu_bytes: int) -> list[d
                 "saves_bytes": saved, "fits_after": None,
             })
     return recs
+
+
+def oom_recommendations(breakdown: MemoryBreakdown | dict, gpu_bytes: int) -> list[dict]:
+    """What to change when ``breakdown`` does not fit in ``gpu_bytes``: [{action, reason, expected_gain}, ...].
+
+    The name the harness and the command use; the same as :func:`recommendations`.
+    """
+    return recommendations(breakdown, gpu_bytes)

@@ -15,15 +15,16 @@ The sum assumes all parts coexist, which errs high: during backward, activations
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import re
+from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 
 import torch
 
 from profiler.errors import UserError
+from profiler.fit.measure import ActivationMeasurement, DeviceOutOfMemory, measure_cpu, measure_cuda
+from profiler.fit.sizes import MIB
 from profiler.harness.models import NONE_MODEL, build_model, normalize_model_name
-from profiler.memory.measure import ActivationMeasurement, measure_cpu, measure_cuda
-from profiler.memory.sizes import MIB
 
 MODES = ("train", "infer")
 PRECISIONS = ("fp32", "bf16", "fp16", "int8")
@@ -53,6 +54,9 @@ FRAGMENTATION_FRACTION = 0.10
 # Reported as the largest batch when the measured activations do not grow with the batch at all (a degenerate
 # measurement): a number far beyond any real batch rather than an infinity JSON cannot hold.
 UNBOUNDED_BATCH = 1 << 20
+# Largest --image-size accepted: 8192 px is above any classification input in use (gigapixel pathology is tiled), and
+# one 8192 px fp32 image is already 768 MiB; beyond it the measurement itself would exhaust the machine.
+MAX_IMAGE_SIZE = 8192
 
 
 @dataclass(frozen=True)
@@ -114,16 +118,19 @@ def _check_options(batch_size: int, mode: str, precision: str, amp: bool, optimi
         raise UserError("int8 training is not supported: use --precision fp16/bf16 or --amp for training")
     if precision == "int8" and amp:
         raise UserError("--amp does not combine with int8: int8 is an inference-only weight format")
-    if image_size < 8:
-        raise UserError(f"image size must be at least 8 px, got {image_size}")
+    if not isinstance(image_size, int) or image_size < 8 or image_size > MAX_IMAGE_SIZE:
+        raise UserError(f"image size must be between 8 and {MAX_IMAGE_SIZE} px, got {image_size}")
 
 
 def _resolve_device(device: str) -> str:
     """'cuda'/'cuda:i'/'auto' when a GPU is present, else 'cpu' (the estimate is still valid, just measured there)."""
-    if device not in ("cpu", "auto") and not device.startswith("cuda"):
-        raise UserError(f"unknown device '{device}': use cpu, cuda or auto")
+    match = re.fullmatch(r"cuda(?::(\d+))?", device)
+    if device not in ("cpu", "auto") and match is None:
+        raise UserError(f"unknown device '{device}': use cpu, cuda, cuda:N or auto")
     if device == "cpu" or not torch.cuda.is_available():
         return "cpu"
+    if match is not None and match.group(1) is not None and int(match.group(1)) >= torch.cuda.device_count():
+        raise UserError(f"no device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
     return "cuda" if device == "auto" else device
 
 
@@ -139,11 +146,26 @@ def _profile(model_name: str, mode: str, image_size: int, num_classes: int, devi
     other_buf = sum(b.numel() * b.element_size() for b in model.buffers() if not b.is_floating_point())
     leaves = sum(1 for m in model.modules() if not any(True for _ in m.children()))
     if device == "cpu":
-        act = measure_cpu(model, model_name, mode, image_size, num_classes)
+        act = _measure_cpu(model, model_name, mode, image_size, num_classes)
     else:
-        act = measure_cuda(model, model_name, mode, image_size, num_classes, precision, amp, device)
+        try:
+            act = measure_cuda(model, model_name, mode, image_size, num_classes, precision, amp, device)
+        except DeviceOutOfMemory as exc:
+            # Not a broken model: this GPU had no room to measure (it may be smaller than the card asked about, or
+            # in use). The CPU measures the same line; whether the step fits is then a fact compose() reports.
+            act = _measure_cpu(model, model_name, mode, image_size, num_classes)
+            act = replace(act, fallback=f"measured on the CPU because {device} ran {exc}")
     return ModelProfile(model_name, mode, image_size, num_classes, params, trainable, float_buf, other_buf,
                         leaves, act)
+
+
+def _measure_cpu(model: torch.nn.Module, model_name: str, mode: str, image_size: int,
+                 num_classes: int) -> ActivationMeasurement:
+    try:
+        return measure_cpu(model, model_name, mode, image_size, num_classes)
+    except DeviceOutOfMemory as exc:
+        raise UserError(f"measuring the activations of '{model_name}' needs more RAM than this machine has "
+                        f"({exc}); try a smaller --image-size") from None
 
 
 def _get_profile(model_name: str, mode: str, image_size: int, num_classes: int, device: str, precision: str,
@@ -167,9 +189,11 @@ def compose(profile: ModelProfile, batch_size: int, precision: str, amp: bool, o
     optimizer_bytes = profile.trainable_params * param_bytes * opt_states
     act = profile.activations
     factor = (AMP_ACTIVATION_SCALE if amp else ACTIVATION_SCALE[precision]) / act.measured_scale
-    per_sample = int(round(act.per_sample_bytes * factor))
-    fixed = int(round(act.fixed_bytes * factor))
+    per_sample = round(act.per_sample_bytes * factor)
+    fixed = round(act.fixed_bytes * factor)
     notes = [f"weights include {profile.float_buffer_elems:,} buffer elements (BatchNorm running statistics)"]
+    if act.fallback:
+        notes.append(f"activations {act.fallback}")
     if amp:
         # autocast casts each conv/linear weight to half precision once per forward and keeps the copy for backward
         fixed += 2 * profile.params
@@ -232,13 +256,3 @@ def breakdown_max_batch(breakdown: MemoryBreakdown, gpu_bytes: int) -> int:
     return max_batch_from_profile(breakdown.profile, gpu_bytes, breakdown.precision, breakdown.amp,
                       breakdown.optimizer if breakdown.mode == "train" else "sgd")
 
-
-def oom_recommendations(breakdown: MemoryBreakdown | dict, gpu_bytes: int) -> list[dict]:
-    """What to change when ``breakdown`` does not fit in ``gpu_bytes``: [{action, reason, expected_gain}, ...].
-
-    Implemented in recommend.py (it recomposes the breakdown under changed options); imported here lazily so the
-    two modules can import each other's names without an import cycle.
-    """
-    from profiler.memory.recommend import recommendations
-
-    return recommendations(breakdown, gpu_bytes)

@@ -1,0 +1,14 @@
+"""Will it fit? Device memory of one training or inference step, and what to change when it does not.
+
+Modules, in import order (each imports only those before it, and of the rest of the profiler only
+profiler.harness.models and profiler.errors): sizes (memory sizes and GPU presets), measure (activation bytes as
+a line in batch size, on the CPU or the GPU), estimate (the breakdown and the largest batch), advice (what to change
+when it does not fit), command (the ``fit`` sub-command's arguments and handler). The terminal view and the PNG are
+in profiler/render/fit_terminal.py and fit_plot.py.
+"""
+from __future__ import annotations
+
+from profiler.fit.advice import oom_recommendations
+from profiler.fit.estimate import MemoryBreakdown, estimate_memory, max_batch_size
+
+__all__ = ["MemoryBreakdown", "estimate_memory", "max_batch_size", "oom_recommendations"]
