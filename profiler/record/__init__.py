@@ -25,12 +25,28 @@ from ..errors import UserError
 from ..fsutil import atomic_write_bytes
 from .migrate import upgrade
 from .schema import (
-    ComputeDevice, Config, Dataset, Environment, Finding, Job, Memory, Ram, Samples, Skipped, StageStats, Stall,
-    Storage, Throughput, Timeline, ToolInfo, Verdict, Window,
+    ComputeDevice,
+    Config,
+    Dataset,
+    Environment,
+    Finding,
+    Job,
+    Memory,
+    Ram,
+    Samples,
+    Skipped,
+    StageStats,
+    Stall,
+    Storage,
+    Throughput,
+    Timeline,
+    ToolInfo,
+    Verdict,
+    Window,
 )
 from .validate import RecordError, drop_bad_derived, validate
 
-__all__ = ["RunRecord", "load", "validate", "SCHEMA_VERSION", "SUPPORTED_VERSIONS", "RecordError", "json_safe"]
+__all__ = ["SCHEMA_VERSION", "SUPPORTED_VERSIONS", "RecordError", "RunRecord", "json_safe", "load", "validate"]
 
 # 1: first public layout. 2: job section; timeline v2 (sample_spans with stages, epochs, accounting, per-thread CPU).
 # Readers accept any record whose version they know and migrate it to this one; bump on incompatible change.

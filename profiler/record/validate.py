@@ -16,7 +16,8 @@ import functools
 import math
 import types
 import typing
-from typing import Any, Callable, Union
+from collections.abc import Callable
+from typing import Any, Union
 
 import numpy as np
 
@@ -75,7 +76,7 @@ class Scalar:
             fail(path, f"is {describe(v)}, expected {self.expect}")
         if self.numeric:
             if t is float and not math.isfinite(v):
-                fail(path, "is NaN" if v != v else "is infinite")
+                fail(path, "is NaN" if math.isnan(v) else "is infinite")
             if abs(v) > MAX_ABS:
                 fail(path, f"is out of range ({v:.3g})")
             if self.minimum is not None and v < self.minimum:
@@ -139,7 +140,7 @@ def check_any(v: Any, path: str) -> None:
     t = type(v)
     if t is float:
         if not math.isfinite(v):
-            fail(path, "is NaN" if v != v else "is infinite")
+            fail(path, "is NaN" if math.isnan(v) else "is infinite")
     elif t is dict:
         for k, x in v.items():
             check_any(x, join(path, str(k)))
