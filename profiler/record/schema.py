@@ -1,0 +1,432 @@
+"""The run record's sections as types: the one statement of what run.json holds (schema_version 2).
+
+Why TypedDicts and not dataclasses per section: the sections are JSON objects at runtime, and analysis and renderers
+read them with ``.get`` and ``[...]``; a TypedDict gives every reader a precise type without changing one line of
+them or the JSON. The same types drive validation on load (``profiler.record.validate``), and a test checks that
+docs/run_json.md names every field declared here, so the doc, the checker and the code cannot drift apart.
+
+Constraints ride along as ``Annotated`` metadata: ``Min(0)`` for durations, counts and bytes, ``Min(-1)`` where -1
+means "unknown" or "the main process". ``float`` accepts JSON integers (``0`` is a valid float), never booleans.
+Tables are the columnar ones in ``TABLES``: every value is a list of the table's row count.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any, NotRequired, Required, TypedDict
+
+
+@dataclass(frozen=True)
+class Min:
+    """The smallest value a number may take (inclusive)."""
+    value: float
+
+
+# Scalar vocabulary -------------------------------------------------------------------------------------------------
+Count = Annotated[int, Min(0)]  # how many of something; also bytes
+Id = Annotated[int, Min(-1)]  # a row's batch/worker/index/step number; -1 = unknown, or the main process (worker)
+Counter = Annotated[int, Min(-1)]  # a cumulative /proc/<pid>/io counter; -1 = unreadable
+Seconds = Annotated[float, Min(0)]  # a duration
+Time = float  # an instant: seconds since the run started (host clock)
+Share = Annotated[float, Min(0)]  # a fraction or a percentage
+
+
+# Raw sections (collected; validated strictly on load) ------------------------------------------------------------
+class ToolInfo(TypedDict, total=False):
+    name: str
+    version: str
+
+
+class Config(TypedDict, total=False):
+    """Every option of the run (profiler.config.RunConfig). For a user's own job, job.loader is the truth."""
+    data: str | None
+    workers: Count
+    batch_size: Count
+    model: str
+    mode: str
+    device: str
+    image_size: Count
+    augment: str
+    pin_memory: bool | None
+    amp: bool
+    steps: Count
+    warmup: Count
+    prefetch_factor: Count | None
+    cache: str
+    throttle: str | None
+    storage: str | None
+    throttle_mechanism: str
+    out: str
+    seed: int
+    sample_interval_s: Seconds
+    extra: dict[str, Any]
+
+
+class CpuInfo(TypedDict, total=False):
+    model: str | None
+    logical_cores: Count | None
+    physical_cores: Count | None
+    affinity_cores: Count | None
+    cgroup_cpu_quota: Share | None
+    usable_cores: Share | None
+    usable_cores_int: Count | None
+
+
+class RamInfo(TypedDict, total=False):
+    total_bytes: Count | None
+    available_bytes: Count | None
+    cgroup_limit_bytes: Count | None
+
+
+class Residency(TypedDict, total=False):
+    """Page-cache residency of the dataset's files (mincore on a seeded sample)."""
+    files_total: Count
+    files_checked: Count
+    bytes_total: Count
+    bytes_checked: Count
+    bytes_resident: Count
+    fraction: Share | None
+    sampled: bool
+
+
+class Environment(TypedDict, total=False):
+    cpu: CpuInfo
+    ram: RamInfo
+    os: dict[str, Any]
+    python: dict[str, Any]
+    packages: dict[str, str | None]
+    pillow_libjpeg_turbo: bool | None
+    torch: dict[str, Any]
+    gpu: dict[str, Any] | None
+    storage: dict[str, Any] | None
+    residency_start: Residency | None
+
+
+class ComputeDevice(TypedDict, total=False):
+    type: Required[str]  # "cpu" | "cuda"
+    index: int | None
+    name: str | None
+    timing: str  # "host clocks" | "cuda events"
+
+
+class Window(TypedDict, total=False):
+    """The measured window (warm-up excluded)."""
+    start_s: Required[Time]
+    end_s: Required[Time]
+    seconds: Required[Seconds]
+    steps: Count
+    samples: Count
+    warmup_steps: Count
+
+
+class StepsTable(TypedDict):
+    """One row per next() of the profiled loader that returned a batch, warm-up included."""
+    step: list[Id]
+    epoch: list[Count]
+    batch: list[Id]
+    worker: list[Id]
+    samples: list[Count]
+    wait_start: list[Time]
+    wait_end: list[Time]
+    h2d_start: list[Time]
+    h2d_end: list[Time]
+    compute_end: list[Time]
+    idle: list[Seconds]
+    measured: list[bool]
+    main_cpu: list[Seconds]
+    main_runq: list[Seconds]
+
+
+class BatchesTable(TypedDict):
+    """One row per batch received."""
+    batch: list[Id]
+    worker: list[Id]
+    pid: list[Count]
+    collate_start: list[Time]
+    collate_end: list[Time]
+    sent: list[Time]
+    received: list[Time]
+    samples: list[Count]
+    rchar: list[Counter]
+    read_bytes: list[Counter]
+    collate_cpu: list[Seconds]
+    collate_runq: list[Seconds]
+
+
+class SpansTable(TypedDict):
+    """One row per dataset call (__getitem__, __getitems__, or one item of an IterableDataset)."""
+    batch: list[Id]
+    worker: list[Id]
+    index: list[Id]
+    items: list[Count]
+    start: list[Time]
+    end: list[Time]
+    cpu: list[Seconds]
+    runq: list[Seconds]
+    rchar: list[Count]
+    read_bytes: list[Count]
+    stages: dict[str, list[Seconds]]  # {stage name: column of self seconds per row}; see TABLE_COLUMN_GROUPS
+    # v1 columns, kept next to the v2 ones when a v1 record is migrated (readers that predate v2 still use them).
+    read_start: NotRequired[list[Time]]
+    read_end: NotRequired[list[Time]]
+    decode_end: NotRequired[list[Time]]
+    augment_end: NotRequired[list[Time]]
+    bytes: NotRequired[list[Count]]
+    pixels: NotRequired[list[Count]]
+
+
+class EpochsTable(TypedDict):
+    epoch: list[Count]
+    iter_start: list[Time]
+    iter_end: list[Time]
+    first_batch: list[Time | None]  # null: the epoch ended before its first batch arrived
+
+
+class Accounting(TypedDict, total=False):
+    """Which per-thread clocks the spans could use on this host."""
+    cpu_clock: str  # "schedstat" | "thread_time"
+    runqueue: bool
+    thread_io: bool
+    absent: dict[str, str]  # facility -> why it is missing
+
+
+class Timeline(TypedDict, total=False):
+    steps: Required[StepsTable]
+    batches: Required[BatchesTable]
+    sample_spans: Required[SpansTable]
+    epochs: Required[EpochsTable]
+    accounting: Required[Accounting]
+    time_unit: str
+
+
+class ProcessSeries(TypedDict, total=False):
+    pid: Required[Count]
+    role: str  # main | worker | child
+    worker_id: Id | None
+    t_s: list[Time]
+    cpu_percent: list[Share | None]
+    rss_bytes: list[Count | None]
+    pss_bytes: list[Count | None]
+    uss_bytes: list[Count | None]
+    io: dict[str, Counter] | None  # {rchar, read_bytes}
+    cpu_times: dict[str, Seconds] | None  # {user_s, system_s}
+    alive_at_end: bool
+
+
+class GpuSeries(TypedDict, total=False):
+    index: int | None
+    name: str | None
+    t_s: list[Time]
+    util_percent: list[Share | None]
+    mem_used_bytes: list[Count | None]
+    mem_total_bytes: Count | None
+    pcie_rx_bytes_per_s: list[Share | None]
+    pcie_tx_bytes_per_s: list[Share | None]
+
+
+class SamplerOverhead(TypedDict, total=False):
+    ticks: Count
+    thread_cpu_s: Seconds
+    mean_tick_us: Seconds
+    worst_tick_us: Seconds
+
+
+class Samples(TypedDict, total=False):
+    """Background sampler series (~10 Hz); the list-valued series share t_s's length."""
+    interval_s: Seconds
+    t_s: list[Time]
+    cpu_percent_per_core: list[list[Share]]
+    ram_total_bytes: Count | None
+    ram_used_bytes: list[Count | None]
+    ram_available_bytes: list[Count | None]
+    page_cache_bytes: list[Count | None]
+    disk_read_bytes_per_s: list[Share | None]
+    disk: str | None
+    shm_used_bytes: list[Count | None]
+    processes: list[ProcessSeries]
+    gpu: GpuSeries | None
+    absent: dict[str, str]
+    sampler_overhead: SamplerOverhead
+
+
+class Dataset(TypedDict, total=False):
+    root: str | None
+    files: Count
+    classes: Count
+    layout: str  # "imagefolder" | "flat"
+    total_bytes: Count
+    sample: bool
+
+
+class SkippedFile(TypedDict):
+    path: str
+    reason: str
+
+
+class Skipped(TypedDict, total=False):
+    count: Required[Count]
+    files: list[SkippedFile]
+
+
+class Storage(TypedDict, total=False):
+    device: dict[str, Any] | None
+    cache_mode: str
+    evicted_files: Count
+    warmed_bytes: Count
+    residency_start: Residency | None
+    residency_end: Residency | None
+    throttle: dict[str, Any] | None
+    io_source: str | None
+    bytes_requested: Count
+    bytes_from_device: Count
+    page_cache_hit_fraction: Share | None
+    worker_processes_with_io: Count
+
+
+class OutOfMemory(TypedDict, total=False):
+    step: Id
+    message: str
+
+
+class Memory(TypedDict, total=False):
+    device_peak_bytes: Count | None
+    device_total_bytes: Count | None
+    oom: OutOfMemory | None
+    oom_recommendations: list[Any]
+    breakdown: dict[str, Any]
+
+
+class LoaderInfo(TypedDict, total=False):
+    """The profiled DataLoader's own settings (a user's job may differ from config)."""
+    dataset_class: str | None
+    created_at: str | None  # "file:line"
+    num_workers: Count
+    batch_size: Count | None  # null for batch_size=None or a batch_sampler
+    pin_memory: bool
+    persistent_workers: bool
+    prefetch_factor: Count | None
+    multiprocessing_context: str | None
+    collate_fn: str | None
+    sampler: str | None
+
+
+class Job(TypedDict, total=False):
+    """What was profiled: the built-in benchmark, a script, a module or an API call."""
+    kind: Required[str]  # "builtin" | "script" | "module" | "api"
+    target: str | None
+    argv: list[str]
+    then: str  # "exit" | "continue"
+    ended: str  # "window closed", "script ended", "script raised ValueError", "sys.exit(3)", "interrupted"
+    loader: LoaderInfo | None
+    other_loaders: Count
+
+
+# Derived sections (analysis output; never trusted on load, always recomputed) -------------------------------------
+class Throughput(TypedDict, total=False):
+    samples_per_s: Share
+    steps_per_s: Share
+    samples: Count
+    steps: Count
+    window_s: Seconds
+
+
+class StageStats(TypedDict, total=False):
+    per: str  # "sample" | "batch" | "step" | "epoch"
+    count: Count
+    total_s: Seconds
+    mean_ms: float
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    max_ms: float
+    bytes: Count
+
+
+class Stall(TypedDict, total=False):
+    seconds: Seconds
+    fraction: Share
+    by_cause: dict[str, float]
+    share_by_cause: dict[str, float]
+    by_stage: dict[str, float]
+    by_kind: dict[str, float]
+    per_step: dict[str, list[float]]
+    method: str
+
+
+class Recommendation(TypedDict, total=False):
+    action: str
+    reason: str
+    expected_gain: str
+    cause: str
+
+
+class Verdict(TypedDict, total=False):
+    bottleneck: str
+    severity: str
+    summary: str
+    cause_share: float
+    recommendations: list[Recommendation]
+
+
+class Finding(TypedDict, total=False):
+    kind: str
+    message: str
+
+
+class Ram(TypedDict, total=False):
+    copy_on_read: dict[str, Any] | None
+    shm_peak_bytes: Count | None
+    processes: list[dict[str, Any]]
+    projection: list[dict[str, Any]]
+    projection_error: str
+
+
+class Record(TypedDict, total=False):
+    """The whole run.json object: what ``validate`` checks the top level against."""
+    schema_version: Required[int]
+    tool: ToolInfo
+    created_utc: str
+    partial: Required[bool]
+    partial_reason: str | None
+    job: Job | None
+    config: Required[Config]
+    environment: Required[Environment]
+    compute_device: Required[ComputeDevice]
+    window: Required[Window]
+    timeline: Required[Timeline]
+    samples: Required[Samples]
+    dataset: Dataset
+    skipped: Skipped
+    storage: Storage | None
+    memory: Memory | None
+    throughput: Throughput
+    stages: dict[str, StageStats]
+    stall: Stall
+    verdict: Verdict
+    findings: list[Finding]
+    ram: Ram
+
+
+# Table rules (columnar tables: all values are lists of one length; see profiler.record.validate) -----------------
+TABLES: tuple[type, ...] = (StepsTable, BatchesTable, SpansTable, EpochsTable)
+# Keys of a table whose value is an object of further columns of the table's length (SpansTable.stages).
+TABLE_COLUMN_GROUPS: dict[type, tuple[str, ...]] = {SpansTable: ("stages",)}
+# Per row, the first column's instant is not after the second's: they bound a duration measured on one clock.
+ORDERED: dict[type, tuple[tuple[str, str], ...]] = {
+    StepsTable: (("wait_start", "wait_end"), ("h2d_start", "h2d_end")),
+    BatchesTable: (("collate_start", "collate_end"),),
+    SpansTable: (("start", "end"), ("read_start", "read_end"), ("read_end", "decode_end"),
+                 ("decode_end", "augment_end")),
+    EpochsTable: (("iter_start", "iter_end"),),
+    Window: (("start_s", "end_s"),),
+}
+# List-valued series that share one time axis (the first key): plotted against each other, so equal length.
+SAME_LENGTH: dict[type, tuple[str, ...]] = {
+    Samples: ("t_s", "cpu_percent_per_core", "ram_used_bytes", "ram_available_bytes", "page_cache_bytes",
+              "disk_read_bytes_per_s", "shm_used_bytes"),
+    ProcessSeries: ("t_s", "cpu_percent", "rss_bytes", "pss_bytes", "uss_bytes"),
+    GpuSeries: ("t_s", "util_percent", "mem_used_bytes", "pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s"),
+}
+
+RAW_SECTIONS = ("schema_version", "tool", "created_utc", "partial", "partial_reason", "job", "config", "environment",
+                "compute_device", "window", "timeline", "samples", "dataset", "skipped", "storage", "memory")
+DERIVED_SECTIONS = ("throughput", "stages", "stall", "verdict", "findings", "ram")
