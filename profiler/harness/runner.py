@@ -90,6 +90,9 @@ def prepare(c: RunConfig, on_sample_progress: Callable[[int, int], None] | None 
         model = model.to(device)
     if c.pin_memory is None:
         c.pin_memory = device.type == "cuda"
+    if device.type == "cuda":
+        # Events, synchronize and peak-memory calls act on the *current* device: make it the one asked for.
+        torch.cuda.set_device(device)
     return Prepared(c, index, sample, device, model)
 
 
@@ -175,7 +178,7 @@ def _environment(device: torch.device, storage: dict) -> tuple[dict, int | None]
     if device.type == "cuda":
         from ..samplers.gpu import nvml_index_for_cuda_device
         gpu_index = nvml_index_for_cuda_device(device.index or 0)  # NVML numbering ignores CUDA_VISIBLE_DEVICES
-    env = probe_environment(gpu_index=gpu_index)
+    env = probe_environment(gpu_index=gpu_index, cuda_index=device.index or 0 if device.type == "cuda" else None)
     env["storage"] = storage.get("device")
     env["residency_start"] = storage.get("residency_start")
     return env, gpu_index
