@@ -75,10 +75,10 @@ def test_severity_bands(fraction, expected):
 
 
 BASE = Context(device_type="cpu", device_name="CPU", window_s=10.0, steps=100, samples=3200, samples_per_s=320.0,
-               batch_size=32, workers=2, usable_cores=8.0, cpu_util=0.3, compute_ms=10.0, h2d_ms=0.0, wait_ms=90.0,
+               batch_size=32, workers=2, usable_cores=8.0, cpu_util=0.3, compute_ms=10.0, h2d_ms=0.0,
                sample_cpu_ms=5.0, sample_read_ms=0.2, collate_ms=2.0, transfer_ms=1.0, ready_ahead_ms=0.0,
                mean_file_bytes=110_000, mean_pixels=500 * 375, read_mb_s_per_worker=500.0, dataset_bytes=10**9,
-               ram_available_bytes=16 * 10**9, pin_memory=False, amp=False, mode="train", model="resnet18",
+               ram_available_bytes=16 * 10**9, pin_memory=False, amp=False,
                augment="standard", image_size=224)
 CPU_STALL = {"seconds": 9.0, "fraction": 0.9, "by_cause": {"io": 0.2, "cpu": 8.5, "transfer": 0.2, "other": 0.1},
              "by_stage": {"read": 0.2, "decode": 3.5, "augment": 4.5, "collate": 0.5, "transfer": 0.2, "other": 0.1}}
