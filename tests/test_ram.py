@@ -11,7 +11,10 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from profiler.analysis.ram import (
-    ASSUMED_WORKER_PRIVATE_BYTES, COPY_ON_READ_MIN_GROWTH_BYTES, detect_copy_on_read, project_ram,
+    ASSUMED_WORKER_PRIVATE_BYTES,
+    COPY_ON_READ_MIN_GROWTH_BYTES,
+    detect_copy_on_read,
+    project_ram,
 )
 
 MIB = 1024**2

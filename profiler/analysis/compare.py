@@ -19,8 +19,14 @@ import numpy as np
 from .. import vocab
 from ..errors import UserError
 from ..thresholds import (  # judgment thresholds, with their reasons
-    CONFIDENCE, CPU_STAGE_NAMED_FROM, INTERVAL_MIN_DEFINED_SHARE, MOSTLY_FROM, RESAMPLES, RESIDENCY_DIFFERS_FROM,
-    WAIT_EXPLAINS_FROM, WORTH_MORE_STEPS_OUTSIDE,
+    CONFIDENCE,
+    CPU_STAGE_NAMED_FROM,
+    INTERVAL_MIN_DEFINED_SHARE,
+    MOSTLY_FROM,
+    RESAMPLES,
+    RESIDENCY_DIFFERS_FROM,
+    WAIT_EXPLAINS_FROM,
+    WORTH_MORE_STEPS_OUTSIDE,
 )
 from .stats import stage_durations, tables
 
@@ -144,7 +150,7 @@ def bootstrap(cols: list[np.ndarray], stats: list[str], rng: np.random.Generator
 
 def _interval(a: np.ndarray) -> list[float] | None:
     ok = a[np.isfinite(a)]
-    if ok.size < INTERVAL_MIN_DEFINED_SHARE * a.size or ok.size == 0:  # too many undefined resamples: no honest interval
+    if ok.size < INTERVAL_MIN_DEFINED_SHARE * a.size or ok.size == 0:  # too many undefined resamples
         return None
     lo, hi = np.percentile(ok, [50 * (1 - CONFIDENCE), 100 - 50 * (1 - CONFIDENCE)])
     return [float(lo), float(hi)]
@@ -284,7 +290,8 @@ def config_diffs(a: Any, b: Any) -> list[dict[str, Any]]:
     ra = (sa.get("residency_start") or {}).get("fraction")
     rb = (sb.get("residency_start") or {}).get("fraction")
     # Cold vs warm without --cache: the page cache at start is what differed.
-    if ra is not None and rb is not None and abs(ra - rb) >= RESIDENCY_DIFFERS_FROM and ca.get("cache") == cb.get("cache"):
+    if (ra is not None and rb is not None and abs(ra - rb) >= RESIDENCY_DIFFERS_FROM
+            and ca.get("cache") == cb.get("cache")):
         out.append({"key": "residency_start", "a": ra, "b": rb,
                     "text": f"data in page cache at start {ra * 100:.0f} % → {rb * 100:.0f} %"})
     da, db = a.compute_device or {}, b.compute_device or {}

@@ -31,7 +31,8 @@ def _cpu_rules(ctx: Context, stall: dict[str, Any]) -> list[dict[str, str]]:
     out = []
     idle = ctx.idle_cores
     saturated = ctx.cpu_util is not None and ctx.cpu_util >= th.CPU_SATURATED_FROM
-    per_worker_sps = 1e3 / (ctx.sample_cpu_ms + ctx.sample_read_ms) if (ctx.sample_cpu_ms + ctx.sample_read_ms) > 0 else 0
+    sample_ms = ctx.sample_cpu_ms + ctx.sample_read_ms
+    per_worker_sps = 1e3 / sample_ms if sample_ms > 0 else 0
     if ctx.workers == 0:
         out.append(_rec(
             "Use DataLoader workers: --workers "
@@ -140,7 +141,8 @@ def _compute_rules(ctx: Context, memory: dict[str, Any] | None) -> list[dict[str
         if not ctx.amp:
             out.append(_rec("Use mixed precision (torch.autocast with bfloat16, --amp)",
                             f"the input keeps up and compute takes {ctx.compute_ms:.1f} ms per step in fp32.",
-                            "tensor-core math: typically 1.5-3x faster convolutions/matmuls on Ampere or newer", "compute"))
+                            "tensor-core math: typically 1.5-3x faster convolutions/matmuls on Ampere or newer",
+                            "compute"))
         peak = (memory or {}).get("device_peak_bytes")
         total = (memory or {}).get("device_total_bytes")
         if peak and total and peak < th.BATCH_GROWTH_MAX_PEAK_SHARE * total:

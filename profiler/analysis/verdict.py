@@ -42,7 +42,8 @@ def decide(stall: dict[str, Any], ctx: Context, oom: dict[str, Any] | None = Non
     if frac < th.NOT_INPUT_BOUND_BELOW or total <= 0:
         step_ms = ctx.compute_ms + ctx.h2d_ms
         summary = (f"Compute-bound: the input pipeline keeps up ({dev} waited only {_pct(frac)} of the time); "
-                   f"the model's {step_ms:.0f} ms per step on {dev} sets the pace at {ctx.samples_per_s:.0f} samples/s.")
+                   f"the model's {step_ms:.0f} ms per step on {dev} sets the pace at "
+                   f"{ctx.samples_per_s:.0f} samples/s.")
         if ctx.device_type == "cpu":
             summary += " The model ran on the CPU: no GPU was used."
         return {"bottleneck": "compute", "severity": sev, "summary": summary}
