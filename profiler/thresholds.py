@@ -35,6 +35,22 @@ PRE_RESIZE_FACTOR = 1.3
 SMALL_FILE_BYTES = 256 * 1024
 # The most workers we will ever suggest per usable core: beyond 2, context switches eat the gain for CPU-bound work.
 MAX_WORKERS_PER_CORE = 2.0
+# Pre-resizing is suggested only when the images carry at least this many times the pixels of the pre-resized size:
+# below, decode would get less than ~1.2x cheaper, within decode-time noise and not worth rewriting a dataset.
+PRE_RESIZE_MIN_PIXEL_RATIO = 1.2
+# With workers = 0, the first worker count suggested is at most this: 4 workers hide most decode latency for an
+# image pipeline on common 4-16-core machines, and a larger first step risks RAM (each worker holds its own copy of
+# what it touches); the run with workers then shows whether more pay.
+FIRST_WORKERS_AT_MOST = 4
+# An io-bound loader is told to multiply its workers by this (at least +2): blocked readers use no CPU, so doubling
+# the reads in flight is a cheap step that shows whether the device has bandwidth left.
+IO_WORKERS_GROWTH = 2
+# A larger batch is suggested only when the step's device-memory peak was below this share of the device: then at
+# least twice the batch could fit.
+BATCH_GROWTH_MAX_PEAK_SHARE = 0.5
+# ... and the suggested batch keeps its peak under this share of the device: the rest is for the allocator's
+# fragmentation, cuDNN workspaces and the activations that do not scale linearly with the batch.
+BATCH_GROWTH_USABLE_SHARE = 0.8
 # Finished batches waiting in the queue for at least half a compute step on average means the loader has slack:
 # on a CPU-only machine, a worker fewer would hand its core back to the model without starving it.
 READY_AHEAD_SLACK_OF_COMPUTE = 0.5
@@ -42,6 +58,8 @@ READY_AHEAD_SLACK_OF_COMPUTE = 0.5
 # --- Storage ----------------------------------------------------------------------------------------------------------
 # The page cache can keep a dataset across epochs only if it fits in RAM that workers, pinned buffers and the model's
 # host copies do not need; assume the cache may use at most this share of the RAM that was available at start.
+# The one number behind "does the dataset fit in the page cache?" (analysis/io.py fits_in_page_cache), used by the
+# dataset-vs-RAM finding and the "serve the dataset from RAM" recommendation alike.
 PAGE_CACHE_SHARE_OF_AVAILABLE = 0.8
 # At or above this share of bytes from the page cache, a run meant to measure storage measured RAM instead: with 90 %
 # of reads free, the device's speed can no longer move the result much.
@@ -82,3 +100,15 @@ CONFIDENCE = 0.95
 WAIT_EXPLAINS_FROM = 0.5
 # A cause is "mostly" responsible when it holds at least this share of the change in wait; else the top two are named.
 MOSTLY_FROM = 0.5
+# Within the cpu cause, a stage (decode, augment, collate) is named in the sentence when it holds at least this share
+# of the cpu change: smaller parts would make the sentence longer without pointing anywhere useful.
+CPU_STAGE_NAMED_FROM = 0.2
+# A speed change within noise but more than 10 % either way (ratio outside 0.9-1.1) may be real and only under-
+# sampled: the sentence then says more steps would narrow the interval. Inside that band, it is simply no change.
+WORTH_MORE_STEPS_OUTSIDE = (0.9, 1.1)
+# Two runs with the same --cache setting whose page-cache residency at start differs by at least this (25 points)
+# ran under different storage conditions (one cold, one warm), and the comparison says so. Below, a re-run's drift.
+RESIDENCY_DIFFERS_FROM = 0.25
+# A bootstrap interval needs this share of resamples with a defined statistic (a ratio whose baseline resampled to 0
+# is undefined): with fewer, the defined ones are a biased subset and no honest interval can be given.
+INTERVAL_MIN_DEFINED_SHARE = 0.9

@@ -8,11 +8,15 @@ import numpy as np
 import pytest
 
 from profiler import thresholds as th
+from profiler import vocab
+from profiler.analysis import analyze
 from profiler.analysis.attribution import attribute
 from profiler.analysis.context import Context
+from profiler.analysis.io import io_totals
 from profiler.analysis.recommend import recommend
 from profiler.analysis.stats import Tables, stage_stats
 from profiler.analysis.verdict import decide, severity
+from profiler.record import RunRecord
 
 
 def _tables(steps, batches, spans) -> Tables:
@@ -75,10 +79,10 @@ def test_severity_bands(fraction, expected):
 
 
 BASE = Context(device_type="cpu", device_name="CPU", window_s=10.0, steps=100, samples=3200, samples_per_s=320.0,
-               batch_size=32, workers=2, usable_cores=8.0, cpu_util=0.3, compute_ms=10.0, h2d_ms=0.0, wait_ms=90.0,
+               batch_size=32, workers=2, usable_cores=8.0, cpu_util=0.3, compute_ms=10.0, h2d_ms=0.0,
                sample_cpu_ms=5.0, sample_read_ms=0.2, collate_ms=2.0, transfer_ms=1.0, ready_ahead_ms=0.0,
                mean_file_bytes=110_000, mean_pixels=500 * 375, read_mb_s_per_worker=500.0, dataset_bytes=10**9,
-               ram_available_bytes=16 * 10**9, pin_memory=False, amp=False, mode="train", model="resnet18",
+               ram_available_bytes=16 * 10**9, pin_memory=False, amp=False,
                augment="standard", image_size=224)
 CPU_STALL = {"seconds": 9.0, "fraction": 0.9, "by_cause": {"io": 0.2, "cpu": 8.5, "transfer": 0.2, "other": 0.1},
              "by_stage": {"read": 0.2, "decode": 3.5, "augment": 4.5, "collate": 0.5, "transfer": 0.2, "other": 0.1}}
@@ -128,5 +132,110 @@ def test_io_bound_suggests_ram_only_when_dataset_fits():
     assert not any("from RAM" in a for a in acts) and any("faster local storage" in a for a in acts)
 
 
-def test_thresholds_are_the_documented_bands():
-    assert th.NOT_INPUT_BOUND_BELOW == 0.05 and th.HIGHLY_INPUT_BOUND_FROM == 0.20
+def _record(stall_fraction: float = 0.5, dataset_bytes: int = 10**9, available_bytes: int = 16 * 10**9,
+            storage: dict | None = None, batches_io: dict | None = None, **sections) -> RunRecord:
+    """A hand-built v1 run record: 10 measured steps of 1 s each, one worker that spends every wait reading a
+    file (so any stall is io), on a CPU device. ``stall_fraction`` of the 10 s window is spent waiting."""
+    n, step_s = 10, 1.0
+    wait = stall_fraction * step_s
+    starts = [i * step_s for i in range(n)]
+    steps = {"step": list(range(n)), "epoch": [0] * n, "batch": list(range(n)), "worker": [0] * n,
+             "samples": [4] * n, "wait_start": starts, "wait_end": [t + wait for t in starts],
+             "h2d_start": [t + wait for t in starts], "h2d_end": [t + wait for t in starts],
+             "compute_end": [t + step_s for t in starts], "idle": [wait] * n, "measured": [True] * n}
+    batches = {"batch": list(range(n)), "worker": [0] * n, "pid": [4242] * n,
+               "collate_start": [t + wait for t in starts], "collate_end": [t + wait for t in starts],
+               "received": [t + wait for t in starts], "samples": [4] * n,
+               "rchar": [-1] * n, "read_bytes": [-1] * n, **(batches_io or {})}
+    spans = {"batch": list(range(n)), "worker": [0] * n, "read_start": starts,
+             "read_end": [t + wait for t in starts], "decode_end": [t + wait for t in starts],
+             "augment_end": [t + wait for t in starts], "bytes": [100_000] * n, "pixels": [64 * 64] * n}
+    d = {"schema_version": 1,
+         "config": {"workers": 1, "batch_size": 4, "pin_memory": False, "amp": False, "model": "tiny",
+                    "augment": "none", "image_size": 32, "mode": "train"},
+         "environment": {"cpu": {"usable_cores": 2, "logical_cores": 2},
+                         "ram": {"available_bytes": available_bytes, "total_bytes": 2 * available_bytes}},
+         "compute_device": {"type": "cpu", "name": "CPU", "timing": "host clocks"},
+         "window": {"start_s": 0.0, "end_s": n * step_s, "seconds": n * step_s, "steps": n, "samples": 4 * n,
+                    "warmup_steps": 0},
+         "timeline": {"steps": steps, "batches": batches, "sample_spans": spans},
+         "samples": {}, "dataset": {"total_bytes": dataset_bytes}, "storage": storage, "partial": False,
+         "skipped": {"count": 0, "files": []}, **sections}
+    return RunRecord.from_dict(d)
+
+
+@pytest.mark.parametrize("edge, below, at", [
+    (th.NOT_INPUT_BOUND_BELOW, ("compute", "not input-bound"), ("io", "moderately input-bound")),
+    (th.HIGHLY_INPUT_BOUND_FROM, ("io", "moderately input-bound"), ("io", "highly input-bound")),
+])
+def test_verdict_changes_band_exactly_at_each_threshold(edge, below, at):
+    """The same io-bound record, its wait set just under a band edge and exactly on it, through analyze()."""
+    under = analyze(_record(stall_fraction=edge - 1e-3)).verdict
+    on = analyze(_record(stall_fraction=edge)).verdict
+    assert (under["bottleneck"], under["severity"]) == below
+    assert (on["bottleneck"], on["severity"]) == at
+
+
+@pytest.mark.parametrize("share, fits", [(0.6, True), (th.PAGE_CACHE_SHARE_OF_AVAILABLE, True), (0.95, False)])
+def test_dataset_vs_ram_finding_and_recommendations_agree(share, fits):
+    """A dataset at 60 % of the available RAM used to be told it "fits in the page cache" (finding) and "is too
+    large to stay in RAM" (recommendation). Both now ask one question, so they say the same thing on either side."""
+    avail = 10 * 10**9
+    rec = analyze(_record(stall_fraction=0.5, dataset_bytes=int(share * avail), available_bytes=avail))
+    finding = next(f for f in rec.findings if f["kind"] == "dataset_vs_ram")
+    actions = [r["action"] + " " + r["reason"] for r in rec.verdict["recommendations"]]
+    assert rec.verdict["bottleneck"] == "io"
+    assert finding["fits_in_page_cache"] is fits
+    assert ("fits in the page cache" in finding["message"]) is fits
+    assert any(a.startswith("Serve the dataset from RAM") for a in actions) is fits
+    assert any("too large" in a for a in actions) is (not fits)
+
+
+def test_served_from_ram_caution_is_said_once():
+    """A cold run whose reads all hit the page cache measured RAM: the verdict says so, and no finding repeats it."""
+    io = {"rchar": [(i + 1) * 10**6 for i in range(10)], "read_bytes": [0] * 10}
+    rec = analyze(_record(storage={"cache_mode": "cold", "throttle": None}, batches_io=io))
+    assert rec.storage["page_cache_hit_fraction"] == 1.0
+    texts = [rec.verdict["summary"]] + [f["message"] for f in rec.findings]
+    assert sum("measured RAM, not the storage device" in t for t in texts) == 1
+    assert "measured RAM" in rec.verdict["summary"]
+
+
+def test_io_totals_whole_run_and_measured_window_alone():
+    """Two workers' cumulative /proc/self/io readings: the window counts only what each read inside it."""
+    rec = _record()
+    rec.window = {"start_s": 2.0, "end_s": 6.0, "seconds": 4.0}
+    rec.timeline["batches"] = {
+        "batch": [0, 1, 2, 3, 4, 5], "worker": [0, 1, 0, 1, 0, -1], "pid": [10, 11, 10, 11, 10, 9],
+        "collate_end": [1.0, 1.5, 3.0, 4.0, 7.0, 3.0],
+        "rchar": [100, 50, 300, 250, 900, 10**9], "read_bytes": [40, 0, 100, 200, 500, 10**9],
+    }
+    io = io_totals(rec)
+    # whole run: each worker's last (largest) reading; the main process (worker -1) is left out
+    assert (io["bytes_requested"], io["bytes_from_device"]) == (900 + 250, 500 + 200)
+    assert io["page_cache_hit_fraction"] == pytest.approx(1 - 700 / 1150, abs=1e-4)
+    # window 2-6 s: worker 0 read 300-100, worker 1 read 250-50; worker 0's reading at 7 s is after the window
+    w = io["window"]
+    assert (w["bytes_requested"], w["bytes_from_device"]) == (200 + 200, 60 + 200)
+    assert w["page_cache_hit_fraction"] == pytest.approx(1 - 260 / 400, abs=1e-4)
+
+
+def test_oom_advice_is_recomputed_from_the_breakdown():
+    """A record that ran out of device memory carries the fit breakdown; analysis derives the advice from it, so a
+    stale list in the record is replaced."""
+    from profiler.memory.estimate import estimate_memory
+
+    bd = estimate_memory("resnet18", 64, mode="train", image_size=64, num_classes=2, device="cpu")
+    gpu = bd.total_bytes // 2
+    rec = _record(memory={"oom": {"step": 3, "message": "CUDA out of memory"}, "device_total_bytes": gpu,
+                          "breakdown": bd.to_dict(), "oom_recommendations": [{"action": "stale"}]})
+    out = analyze(rec)
+    assert out.verdict["bottleneck"] == "memory"
+    recs = out.memory["oom_recommendations"]
+    assert recs and all(r["action"] != "stale" for r in recs)
+    assert out.verdict["recommendations"] == recs
+
+
+def test_verdict_names_causes_in_the_registry_words():
+    v = decide(CPU_STALL, BASE)
+    assert vocab.CAUSE["cpu"].words in v["summary"]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -83,15 +84,20 @@ def test_out_that_cannot_be_created(tmp_path, images, capsys):
 def test_run_then_report_from_saved_record(tmp_path, images, capsys):
     out = tmp_path / "run"
     rc = main(["run", "--data", str(images), "--workers", "1", "--batch-size", "4", "--steps", "4", "--warmup", "1",
-               "--model", "tiny", "--image-size", "32", "--out", str(out), "--no-progress"])
+               "--model", "tiny", "--image-size", "32", "--device", "cpu", "--out", str(out), "--no-progress"])
     assert rc == 0
     d = json.loads((out / "run.json").read_text())
     for key in ("schema_version", "config", "environment", "throughput", "stages", "stall", "verdict", "samples",
                 "partial"):
         assert key in d
     assert d["partial"] is False
+    # the terminal shows the saved verdict: its title, and the whole summary (rich wraps it inside a box; drop the
+    # box-drawing characters and compare the words)
     printed = capsys.readouterr().out
-    assert d["verdict"]["summary"][:40] in printed.replace("\n", " ") or "Verdict" in printed
+    flat = " ".join(re.sub(r"[│╭╮╰╯─]", " ", printed).split())
+    assert f"Verdict: {d['verdict']['bottleneck']} ({d['verdict']['severity']})" in flat
+    assert " ".join(d["verdict"]["summary"].split()) in flat
+    assert d["compute_device"]["type"] == "cpu"
     # re-render on "another machine": only the record is needed
     out2 = tmp_path / "rerender"
     assert main(["report", str(out / "run.json"), "--out", str(out2)]) == 0
@@ -122,8 +128,8 @@ def test_ctrl_c_writes_partial_record(tmp_path, images):
     env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(
         [sys.executable, "-m", "profiler", "run", "--data", str(images), "--workers", "2", "--batch-size", "4",
-         "--steps", "100000", "--warmup", "1", "--model", "tiny", "--image-size", "32", "--out", str(out),
-         "--no-progress", "--no-plots"],
+         "--steps", "100000", "--warmup", "1", "--model", "tiny", "--image-size", "32", "--device", "cpu",
+         "--out", str(out), "--no-progress", "--no-plots"],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
         deadline = time.time() + 60

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from profiler import cli
+from profiler import cli, vocab
 from profiler.analysis import analyze
 from profiler.analysis.compare import bootstrap, compare, versus
 from profiler.config import RunConfig
@@ -23,6 +23,8 @@ BASE = dict(steps=6, warmup=2, workers=1, batch_size=8, model="none", image_size
 # it only slows real device reads, so on a warm page cache a throttled run is as fast as A. The userspace throttle
 # (no root) charges every read either way, so "cold + throttle" is slow storage on every machine.
 SLOW = dict(throttle="2MB/s,50iops", cache="cold")
+# How the story names the io cause: the registry's words for it, then the cause's name.
+IO_WORDS = f"{vocab.CAUSE['io'].words} (io)"
 
 
 def _run(data: Path, out: Path, **kw) -> Path:
@@ -54,13 +56,13 @@ def test_slow_storage_is_slower_and_blamed_on_io(runs):
     assert vs["ratio"] < 1 and vs["significant"] is True and vs["ci"][1] < 1.0
     # the added wait is mostly io, by the attribution of both runs
     a, b = _recs(runs["a"], runs["b"])
-    added = {k: b.stall["by_cause"][k] - a.stall["by_cause"][k] for k in ("io", "cpu", "transfer", "other")}
+    added = {k: b.stall["by_cause"][k] - a.stall["by_cause"][k] for k in vocab.CAUSE_NAMES}
     assert added["io"] > 0.5 * sum(v for v in added.values() if v > 0)
     assert _metric(c, "stall_io")["vs_baseline"][1]["significant"] is True
     assert _metric(c, "read_mean")["vs_baseline"][1]["ratio"] > 1
     s = c["sentences"]["B"]
     assert re.match(r"B is \d+(\.\d+)?x slower \(\S+ → \S+ samples/s\); \d+ % of the added wait is "
-                    r"disk read \(io\)", s)
+                    + re.escape(IO_WORDS), s)
     assert "throttle none → 2MB/s,50iops" in s and "cache as-is → cold" in s
     # every metric carries one value per run and a comparison for B
     for m in c["metrics"]:
@@ -71,7 +73,7 @@ def test_slow_storage_is_slower_and_blamed_on_io(runs):
 def test_reversed_pair_is_faster_and_says_what_fell(runs):
     c = compare(_recs(runs["b"], runs["a"]))
     s = c["sentences"]["B"]
-    assert "x faster" in s and "the wait fell by" in s and "disk read (io)" in s
+    assert "x faster" in s and "the wait fell by" in s and IO_WORDS in s
     assert "throttle 2MB/s,50iops → none" in s
 
 
@@ -107,7 +109,7 @@ def test_cli_end_to_end(runs, tmp_path, capsys):
     out = tmp_path / "cmp"
     assert cli.main(["compare", str(runs["a"]), str(runs["b"] / "run.json"), "--out", str(out)]) == 0
     printed = " ".join(capsys.readouterr().out.split())  # rich wraps lines at the terminal width
-    assert "slower" in printed and "disk read (io)" in printed and "throughput" in printed
+    assert "slower" in printed and IO_WORDS in printed and "throughput" in printed
     for f in ("compare.html", "compare.png", "compare.json"):
         assert (out / f).stat().st_size > 0
     assert (out / "compare.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

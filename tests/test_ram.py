@@ -11,14 +11,16 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from profiler.analysis.ram import (
-    ASSUMED_WORKER_PRIVATE_BYTES, COPY_ON_READ_MIN_GROWTH_BYTES, detect_copy_on_read, project_ram,
+    ASSUMED_WORKER_PRIVATE_BYTES,
+    COPY_ON_READ_MIN_GROWTH_BYTES,
+    detect_copy_on_read,
+    project_ram,
 )
 
 MIB = 1024**2
 N_ITEMS = 2_500_000  # ~2.5 M short strings, ~200 MB of Python objects: the pytorch#13246 shape
 N_SAMPLES = 400  # each sample touches a contiguous slice of N_ITEMS / N_SAMPLES items
 BATCH = 10
-WIDTH = 28
 
 
 def _strings() -> list[str]:
@@ -44,18 +46,23 @@ class ListDataset(Dataset):
 
 
 class ArrayDataset(Dataset):
-    """The same metadata as one numpy array of fixed-width bytes: reads never write to the shared pages."""
+    """The same metadata as the fix advises (ram.COPY_ON_READ_FIX): one uint8 byte buffer of every string concatenated
+    plus an int64 array of offsets. Reads never write to the shared pages."""
 
-    def __init__(self, items: np.ndarray) -> None:
-        self.items = items
+    def __init__(self, items: list[str]) -> None:
+        encoded = [s.encode() for s in items]
+        self.buf = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+        self.off = np.zeros(len(encoded) + 1, dtype=np.int64)
+        np.cumsum([len(b) for b in encoded], out=self.off[1:])
         self.chunk = len(items) // N_SAMPLES
 
     def __len__(self) -> int:
         return N_SAMPLES
 
     def __getitem__(self, i: int) -> torch.Tensor:
-        block = self.items[i * self.chunk:(i + 1) * self.chunk]
-        total = int(np.count_nonzero(block.view(np.uint8)))
+        total = 0
+        for j in range(i * self.chunk, (i + 1) * self.chunk):
+            total += len(self.buf[self.off[j]:self.off[j + 1]].tobytes().decode())
         time.sleep(0.002)
         return torch.tensor(total)
 
@@ -114,8 +121,7 @@ def list_samples() -> dict:
 
 @pytest.fixture(scope="module")
 def array_samples() -> dict:
-    items = np.array(_strings(), dtype=f"S{WIDTH + 4}")
-    return _run_and_sample(ArrayDataset(items))
+    return _run_and_sample(ArrayDataset(_strings()))
 
 
 def test_copy_on_read_fires_for_python_list(list_samples: dict) -> None:
@@ -124,7 +130,7 @@ def test_copy_on_read_fires_for_python_list(list_samples: dict) -> None:
     assert len(finding["workers"]) == 2
     assert finding["growth_bytes_per_worker"] >= COPY_ON_READ_MIN_GROWTH_BYTES
     assert finding["slope_bytes_per_s"] > 0
-    assert "numpy" in finding["fix"] and "13246" in finding["message"]
+    assert "numpy" in finding["fix"] and "offsets" in finding["fix"] and "13246" in finding["message"]
 
 
 def test_copy_on_read_silent_for_numpy_array(array_samples: dict) -> None:
@@ -213,3 +219,15 @@ def test_projection_without_measured_workers_assumes_and_says_so() -> None:
     s["processes"] = s["processes"][:1]
     row = project_ram(s, workers_now=0, workers_target=[4])[0]
     assert row["basis"] == "assumed" and row["per_worker_bytes"] == ASSUMED_WORKER_PRIVATE_BYTES
+
+
+def test_projection_uses_the_callers_detection() -> None:
+    """analyze() detects copy-on-read once and hands the result to the projection, which then does not look again."""
+    growing = _samples([_mib([20 + 10 * i for i in range(12)])] * 2)
+    found = detect_copy_on_read(growing)
+    assert found is not None
+    said = project_ram(growing, workers_now=2, workers_target=[2], copy_on_read=found)[0]
+    assert "copy-on-read" in said["warning"]
+    assert project_ram(growing, workers_now=2, workers_target=[2])[0]["warning"] == said["warning"]  # detected here
+    told_none = project_ram(growing, workers_now=2, workers_target=[2], copy_on_read=None)[0]
+    assert told_none["warning"] is None or "copy-on-read" not in told_none["warning"]

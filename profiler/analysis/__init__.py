@@ -3,17 +3,24 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..thresholds import SERVED_FROM_RAM_FROM
 from .attribution import attribute
 from .context import Context, build_context
+from .io import fits_in_page_cache, io_totals, memory_advice
 from .recommend import recommend
 from .stats import stage_stats, tables
 from .verdict import decide
-from ..thresholds import SERVED_FROM_RAM_FROM
-
 
 
 def analyze(rec: Any) -> Any:
-    """Fill ``rec``'s derived sections from its raw ones (idempotent) and return it."""
+    """Fill ``rec``'s derived sections from its raw ones (idempotent) and return it.
+
+    Storage byte counts (``storage.bytes_requested`` / ``bytes_from_device`` / ``page_cache_hit_fraction`` and
+    ``storage.window``) and the out-of-memory advice (``memory.oom_recommendations``) are recomputed here from the raw
+    timeline, samples and ``memory.breakdown``, so ``report`` gives the same answers as the run did.
+    """
+    derive_storage(rec)
+    derive_memory(rec)
     t = tables(rec.timeline)
     win = rec.window
     window_s = float(win.get("seconds", 0.0))
@@ -29,7 +36,7 @@ def analyze(rec: Any) -> Any:
     oom = (rec.memory or {}).get("oom")
     verdict = decide(stall, ctx, oom)
     ram_note = served_from_ram_note(rec)
-    if ram_note:
+    if ram_note:  # said once, in the summary (not again as a finding): it changes how to read the verdict
         verdict["summary"] += " " + ram_note
     verdict["recommendations"] = recommend(verdict, stall, ctx, rec.memory)
     steps = ctx.steps
@@ -46,6 +53,28 @@ def analyze(rec: Any) -> Any:
     return rec
 
 
+def derive_storage(rec: Any) -> None:
+    """Recompute the storage byte counts from the raw /proc io readings (kept as recorded when there are none)."""
+    io = io_totals(rec)
+    if io.get("io_source") is not None:
+        rec.storage = {**(rec.storage or {}), **io}
+
+
+def derive_memory(rec: Any) -> None:
+    """Recompute the out-of-memory advice from ``memory.breakdown``; a failure is noted, never raised (the advice is
+    a bonus on a run that already failed), and a record's own list is then kept."""
+    mem = rec.memory
+    if not mem or not mem.get("oom"):
+        return
+    try:
+        advice = memory_advice(rec)
+    except Exception as e:
+        mem["oom_recommendations_error"] = f"{type(e).__name__}: {e}"
+        return
+    if advice or mem.get("breakdown"):
+        mem["oom_recommendations"] = advice
+
+
 def served_from_ram_note(rec: Any) -> str | None:
     """A run meant to measure storage (cold cache or a throttle) whose reads mostly hit the page cache measured RAM."""
     st = rec.storage or {}
@@ -58,17 +87,14 @@ def served_from_ram_note(rec: Any) -> str | None:
 
 def dataset_vs_ram(rec: Any, ctx: Context) -> dict[str, Any] | None:
     """Can the page cache hold the dataset? If not, every epoch reads it from the device: say what that costs."""
-    from .. import thresholds as th
-
-    size = ctx.dataset_bytes
-    ram = rec.environment.get("ram") or {}
-    avail, total = ram.get("available_bytes"), ram.get("total_bytes")
-    if not size or not avail:
+    size, avail = ctx.dataset_bytes, ctx.ram_available_bytes
+    fits = fits_in_page_cache(size, avail)
+    if fits is None:
         return None
+    total = (rec.environment.get("ram") or {}).get("total_bytes")
     st = rec.storage or {}
     from_dev = int(st.get("bytes_from_device") or 0)
     rate = from_dev / ctx.window_s if from_dev > 0 and ctx.window_s > 0 else None
-    fits = size <= th.PAGE_CACHE_SHARE_OF_AVAILABLE * avail
     gb = 1e9
     out = {"kind": "dataset_vs_ram", "dataset_bytes": size, "ram_available_bytes": avail, "ram_total_bytes": total,
            "fits_in_page_cache": fits, "device_read_bytes_per_s": rate}
@@ -88,7 +114,8 @@ def ram_section(rec: Any, ctx: Context) -> dict[str, Any]:
     from .ram import detect_copy_on_read, project_ram
 
     s = rec.samples or {}
-    out: dict[str, Any] = {"copy_on_read": detect_copy_on_read(s)}
+    cor = detect_copy_on_read(s)  # once: the projection and the finding both use this result
+    out: dict[str, Any] = {"copy_on_read": cor}
     shm = [v for v in (s.get("shm_used_bytes") or []) if v is not None]
     out["shm_peak_bytes"] = max(shm) if shm else None
     out["processes"] = [
@@ -99,7 +126,7 @@ def ram_section(rec: Any, ctx: Context) -> dict[str, Any]:
     w = ctx.workers
     targets = sorted({max(1, w), w * 2 or 2, w * 4 or 4, int(ctx.usable_cores) * 2})
     try:
-        out["projection"] = project_ram(s, w, targets) if s.get("processes") else []
+        out["projection"] = project_ram(s, w, targets, copy_on_read=cor) if s.get("processes") else []
     except Exception as e:  # a projection is advice; a record without enough samples must still render
         out["projection"] = []
         out["projection_error"] = f"{type(e).__name__}: {e}"
@@ -107,7 +134,9 @@ def ram_section(rec: Any, ctx: Context) -> dict[str, Any]:
 
 
 def findings(rec: Any, ctx: Context) -> list[dict[str, Any]]:
-    """Facts worth a line in every report, beyond the verdict (skipped files, RAM, storage caveats)."""
+    """Facts worth a line in every report, beyond the verdict (skipped files, RAM, the dataset vs the page cache).
+
+    The "measured RAM, not the storage device" caution is not repeated here: it is part of the verdict's summary."""
     out: list[dict[str, Any]] = []
     n_skip = int(rec.skipped.get("count", 0))
     if n_skip:
@@ -125,7 +154,4 @@ def findings(rec: Any, ctx: Context) -> list[dict[str, Any]]:
     dr = dataset_vs_ram(rec, ctx)
     if dr:
         out.append(dr)
-    note = served_from_ram_note(rec)
-    if note:
-        out.append({"kind": "storage", "message": note})
     return out

@@ -16,11 +16,19 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .. import vocab
 from ..errors import UserError
-from .attribution import CAUSES, DETAIL_CAUSE
+from ..thresholds import (  # judgment thresholds, with their reasons
+    CONFIDENCE,
+    CPU_STAGE_NAMED_FROM,
+    INTERVAL_MIN_DEFINED_SHARE,
+    MOSTLY_FROM,
+    RESAMPLES,
+    RESIDENCY_DIFFERS_FROM,
+    WAIT_EXPLAINS_FROM,
+    WORTH_MORE_STEPS_OUTSIDE,
+)
 from .stats import stage_durations, tables
-
-from ..thresholds import CONFIDENCE, MOSTLY_FROM, RESAMPLES, WAIT_EXPLAINS_FROM  # judgment thresholds
 
 SEED = 0
 # Beyond this many observations (a long run's per-sample spans) the interval is computed on a seeded random subsample:
@@ -33,10 +41,32 @@ CHUNK_ELEMENTS = 8_000_000
 MUST_MATCH = ("model", "batch_size", "mode")
 # Config keys never worth a mention (where output went, the sampler's rate, forward-compatible leftovers).
 IGNORED_CONFIG = ("out", "extra", "sample_interval_s")
-STAGES = ("read", "decode", "augment", "collate", "transfer", "wait", "h2d", "compute")
 STAGE_STATS = ("mean", "p95", "p99")
-CAUSE_WORDS = {"io": "disk read (io)", "transfer": "worker→main transfer (transfer)",
-               "other": "unexplained time (other)"}
+
+
+def _comparable(name: str) -> bool:
+    """A stage worth a per-stage metric: a cost (it stands for an idle cause) or a main-loop step stage. Not the
+    queue's prefetch slack (``ready_ahead``, whose growth is good news) nor the few per-epoch observations."""
+    s = vocab.stage(name)
+    return s.per != "epoch" and (s.cause is not None or s.side == "main")
+
+
+# Registry stages compared in every comparison (a metric each, empty where a run did not measure it), in pipeline
+# order; user-named stages (``profiler.stage("tokenize")``) follow when a run measured them.
+STAGES = tuple(s.name for s in vocab.STAGES if _comparable(s.name))
+
+
+def compared_stages(stage_names: list[list[str]]) -> list[str]:
+    """The stages to compare: the registry's, then user-named stages in the order first met."""
+    out = list(STAGES)
+    for names in stage_names:
+        out += [n for n in names if n not in vocab.STAGE and n not in out and _comparable(n)]
+    return out
+
+
+def cause_of(key: str) -> str:
+    """The idle cause a ``stall.per_step`` key counts towards (a cause's own name, or a stage's cause)."""
+    return key if key in vocab.CAUSE else (vocab.stage(key).cause or "other")
 
 
 @dataclass
@@ -59,14 +89,15 @@ def observations(rec: Any) -> Observations:
     wall = np.diff(np.concatenate([[start], ce])) if n else np.zeros(0)
     per_step = (rec.stall or {}).get("per_step") or {}
     by_stage = {k: np.asarray(v, dtype=float) for k, v in per_step.items() if len(v) == n}
-    by_cause = {c: np.zeros(n) for c in CAUSES}
+    by_cause = {c: np.zeros(n) for c in vocab.CAUSE_NAMES}
     for k, v in by_stage.items():
-        by_cause[DETAIL_CAUSE.get(k, "other")] += v
-    all_stages = stage_durations(t)
-    stages: dict[str, np.ndarray] = {k: all_stages[k] for k in STAGES}
+        by_cause[cause_of(k)] += v
+    stages = {k: np.asarray(v, dtype=float) for k, v in stage_durations(t).items() if _comparable(k)}
+    for k in STAGES:
+        stages.setdefault(k, np.zeros(0))
     return Observations(wall=wall, samples=st["samples"].astype(float) if n else np.zeros(0),
                         idle=st["idle"].astype(float) if n else np.zeros(0), by_cause=by_cause, by_stage=by_stage,
-                        stages={k: np.asarray(v, dtype=float) for k, v in stages.items()})
+                        stages=stages)
 
 
 # --- bootstrap -----------------------------------------------------------------------------------------------------
@@ -119,7 +150,7 @@ def bootstrap(cols: list[np.ndarray], stats: list[str], rng: np.random.Generator
 
 def _interval(a: np.ndarray) -> list[float] | None:
     ok = a[np.isfinite(a)]
-    if ok.size < 0.9 * a.size or ok.size == 0:  # too many undefined resamples: no honest interval
+    if ok.size < INTERVAL_MIN_DEFINED_SHARE * a.size or ok.size == 0:  # too many undefined resamples
         return None
     lo, hi = np.percentile(ok, [50 * (1 - CONFIDENCE), 100 - 50 * (1 - CONFIDENCE)])
     return [float(lo), float(hi)]
@@ -197,7 +228,7 @@ def build_metrics(recs: list[Any], obs: list[Observations], seed: int, resamples
     # runs of different length compare fairly ("seconds over a run as long as A").
     scales = [float(nsteps[0])] * len(obs)
     pts = [float(n) for n in nsteps]
-    for j, part in enumerate(("seconds",) + CAUSES):
+    for j, part in enumerate(("seconds",) + vocab.CAUSE_NAMES):
         arrs = [o.idle if part == "seconds" else o.by_cause[part] for o in obs]
         totals = [(r.stall or {}).get("seconds") if part == "seconds" else
                   ((r.stall or {}).get("by_cause") or {}).get(part) for r in recs]
@@ -205,12 +236,13 @@ def build_metrics(recs: list[Any], obs: list[Observations], seed: int, resamples
         m = _metric(f"stall_{part}", f"stall {part}", "s", "stall", totals, higher_is_better=False)
         _fill(m, boots, "mean", "difference", scales=scales, point_scale=pts)
         metrics.append(m)
-    for j, s in enumerate(STAGES):
-        boots = [bootstrap([o.stages[s]], list(STAGE_STATS), rng(3, j, i), resamples) for i, o in enumerate(obs)]
+    for j, s in enumerate(compared_stages([list(o.stages) for o in obs])):
+        arrs = [o.stages.get(s, np.zeros(0)) for o in obs]
+        boots = [bootstrap([a], list(STAGE_STATS), rng(3, j, i), resamples) for i, a in enumerate(arrs)]
         for stat in STAGE_STATS:
-            vals = [float(STATS[stat]([o.stages[s]])) * 1e3 if o.stages[s].size else None for o in obs]
+            vals = [float(STATS[stat]([a])) * 1e3 if a.size else None for a in arrs]
             m = _metric(f"{s}_{stat}", f"{s} {stat}", "ms", "stages", vals, higher_is_better=False,
-                        stage=s, stat=stat, count=[int(o.stages[s].size) for o in obs])
+                        stage=s, stat=stat, count=[int(a.size) for a in arrs])
             _fill(m, [{k: v * 1e3 for k, v in b.items()} if b else None for b in boots], stat, "ratio")
             metrics.append(m)
     # Storage totals: one number per run, no per-observation distribution, so no noise test.
@@ -257,8 +289,9 @@ def config_diffs(a: Any, b: Any) -> list[dict[str, Any]]:
         add("throttle_mechanism", ta.get("mechanism"), tb.get("mechanism"), "throttle mechanism")
     ra = (sa.get("residency_start") or {}).get("fraction")
     rb = (sb.get("residency_start") or {}).get("fraction")
-    # Cold vs warm without --cache: the page cache at start is what differed. 25 points: below, a re-run's normal drift.
-    if ra is not None and rb is not None and abs(ra - rb) >= 0.25 and ca.get("cache") == cb.get("cache"):
+    # Cold vs warm without --cache: the page cache at start is what differed.
+    if (ra is not None and rb is not None and abs(ra - rb) >= RESIDENCY_DIFFERS_FROM
+            and ca.get("cache") == cb.get("cache")):
         out.append({"key": "residency_start", "a": ra, "b": rb,
                     "text": f"data in page cache at start {ra * 100:.0f} % → {rb * 100:.0f} %"})
     da, db = a.compute_device or {}, b.compute_device or {}
@@ -301,12 +334,14 @@ def fmt_s(v: float) -> str:
 
 
 def _cause_words(cause: str, stage_delta: dict[str, float]) -> str:
+    """'storage reads (io)'; for the cpu cause, the stages that moved: 'CPU work in the workers (decode+augment)'."""
+    words = vocab.CAUSE[cause].words.split(" (")[0]  # the phrase without its own parenthesis
     if cause != "cpu":
-        return CAUSE_WORDS[cause]
-    parts = [k for k in ("decode", "augment", "collate")]
-    tot = sum(stage_delta.get(k, 0.0) for k in parts)
-    named = [k for k in parts if tot and stage_delta.get(k, 0.0) / tot >= 0.2] or parts
-    return f"cpu ({'+'.join(named)})"
+        return f"{words} ({cause})"
+    parts = [k for k in stage_delta if k not in vocab.CAUSE and cause_of(k) == "cpu"]
+    tot = sum(stage_delta[k] for k in parts)
+    named = [k for k in parts if tot and stage_delta[k] / tot >= CPU_STAGE_NAMED_FROM] or parts
+    return f"{words} ({'+'.join(named)})"
 
 
 def _blame(delta: dict[str, float], stage_delta: dict[str, float], sign: float) -> tuple[float | None, str]:
@@ -344,7 +379,8 @@ def story(lab_a: str, lab_b: str, a: Any, b: Any, oa: Observations, ob: Observat
     if sig is False:
         head = (f"{lab_b} is not reliably faster or slower than {lab_a}: {rate} ({r:.2f}x) is within run-to-run "
                 f"noise (95 % interval of the ratio {ci[0]:.2f}–{ci[1]:.2f}x")
-        head += f"; more than {min(na, ob.wall.size)} steps would narrow it)" if r < 0.9 or r > 1.1 else ")"
+        lo, hi = WORTH_MORE_STEPS_OUTSIDE
+        head += f"; more than {min(na, ob.wall.size)} steps would narrow it)" if r < lo or r > hi else ")"
         return f"{head}. {cfg}{notes}"
     slower = r < 1
     x = 1 / r if slower else r
@@ -354,9 +390,10 @@ def story(lab_a: str, lab_b: str, a: Any, b: Any, oa: Observations, ob: Observat
         head += " (too few steps to test against noise)"
     d_step = float(ob.wall.mean() - oa.wall.mean())
     d_wait = float(ob.idle.mean() - oa.idle.mean())
-    delta = {c: float(ob.by_cause[c].mean() - oa.by_cause[c].mean()) for c in CAUSES}
+    delta = {c: float(ob.by_cause[c].mean() - oa.by_cause[c].mean()) for c in vocab.CAUSE_NAMES}
+    keys = list(oa.by_stage) + [k for k in ob.by_stage if k not in oa.by_stage]
     stage_delta = {k: float(ob.by_stage.get(k, np.zeros(1)).mean() - oa.by_stage.get(k, np.zeros(1)).mean())
-                   for k in ("read", "decode", "augment", "collate", "transfer", "other")}
+                   for k in keys}
     sign = 1.0 if slower else -1.0
     comp_a = float((oa.stages["h2d"].mean() if oa.stages["h2d"].size else 0) + oa.stages["compute"].mean()) * 1e3
     comp_b = float((ob.stages["h2d"].mean() if ob.stages["h2d"].size else 0) + ob.stages["compute"].mean()) * 1e3
@@ -401,6 +438,7 @@ def compare(records: list[Any], names: list[str] | None = None, force: bool = Fa
                         "pipeline; pass --force to compare them anyway")
     obs = [observations(r) for r in records]
     metrics = build_metrics(records, obs, seed, resamples)
+    stages = compared_stages([list(o.stages) for o in obs])
     thr = next(m for m in metrics if m["key"] == "throughput")
     diffs = {labels[i]: config_diffs(records[0], r) for i, r in enumerate(records) if i}
     sentences = {labels[i]: story(labels[0], labels[i], records[0], r, obs[0], obs[i], thr["vs_baseline"][i],
@@ -416,7 +454,7 @@ def compare(records: list[Any], names: list[str] | None = None, force: bool = Fa
             for lab, nm, r, o in zip(labels, names, records, obs)]
     return {
         "baseline": labels[0], "labels": labels, "runs": runs, "metrics": metrics, "config_diffs": diffs,
-        "sentences": sentences, "forced": bad,
+        "sentences": sentences, "forced": bad, "stages": stages,
         "noise_test": {"method": "percentile bootstrap of per-step / per-sample observations, each run resampled "
                                  "independently", "resamples": resamples, "confidence": CONFIDENCE, "seed": seed,
                        "max_observations": MAX_OBS},

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import vocab
 from .stats import Tables
 
 
@@ -25,8 +26,7 @@ class Context:
     cpu_util: float | None  # mean share of all cores busy in the window, 0-1
     compute_ms: float  # per step
     h2d_ms: float
-    wait_ms: float
-    sample_cpu_ms: float  # decode + augment per sample
+    sample_cpu_ms: float  # per sample: the CPU stages (decode, augment, the rest of __getitem__, user stages)
     sample_read_ms: float
     collate_ms: float  # per batch
     transfer_ms: float  # per batch
@@ -38,8 +38,6 @@ class Context:
     ram_available_bytes: int | None
     pin_memory: bool
     amp: bool
-    mode: str
-    model: str
     augment: str
     image_size: int
     page_cache_hit: float | None = None  # share of worker reads served from the page cache, when measured
@@ -48,11 +46,6 @@ class Context:
     def batch_build_ms(self) -> float:
         """Time one worker needs to make one batch, from its own spans."""
         return self.batch_size * (self.sample_read_ms + self.sample_cpu_ms) + self.collate_ms
-
-    @property
-    def loader_batches_per_s(self) -> float:
-        w = max(1, self.workers)
-        return w * 1e3 / self.batch_build_ms if self.batch_build_ms > 0 else math.inf
 
     @property
     def model_batches_per_s(self) -> float:
@@ -65,10 +58,6 @@ class Context:
         if self.cpu_util is None:
             return None
         return self.usable_cores * (1.0 - self.cpu_util)
-
-    @property
-    def device_phrase(self) -> str:
-        return "the GPU" if self.device_type == "cuda" else "the CPU (compute device; no GPU used)"
 
 
 def cpu_util_in_window(samples: dict[str, Any], start_s: float, end_s: float) -> float | None:
@@ -83,14 +72,41 @@ def cpu_util_in_window(samples: dict[str, Any], start_s: float, end_s: float) ->
     return float(np.mean(rows)) / 100.0
 
 
+def loader_settings(rec: Any, samples: int, steps: int) -> dict[str, Any]:
+    """workers, batch_size and pin_memory of the profiled loader.
+
+    A user's own job (a record with a ``job`` section) says them in ``job.loader``; config then describes only the
+    profiler's defaults. A loader built with ``batch_size=None`` or a batch sampler has no fixed batch size: the mean
+    samples per measured step stands in for it. Built-in runs (and v1 records) take them from config.
+    """
+    cfg = rec.config or {}
+    loader = (getattr(rec, "job", None) or {}).get("loader")
+    if not loader:
+        return {"workers": int(cfg.get("workers", 0)), "batch_size": int(cfg.get("batch_size", 1)),
+                "pin_memory": bool(cfg.get("pin_memory"))}
+    batch = loader.get("batch_size")
+    if batch is None:
+        batch = round(samples / steps) if steps else 1
+    return {"workers": int(loader.get("num_workers") or 0), "batch_size": max(1, int(batch)),
+            "pin_memory": bool(loader.get("pin_memory"))}
+
+
+def _sample_cpu_ms(stages: dict[str, Any]) -> float:
+    """Mean CPU stage time per sample: every per-sample stage whose cause is cpu (registry or user-named)."""
+    total = 0.0
+    for name, st in stages.items():
+        s = vocab.stage(name)
+        if s.per == "sample" and s.cause == "cpu" and st.get("per", "sample") == "sample":
+            total += float(st.get("mean_ms", 0.0))
+    return total
+
+
 def build_context(rec: Any, t: Tables, stages: dict[str, Any]) -> Context:
-    cfg, env, win = dict(rec.config), rec.environment, rec.window
-    loader = (getattr(rec, "job", None) or {}).get("loader") or {}
-    if loader:  # a user's job: its DataLoader, not our options, says how it loaded
-        cfg.update(workers=loader.get("num_workers") or 0, batch_size=loader.get("batch_size") or 1,
-                   pin_memory=loader.get("pin_memory"))
+    cfg, env, win = rec.config, rec.environment, rec.window
     window_s = float(win.get("seconds", 0.0))
     samples = int(np.sum(t.steps["samples"])) if "samples" in t.steps else 0
+    steps = int(t.steps["wait_start"].size) if "wait_start" in t.steps else 0
+    loader = loader_settings(rec, samples, steps)
     sp = t.spans
     sel = np.isin(sp["batch"], t.measured_batches) if sp.get("batch") is not None and sp["batch"].size else None
     nbytes = sp.get("rchar", sp.get("bytes"))
@@ -104,14 +120,13 @@ def build_context(rec: Any, t: Tables, stages: dict[str, Any]) -> Context:
     return Context(
         device_type=rec.compute_device.get("type", "cpu"),
         device_name=rec.compute_device.get("name", ""),
-        window_s=window_s, steps=int(t.steps["wait_start"].size) if "wait_start" in t.steps else 0,
+        window_s=window_s, steps=steps,
         samples=samples, samples_per_s=samples / window_s if window_s > 0 else 0.0,
-        batch_size=int(cfg.get("batch_size", 1)), workers=int(cfg.get("workers", 0)),
+        batch_size=loader["batch_size"], workers=loader["workers"],
         usable_cores=float(usable),
         cpu_util=cpu_util_in_window(rec.samples, float(win.get("start_s", 0)), float(win.get("end_s", 0))),
         compute_ms=stages.get("compute", {}).get("mean_ms", 0.0), h2d_ms=stages.get("h2d", {}).get("mean_ms", 0.0),
-        wait_ms=stages.get("wait", {}).get("mean_ms", 0.0),
-        sample_cpu_ms=stages.get("decode", {}).get("mean_ms", 0.0) + stages.get("augment", {}).get("mean_ms", 0.0),
+        sample_cpu_ms=_sample_cpu_ms(stages),
         sample_read_ms=stages.get("read", {}).get("mean_ms", 0.0),
         collate_ms=stages.get("collate", {}).get("mean_ms", 0.0),
         transfer_ms=stages.get("transfer", {}).get("mean_ms", 0.0),
@@ -120,7 +135,7 @@ def build_context(rec: Any, t: Tables, stages: dict[str, Any]) -> Context:
         read_mb_s_per_worker=(read_bytes / 1e6 / read_total) if read_total > 0 else 0.0,
         dataset_bytes=int(rec.dataset.get("total_bytes", 0) or 0),
         ram_available_bytes=int(ram) if ram else None,
-        pin_memory=bool(cfg.get("pin_memory")), amp=bool(cfg.get("amp")), mode=str(cfg.get("mode", "train")),
-        model=str(cfg.get("model") or ""), augment=str(cfg.get("augment", "")), image_size=int(cfg.get("image_size", 224)),
+        pin_memory=loader["pin_memory"], amp=bool(cfg.get("amp")),
+        augment=str(cfg.get("augment", "")), image_size=int(cfg.get("image_size", 224)),
         page_cache_hit=(rec.storage or {}).get("page_cache_hit_fraction"),
     )

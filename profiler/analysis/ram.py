@@ -16,18 +16,23 @@ import bisect
 from dataclasses import dataclass
 
 from ..thresholds import (  # the judgment thresholds, with their reasons, live in one module
-    ASSUMED_WORKER_PRIVATE_BYTES, COPY_ON_READ_MIN_GROWTH_BYTES, COPY_ON_READ_MIN_LATE_SHARE,
-    COPY_ON_READ_MIN_MONOTONE_SHARE, COPY_ON_READ_MIN_READINGS, MIB, RAM_HEADROOM_WARN_FRACTION,
+    ASSUMED_WORKER_PRIVATE_BYTES,
+    COPY_ON_READ_MIN_GROWTH_BYTES,
+    COPY_ON_READ_MIN_LATE_SHARE,
+    COPY_ON_READ_MIN_MONOTONE_SHARE,
+    COPY_ON_READ_MIN_READINGS,
+    MIB,
+    RAM_HEADROOM_WARN_FRACTION,
 )
 
 COPY_ON_READ_FIX = (
-    "keep the dataset's per-sample metadata (file names, labels, boxes) in numpy arrays or torch tensors "
-    "(for strings: a numpy array of fixed-width bytes, or pyarrow) instead of Python lists/dicts of Python objects: "
-    "every access updates the objects' reference counts, which writes to their pages, and copy-on-write then "
-    "duplicates those pages into each forked worker; a numpy/tensor buffer is one object whose data pages are "
-    "only read, so they stay shared"
+    "keep the dataset's per-sample metadata (file names, labels, boxes) in numpy arrays or torch tensors instead "
+    "of Python lists/dicts of Python objects; for strings, one byte buffer of all of them concatenated (a uint8 "
+    "numpy array) plus an int64 array of offsets, decoding item i as buf[off[i]:off[i + 1]].tobytes().decode(). "
+    "Every access to a Python object updates its reference count, which writes to its page, and copy-on-write then "
+    "duplicates those pages into each forked worker; a numpy buffer is one object whose data pages are only read, "
+    "so they stay shared"
 )
-
 
 
 @dataclass
@@ -149,12 +154,15 @@ def _budget(samples: dict, procs: list[dict]) -> int | None:
     return int(best) if best is not None else None
 
 
-def project_ram(samples: dict, workers_now: int, workers_target: list[int]) -> list[dict]:
+def project_ram(samples: dict, workers_now: int, workers_target: list[int],
+                copy_on_read: dict | None | bool = False) -> list[dict]:
     """Projected host RAM for each worker count in ``workers_target``, from this run's measurements.
 
     projected = main private + N x per-worker private + shared (pages counted once: main RSS - main USS).
     ``fits`` compares the private part with what the job could hold (available RAM + its own private memory);
     ``projected_worst_bytes`` is the copy-on-read worst case where every worker ends up copying the shared pages.
+    ``copy_on_read``: the caller's :func:`detect_copy_on_read` result (a finding or None), so detection runs once;
+    left at ``False`` (not given), it is detected here.
     """
     procs = samples.get("processes") or []
     main = next((p for p in procs if p.get("role") == "main"), None)
@@ -173,7 +181,7 @@ def project_ram(samples: dict, workers_now: int, workers_target: list[int]) -> l
     else:
         per_worker, basis = float(ASSUMED_WORKER_PRIVATE_BYTES), "assumed"
     budget = _budget(samples, procs)
-    growing = detect_copy_on_read(samples) is not None
+    growing = (detect_copy_on_read(samples) if copy_on_read is False else copy_on_read) is not None
     out = []
     for n in workers_target:
         private = main_private + n * per_worker

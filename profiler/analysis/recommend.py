@@ -10,6 +10,7 @@ from typing import Any
 
 from .. import thresholds as th
 from .context import Context
+from .io import fits_in_page_cache
 
 
 def _rec(action: str, reason: str, gain: str, cause: str) -> dict[str, str]:
@@ -30,11 +31,12 @@ def _cpu_rules(ctx: Context, stall: dict[str, Any]) -> list[dict[str, str]]:
     out = []
     idle = ctx.idle_cores
     saturated = ctx.cpu_util is not None and ctx.cpu_util >= th.CPU_SATURATED_FROM
-    per_worker_sps = 1e3 / (ctx.sample_cpu_ms + ctx.sample_read_ms) if (ctx.sample_cpu_ms + ctx.sample_read_ms) > 0 else 0
+    sample_ms = ctx.sample_cpu_ms + ctx.sample_read_ms
+    per_worker_sps = 1e3 / sample_ms if sample_ms > 0 else 0
     if ctx.workers == 0:
         out.append(_rec(
             "Use DataLoader workers: --workers "
-            f"{max(1, min(int(ctx.usable_cores) - 1, 4)) or 1}",
+            f"{max(1, min(int(ctx.usable_cores) - 1, th.FIRST_WORKERS_AT_MOST))}",
             f"with workers = 0 every batch is decoded in the main process while the model waits "
             f"({ctx.batch_build_ms:.0f} ms per batch, serial with {ctx.compute_ms:.0f} ms of compute).",
             _ceiling_gain(ctx, per_worker_sps * max(1, int(ctx.usable_cores) - 1)), "cpu"))
@@ -62,7 +64,7 @@ def _cpu_rules(ctx: Context, stall: dict[str, Any]) -> list[dict[str, str]]:
                 f"removes up to {aug:.2f} s of the {stall.get('seconds', 0):.2f} s wait", "cpu"))
         if dec > 0 and ctx.mean_pixels > 0:
             target_px = (ctx.image_size * th.PRE_RESIZE_FACTOR) ** 2 * 4 / 3
-            if ctx.mean_pixels > target_px * 1.2:
+            if ctx.mean_pixels > target_px * th.PRE_RESIZE_MIN_PIXEL_RATIO:
                 factor = ctx.mean_pixels / target_px
                 short = int(ctx.image_size * th.PRE_RESIZE_FACTOR)
                 out.append(_rec(
@@ -84,7 +86,8 @@ def _io_rules(ctx: Context, stall: dict[str, Any]) -> list[dict[str, str]]:
     out = []
     io_s = float(stall.get("by_cause", {}).get("io", 0))
     rate = f"{ctx.read_mb_s_per_worker:.1f} MB/s per worker" if ctx.read_mb_s_per_worker else "a slow rate"
-    if ctx.dataset_bytes and ctx.ram_available_bytes and ctx.dataset_bytes < 0.5 * ctx.ram_available_bytes:
+    fits = fits_in_page_cache(ctx.dataset_bytes, ctx.ram_available_bytes)
+    if fits:
         out.append(_rec(
             "Serve the dataset from RAM: it fits (keep it in the page cache by reading it once, or copy it to local "
             "NVMe / tmpfs)",
@@ -95,10 +98,11 @@ def _io_rules(ctx: Context, stall: dict[str, Any]) -> list[dict[str, str]]:
         out.append(_rec(
             "Move the data to faster local storage (NVMe) or cache a pre-processed copy",
             f"reads took {io_s:.2f} s of the wait at {rate}"
-            + (f"; the dataset ({ctx.dataset_bytes / 1e9:.1f} GB) is too large to stay in RAM" if ctx.dataset_bytes else ""),
+            + (f"; the dataset ({ctx.dataset_bytes / 1e9:.1f} GB) is too large to stay in the page cache"
+               if fits is False else ""),
             f"removes up to {io_s:.2f} s of the wait", "io"))
     if ctx.workers > 0:
-        target = max(ctx.workers * 2, ctx.workers + 2)
+        target = max(ctx.workers * th.IO_WORKERS_GROWTH, ctx.workers + 2)
         out.append(_rec(
             f"Raise --workers from {ctx.workers} to {target} to keep more reads in flight",
             f"a worker blocked on a read uses no CPU; {ctx.sample_read_ms:.1f} ms per read dominates its "
@@ -137,11 +141,12 @@ def _compute_rules(ctx: Context, memory: dict[str, Any] | None) -> list[dict[str
         if not ctx.amp:
             out.append(_rec("Use mixed precision (torch.autocast with bfloat16, --amp)",
                             f"the input keeps up and compute takes {ctx.compute_ms:.1f} ms per step in fp32.",
-                            "tensor-core math: typically 1.5-3x faster convolutions/matmuls on Ampere or newer", "compute"))
+                            "tensor-core math: typically 1.5-3x faster convolutions/matmuls on Ampere or newer",
+                            "compute"))
         peak = (memory or {}).get("device_peak_bytes")
         total = (memory or {}).get("device_total_bytes")
-        if peak and total and peak < 0.5 * total:
-            factor = int(0.8 * total // peak)
+        if peak and total and peak < th.BATCH_GROWTH_MAX_PEAK_SHARE * total:
+            factor = int(th.BATCH_GROWTH_USABLE_SHARE * total // peak)
             if factor >= 2:
                 out.append(_rec(f"Raise --batch-size from {ctx.batch_size} to {ctx.batch_size * factor}",
                                 f"the step peaked at {peak / 2**30:.1f} GiB of {total / 2**30:.0f} GiB.",
@@ -164,6 +169,10 @@ def _compute_rules(ctx: Context, memory: dict[str, Any] | None) -> list[dict[str
     return out
 
 
+# The rules for each idle cause that has any ("other" has none: nothing to act on).
+RULES = {"io": _io_rules, "cpu": _cpu_rules, "transfer": _transfer_rules}
+
+
 def recommend(verdict: dict[str, Any], stall: dict[str, Any], ctx: Context,
               memory: dict[str, Any] | None = None) -> list[dict[str, str]]:
     b = verdict.get("bottleneck")
@@ -175,9 +184,9 @@ def recommend(verdict: dict[str, Any], stall: dict[str, Any], ctx: Context,
     total = float(stall.get("seconds", 0.0)) or 1.0
     by = stall.get("by_cause", {})
     # Rules for every cause holding a worthwhile share, the verdict's own cause first.
-    order = [b] + [c for c in ("io", "cpu", "transfer") if c != b]
+    order = [b] + [c for c in RULES if c != b]
     for cause in order:
-        if float(by.get(cause, 0.0)) / total < th.CAUSE_WORTH_ACTING_ON and cause != b:
+        if cause not in RULES or (float(by.get(cause, 0.0)) / total < th.CAUSE_WORTH_ACTING_ON and cause != b):
             continue
-        recs += {"io": _io_rules, "cpu": _cpu_rules, "transfer": _transfer_rules}[cause](ctx, stall)
+        recs += RULES[cause](ctx, stall)
     return recs

@@ -4,14 +4,11 @@ from __future__ import annotations
 from typing import Any
 
 from .. import thresholds as th
+from .. import vocab
 from .context import Context
 
-CAUSE_WORDS = {
-    "io": "storage reads",
-    "cpu": "decode + augmentation on the CPU",
-    "transfer": "moving batches from the workers to the device",
-    "other": "unexplained overhead (Python, GC, process start)",
-}
+# The causes a verdict can name: every idle cause the registry has except "other", which explains nothing.
+VERDICT_CAUSES = tuple(c for c in vocab.CAUSE_NAMES if c != "other")
 
 
 def severity(fraction: float) -> str:
@@ -45,14 +42,15 @@ def decide(stall: dict[str, Any], ctx: Context, oom: dict[str, Any] | None = Non
     if frac < th.NOT_INPUT_BOUND_BELOW or total <= 0:
         step_ms = ctx.compute_ms + ctx.h2d_ms
         summary = (f"Compute-bound: the input pipeline keeps up ({dev} waited only {_pct(frac)} of the time); "
-                   f"the model's {step_ms:.0f} ms per step on {dev} sets the pace at {ctx.samples_per_s:.0f} samples/s.")
+                   f"the model's {step_ms:.0f} ms per step on {dev} sets the pace at "
+                   f"{ctx.samples_per_s:.0f} samples/s.")
         if ctx.device_type == "cpu":
             summary += " The model ran on the CPU: no GPU was used."
         return {"bottleneck": "compute", "severity": sev, "summary": summary}
-    causes = {k: float(by.get(k, 0.0)) for k in ("io", "cpu", "transfer")}
+    causes = {k: float(by.get(k, 0.0)) for k in VERDICT_CAUSES}
     cause = max(causes, key=causes.get)
     share = causes[cause] / total if total > 0 else 0.0
-    detail = f"{_pct(share)} of that wait was {CAUSE_WORDS[cause]}"
+    detail = f"{_pct(share)} of that wait was {vocab.CAUSE[cause].words}"
     if cause == "cpu":
         detail += f" in {workers} that had {cores} between them"
     elif cause == "io":

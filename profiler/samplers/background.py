@@ -1,13 +1,12 @@
 """The background sampler: one daemon thread that records machine, process and GPU time series during a run.
 
-It produces the `samples` section of run.json (schema: helper_briefs/samples_schema.md, extended with
-`sampler_overhead`, per-process `cpu_times`/`alive_at_end`, `gpu.pcie_every_ticks`). Raw series only; analysis
-aggregates later.
+It produces the `samples` section of run.json (documented in docs/run_json.md, "samples"). Raw series only;
+analysis aggregates later.
 
 Why one thread in the main process rather than a sampler process: a thread costs no extra core on a 2-core
 machine and can see the harness's labels directly. Its price is the GIL: while a tick runs Python it holds the GIL
 and the training loop waits. So a tick is kept to a few hundred µs (see the module notes of system.py and
-procs.py; `sampler_overhead` in the output reports the thread's own CPU time per tick, measured with
+process_tracker.py; `sampler_overhead` in the output reports the thread's own CPU time per tick, measured with
 time.thread_time), and it sleeps with Event.wait so stop() returns within one tick.
 
 Measured (2-core VM, main process with torch imported + 2 DataLoader-like workers, 10 Hz): ~365 µs of thread
@@ -27,18 +26,17 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any
 
 import psutil
 
 from profiler.samplers.gpu import GpuSampler
-from profiler.samplers.procs import ProcessTracker
+from profiler.samplers.process_tracker import ProcessTracker
 from profiler.samplers.system import SystemReader
 
 # 10 Hz resolves the ~0.1-1 s phases of a data pipeline (a batch, a stall) at < 1 % of one core.
 DEFAULT_INTERVAL_S = 0.1
 # Minimum ticks between two PSS/USS readings of one process; the real rate is also capped by a CPU budget
-# (procs.FULL_MEMORY_CPU_BUDGET) because smaps_rollup costs milliseconds for a large process.
+# (process_tracker.FULL_MEMORY_CPU_BUDGET) because smaps_rollup costs milliseconds for a large process.
 DEFAULT_FULL_MEMORY_EVERY = 5
 # New children are looked for every this many ticks (labelled pids are picked up at once); workers are long-lived.
 DEFAULT_CHILDREN_EVERY = 5
@@ -83,8 +81,6 @@ class Sampler:
         self._cache: list[int] = []
         self._disk_rate: list[float | None] = []
         self._shm: list[int | None] = []
-        self._latest: dict[str, Any] = {"t_s": None, "cpu_total_percent": None, "ram_used_bytes": None,
-                                        "disk_read_bytes_per_s": None, "gpu_util_percent": None}
 
     # ---- public API ---------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -101,11 +97,6 @@ class Sampler:
     def label_pid(self, pid: int, role: str, worker_id: int | None = None) -> None:
         """Say what `pid` is ("worker" with its DataLoader worker id, "child", "main"); any time, any thread."""
         self._tracker.label(pid, role, worker_id)
-
-    def latest(self) -> dict[str, Any]:
-        """Last tick's headline values for a live display: t_s, cpu_total_percent, ram_used_bytes,
-        disk_read_bytes_per_s, gpu_util_percent (None before the first tick or when absent). Cheap, thread-safe."""
-        return dict(self._latest)  # the thread replaces the dict whole, so a copy of the reference is consistent
 
     def stop(self) -> dict:
         """Stop the thread and return the `samples` dict; later calls return the same dict."""
@@ -169,10 +160,6 @@ class Sampler:
                 self._shm.append(sysv.shm_used_bytes)
                 self._gpu.append(t_s, gpu)
                 self._tracker.tick(index, t_s)
-            self._latest = {"t_s": t_s, "cpu_total_percent": sysv.cpu_total_percent,
-                            "ram_used_bytes": sysv.ram_used_bytes,
-                            "disk_read_bytes_per_s": sysv.disk_read_bytes_per_s,
-                            "gpu_util_percent": self._gpu.last_util}
         except Exception as exc:  # never let sampling break the run; say so once
             self._absent.setdefault("sampler_error", f"tick {index} failed: {exc!r}")
         self._ticks += 1

@@ -3,7 +3,7 @@
 Why our own deltas instead of psutil.cpu_percent / psutil.disk_io_counters: psutil.cpu_percent keeps its previous
 reading in module-global state that any other caller in the process would disturb, and disk_io_counters costs
 45-105 µs warm per call (it stats /sys/block/<name> for every device and runs wrap detection). /proc/stat,
-/proc/meminfo and /proc/diskstats are kept open and re-read with pread (see procfs.py); psutil is the fallback
+/proc/meminfo and /proc/diskstats are kept open and re-read with pread (see proc_readers.py); psutil is the fallback
 where they cannot be opened.
 
 page_cache_bytes follows psutil (Cached + SReclaimable + Buffers); note that Cached includes tmpfs pages, i.e.
@@ -17,7 +17,13 @@ from dataclasses import dataclass
 
 import psutil
 
-from profiler.samplers.procfs import ProcFile, memory_from_meminfo, parse_cpu_lines, parse_diskstats, parse_meminfo
+from profiler.samplers.proc_readers import (
+    ProcFile,
+    memory_from_meminfo,
+    parse_cpu_lines,
+    parse_diskstats,
+    parse_meminfo,
+)
 
 DISKSTATS = "/proc/diskstats"
 SHM_PATH = "/dev/shm"
@@ -33,7 +39,6 @@ class SystemTick:
     """One tick's machine-wide values (percent 0-100, bytes, bytes per second)."""
 
     cpu_percent_per_core: list[float]
-    cpu_total_percent: float
     ram_used_bytes: int
     ram_available_bytes: int
     page_cache_bytes: int
@@ -168,7 +173,6 @@ class SystemReader:
             self._prev_disk = (read, now)
         return SystemTick(
             cpu_percent_per_core=per_core,
-            cpu_total_percent=round(sum(per_core) / len(per_core), 1) if per_core else 0.0,
             ram_used_bytes=used,
             ram_available_bytes=avail,
             page_cache_bytes=cache,

@@ -6,7 +6,7 @@ overstates and PSS is the fair share) and bytes read (/proc/<pid>/io), and those
 
 Cost notes (the sampler thread holds the GIL while it runs Python):
 - Per process per tick: /proc/<pid>/stat (cpu times, rss) and /proc/<pid>/io, both kept open and re-read with
-  pread (procfs.PidReader; ~50 µs per file cold instead of ~120 µs for open+read+close). psutil with oneshot() is
+  pread (proc_readers.PidReader; ~50 µs per file cold instead of ~120 µs for open+read+close). psutil with oneshot() is
   the fallback where those files cannot be opened.
 - memory_full_info (PSS/USS) reads smaps_rollup, for which the kernel walks the page tables of every mapping:
   measured 4.5 ms for a 290 MB worker and 7.5 ms for a 510 MB main process with torch imported, growing with RSS.
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from profiler.samplers.procfs import PidReader, ProcessGone
+from profiler.samplers.proc_readers import PidReader, ProcessGone
 
 ROLES = ("main", "worker", "child")
 # Share of one core that PSS/USS reads may use on average (see the module notes): 0.3 % keeps the whole sampler
