@@ -86,7 +86,6 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict:
         p.start()
     sampler.label_pid(long_worker.pid, "worker", 0)
     time.sleep(0.3)
-    latest = sampler.latest()
     short_worker.join()
     time.sleep(0.2)  # let the sampler notice the exit before the (late) label arrives
     sampler.label_pid(short_worker.pid, "worker", 1)
@@ -94,7 +93,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     other.join()
     first = sampler.stop()
     second = sampler.stop()
-    return {"samples": first, "again": second, "latest": latest, "disk": disk,
+    return {"samples": first, "again": second, "disk": disk,
             "pids": {"long": long_worker.pid, "short": short_worker.pid, "other": other.pid}}
 
 
@@ -172,14 +171,6 @@ def test_pss_sampled_sometimes(run: dict) -> None:
     values = [v for p in run["samples"]["processes"] if p["pss_bytes"] for v in p["pss_bytes"] if v is not None]
     assert values, run["samples"]["absent"]
     assert all(v > 0 for v in values)
-
-
-def test_latest_gives_live_values(run: dict) -> None:
-    latest = run["latest"]
-    assert set(latest) == {"t_s", "cpu_total_percent", "ram_used_bytes", "disk_read_bytes_per_s",
-                           "gpu_util_percent"}
-    assert latest["t_s"] is not None and 0.0 <= latest["cpu_total_percent"] <= 100.0
-    assert latest["ram_used_bytes"] > 0 and latest["gpu_util_percent"] is None
 
 
 def test_stop_without_start_is_safe() -> None:

@@ -103,7 +103,7 @@ def _fit_advice() -> Callable[[Any, int], list[dict]]:
     Imported lazily: it pulls in torch model builders, which a record without an OOM never needs. The package is
     being renamed (profiler/memory -> profiler/fit); this is the one import to update.
     """
-    from ..memory.estimate import oom_recommendations
+    from ..fit import oom_recommendations
 
     return oom_recommendations
 

@@ -204,15 +204,13 @@ def _memory_section(p: Prepared, oom: dict | None, peak: int | None) -> dict[str
     if p.model is None:
         return out
     try:
-        from ..fit import estimate_memory, oom_recommendations
+        from ..fit import estimate_memory
         # On a GPU that did not run out of memory, measure activations there (fast, and what the card really does);
         # after an OOM the device may be too full to measure, so the CPU's saved-tensor count is used.
         where = str(p.device) if p.device.type == "cuda" and not oom else "cpu"
         bd = estimate_memory(c.model, c.batch_size, mode=c.mode, precision="fp32", amp=c.amp, optimizer="momentum",
                              image_size=c.image_size, num_classes=max(2, len(p.index.classes)), device=where)
-        out["breakdown"] = bd.to_dict()
-        if oom and out.get("device_total_bytes"):
-            out["oom_recommendations"] = oom_recommendations(bd, out["device_total_bytes"])
+        out["breakdown"] = bd.to_dict()  # analysis derives the out-of-memory advice from it
     except Exception as e:  # the estimate is a bonus; never lose the run for it
         out["breakdown_error"] = f"{type(e).__name__}: {e}"
     return out
