@@ -26,8 +26,8 @@ from torch.utils.data import DataLoader, Dataset  # noqa: E402
 
 from profiler.analysis import analyze  # noqa: E402
 from profiler.config import RunConfig  # noqa: E402
-from profiler.harness.data import ensure_sample_dataset, scan_dataset  # noqa: E402
 from profiler.harness.builtin import make_step_fn  # noqa: E402
+from profiler.harness.data import ensure_sample_dataset, scan_dataset  # noqa: E402
 from profiler.harness.models import build_model  # noqa: E402
 from profiler.harness.runner import execute, prepare  # noqa: E402
 from profiler.harness.transforms import build_transform  # noqa: E402

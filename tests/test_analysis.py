@@ -20,9 +20,19 @@ from profiler.record import RunRecord
 
 
 def _tables(steps, batches, spans) -> Tables:
+    """v2 tables from v1-style span columns (read_start..augment_end) or v2 ones (start, end, stages)."""
     st = {k: np.asarray(v) for k, v in steps.items()}
-    return Tables(st, {k: np.asarray(v) for k, v in batches.items()}, {k: np.asarray(v) for k, v in spans.items()},
-                  st["batch"])
+    spans = dict(spans)
+    stages = spans.pop("stages", None)
+    if "read_start" in spans:
+        rs, re_, de, ae = (np.asarray(spans.pop(k), dtype=float) for k in ("read_start", "read_end", "decode_end",
+                                                                         "augment_end"))
+        spans.update(start=rs, end=ae, rchar=spans.pop("bytes", np.zeros_like(rs)))
+        spans.pop("pixels", None)
+        stages = {"read": re_ - rs, "decode": de - re_, "augment": ae - de}
+    sp = {k: np.asarray(v) for k, v in spans.items()}
+    ss = {k: np.asarray(v, dtype=float) for k, v in (stages or {}).items()}
+    return Tables(st, {k: np.asarray(v) for k, v in batches.items()}, sp, ss, {}, st["batch"])
 
 
 def test_attribution_splits_a_wait_by_what_the_worker_did():
@@ -34,7 +44,7 @@ def test_attribution_splits_a_wait_by_what_the_worker_did():
     batches = {"batch": [7], "worker": [0], "collate_start": [1.7], "collate_end": [1.8], "received": [2.0]}
     spans = {"batch": [7], "worker": [0], "read_start": [1.0], "read_end": [1.3], "decode_end": [1.5],
              "augment_end": [1.6], "bytes": [100], "pixels": [10]}
-    st = attribute(_tables(steps, batches, spans), window_s=2.0)
+    st = attribute(_tables(steps, batches, spans), window_s=2.0, kernel=False)
     assert st["by_cause"]["io"] == pytest.approx(0.3)
     assert st["by_cause"]["cpu"] == pytest.approx(0.2 + 0.1 + 0.1)
     assert st["by_cause"]["transfer"] == pytest.approx(0.2)
@@ -52,7 +62,7 @@ def test_busy_with_previous_batch_counts_and_device_gap_beyond_wait_is_other():
                "received": [0.6, 1.0]}
     spans = {"batch": [3, 5], "worker": [1, 1], "read_start": [-0.5, 0.5], "read_end": [0.5, 0.6],
              "decode_end": [0.5, 0.8], "augment_end": [0.5, 0.9], "bytes": [1, 1], "pixels": [1, 1]}
-    st = attribute(_tables(steps, batches, spans), window_s=3.0)
+    st = attribute(_tables(steps, batches, spans), window_s=3.0, kernel=False)
     assert st["by_cause"]["io"] == pytest.approx(0.5 + 0.1)
     assert st["by_cause"]["cpu"] == pytest.approx(0.2 + 0.1 + 0.1)
     assert st["by_cause"]["other"] == pytest.approx(0.5)  # the gap beyond the wait
@@ -147,7 +157,7 @@ def _record(stall_fraction: float = 0.5, dataset_bytes: int = 10**9, available_b
                "collate_start": [t + wait for t in starts], "collate_end": [t + wait for t in starts],
                "received": [t + wait for t in starts], "samples": [4] * n,
                "rchar": [-1] * n, "read_bytes": [-1] * n, **(batches_io or {})}
-    spans = {"batch": list(range(n)), "worker": [0] * n, "read_start": starts,
+    spans = {"batch": list(range(n)), "worker": [0] * n, "index": list(range(n)), "read_start": starts,
              "read_end": [t + wait for t in starts], "decode_end": [t + wait for t in starts],
              "augment_end": [t + wait for t in starts], "bytes": [100_000] * n, "pixels": [64 * 64] * n}
     d = {"schema_version": 1,
@@ -223,7 +233,7 @@ def test_io_totals_whole_run_and_measured_window_alone():
 def test_oom_advice_is_recomputed_from_the_breakdown():
     """A record that ran out of device memory carries the fit breakdown; analysis derives the advice from it, so a
     stale list in the record is replaced."""
-    from profiler.memory.estimate import estimate_memory
+    from profiler.fit import estimate_memory
 
     bd = estimate_memory("resnet18", 64, mode="train", image_size=64, num_classes=2, device="cpu")
     gpu = bd.total_bytes // 2

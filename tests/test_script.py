@@ -155,7 +155,8 @@ def test_planted_causes(tmp_path, kind, verdict):
 
 def test_planted_storage_cause(tmp_path):
     """Cold cache + a 1 MB/s throttle on the script's data → io. Needs the kernel throttle (root + cgroup)."""
-    from profiler.storage import device as sdev, throttle as thr
+    from profiler.storage import device as sdev
+    from profiler.storage import throttle as thr
 
     d = tmp_path / "files"
     d.mkdir()

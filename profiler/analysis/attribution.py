@@ -56,7 +56,7 @@ class _WorkerSpans:
 
 
 def _kind_shares(wall: np.ndarray, cpu: np.ndarray, runq: np.ndarray, read_bytes: np.ndarray,
-                 default_kind: np.ndarray | None) -> np.ndarray:
+                 default: np.ndarray | None) -> np.ndarray:
     """Per span, the share of its wall time in each kernel kind (rows sum to 1)."""
     n = wall.size
     out = np.zeros((n, len(KIND_NAMES)))
@@ -69,10 +69,19 @@ def _kind_shares(wall: np.ndarray, cpu: np.ndarray, runq: np.ndarray, read_bytes
     dev = read_bytes > 0
     out[:, _K["blocked_device"]] = np.where(dev, blocked, 0.0)
     out[:, _K["blocked_other"]] = np.where(dev, 0.0, blocked)
-    if default_kind is not None:  # no kernel accounting for these spans: the stage's default cause
+    if default is not None:  # no kernel accounting for these spans: each stage's default cause, by its share
         none = (cpu <= 0) & (runq <= 0)
-        out[none] = 0.0
-        out[none, default_kind[none]] = 1.0
+        out[none] = default[none]
+    return out
+
+
+def _default_kinds(stage_mat: np.ndarray, stage_names: list[str]) -> np.ndarray:
+    """Kind shares from named stages alone (records without kernel accounting): io stages → blocked_device, the
+    rest → on_cpu."""
+    out = np.zeros((stage_mat.shape[0], len(KIND_NAMES)))
+    for j, name in enumerate(stage_names):
+        kind = "blocked_device" if vocab.stage(name).cause == "io" else "on_cpu"
+        out[:, _K[kind]] += stage_mat[:, j]
     return out
 
 
@@ -88,13 +97,7 @@ def _worker_spans(t: Tables, stage_names: list[str], kernel: bool) -> dict[int, 
         safe = np.where(wall > 0, wall, 1.0)
         for name, secs in per_stage.items():
             stage_mat[:, col[name]] = secs / safe
-        default = None
-        if not kernel:  # the call's default kind: io if its largest named stage is an io stage (read), else cpu
-            default = np.full(s.size, _K["on_cpu"])
-            io_cols = [n for n in per_stage if vocab.stage(n).cause == "io"]
-            if io_cols:
-                io_share = sum(per_stage[n] for n in io_cols) / safe
-                default = np.where(io_share >= 0.5, _K["blocked_device"], _K["on_cpu"])
+        default = None if kernel else _default_kinds(stage_mat, stage_names)
         kinds = _kind_shares(wall, sp.get("cpu", np.zeros_like(s)).astype(float),
                              sp.get("runq", np.zeros_like(s)).astype(float),
                              sp.get("read_bytes", np.zeros_like(s)).astype(float), default)
@@ -104,7 +107,10 @@ def _worker_spans(t: Tables, stage_names: list[str], kernel: bool) -> dict[int, 
     if bt.get("batch") is not None and bt["batch"].size:
         s, e = bt["collate_start"].astype(float), bt["collate_end"].astype(float)
         wall = np.maximum(e - s, 0.0)
-        default = None if kernel else np.full(s.size, _K["on_cpu"])
+        default = None
+        if not kernel:
+            default = np.zeros((s.size, len(KIND_NAMES)))
+            default[:, _K["on_cpu"]] = 1.0
         kinds = _kind_shares(wall, bt.get("collate_cpu", np.zeros_like(s)).astype(float),
                              bt.get("collate_runq", np.zeros_like(s)).astype(float), np.zeros_like(s), default)
         stage_mat = np.zeros((s.size, len(stage_names)))

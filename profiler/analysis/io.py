@@ -100,8 +100,7 @@ def fits_in_page_cache(dataset_bytes: int | None, available_bytes: int | None) -
 def _fit_advice() -> Callable[[Any, int], list[dict]]:
     """The fit package's pure advice function (breakdown, device bytes) -> recommendations.
 
-    Imported lazily: it pulls in torch model builders, which a record without an OOM never needs. The package is
-    being renamed (profiler/memory -> profiler/fit); this is the one import to update.
+    Imported lazily: it pulls in torch model builders, which a record without an OOM never needs.
     """
     from ..fit import oom_recommendations
 

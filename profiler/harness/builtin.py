@@ -20,12 +20,14 @@ from ..storage.residency import file_resident_bytes
 from .data import bounded_read
 from .job import OutOfDeviceMemory
 
+
 class StreamBatchSampler(Sampler):
     """Full batches from a continuous stream of per-epoch shuffles: no short last batch, no worker restart per epoch
     (a run's steps are one loader epoch, however many dataset epochs they span)."""
 
     def __init__(self, n: int, batch_size: int, total_batches: int, seed: int = 0, shuffle: bool = True):
-        self.n, self.batch_size, self.total_batches, self.seed, self.shuffle = n, batch_size, total_batches, seed, shuffle
+        self.n, self.batch_size, self.total_batches = n, batch_size, total_batches
+        self.seed, self.shuffle = seed, shuffle
 
     def __len__(self) -> int:
         return self.total_batches

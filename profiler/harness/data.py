@@ -273,7 +273,8 @@ def default_sample_dir() -> Path:
     return cache / "profiler" / "sample"
 
 
-def synthetic_jpeg(rng: np.random.Generator, size: tuple[int, int] = SAMPLE_SIZE, quality: int = SAMPLE_QUALITY) -> bytes:
+def synthetic_jpeg(rng: np.random.Generator, size: tuple[int, int] = SAMPLE_SIZE,
+                   quality: int = SAMPLE_QUALITY) -> bytes:
     """One photo-like JPEG: smooth large-scale structure, mid-frequency texture and sensor-like noise.
 
     Pure noise would compress badly and decode unrealistically slowly; flat colour would be far too small. Layering

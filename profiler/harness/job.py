@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..errors import UserError
-from ..record import RunRecord
 from ..instrument import collect
 from ..instrument.session import Session, StepRow, WindowClosed
+from ..record import RunRecord
 
 
 class OutOfDeviceMemory(Exception):

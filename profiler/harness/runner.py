@@ -104,7 +104,9 @@ def storage_setup(root: str, files: list[str], c: RunConfig, userspace_ok: bool)
     """Storage facts, cache control and throttling of the files under ``root``; returns (storage section, context
     manager, read hook). ``userspace_ok``: whether the job reads through our read hook (only the built-in dataset
     does; a user's script can be slowed by the kernel throttle alone)."""
-    from ..storage import cache, device as sdev, throttle as thr
+    from ..storage import cache
+    from ..storage import device as sdev
+    from ..storage import throttle as thr
 
     info = sdev.describe_storage(root)
     section: dict[str, Any] = {"device": info.to_dict(), "cache_mode": c.cache}

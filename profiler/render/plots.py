@@ -22,7 +22,8 @@ import numpy as np  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
-from ..analysis.stats import stage_durations as analysis_stage_durations, tables  # noqa: E402
+from ..analysis.stats import stage_durations as analysis_stage_durations  # noqa: E402
+from ..analysis.stats import tables
 
 # One colour per stage, used by every plot (and named the same in the HTML legend) so a stage looks the same
 # everywhere. Seaborn's "deep" palette: distinguishable for the common colour-vision deficiencies and in greyscale

@@ -3,9 +3,10 @@
 Model (say it in reports, it is a model): one request queue, served first come first served. Each read of ``n``
 bytes occupies the device for ``n / bytes_per_s + 1 / iops`` seconds (a seek, then a transfer). The caller sleeps
 until its request would have completed. ``charge`` itself charges whatever it is given; the profiler's read stage
-(harness.timed) passes only the bytes that mincore says were not in the page cache, so cached files are free as on a
-real disk, and ``--cache cold`` makes the first read of every file pay. With several DataLoader workers the queue is shared, so workers wait behind each other as on
-a real single disk; more workers cannot buy more bandwidth than the device has.
+(harness.builtin's ImageDataset) passes only the bytes that mincore says were not in the page cache, so cached files
+are free as on a real disk, and ``--cache cold`` makes the first read of every file pay. With several DataLoader
+workers the queue is shared, so workers wait behind each other as on a real single disk; more workers cannot buy more
+bandwidth than the device has.
 
 Shared state: a file holding one int64, the CLOCK_MONOTONIC time (``time.perf_counter_ns``, comparable across
 processes on Linux) at which the device becomes free, updated under ``fcntl.flock``. The object pickles to

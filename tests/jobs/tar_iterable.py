@@ -1,5 +1,4 @@
 """A user's job: an IterableDataset over tar shards, split across 2 workers; dict batches."""
-import io
 import os
 import sys
 import tarfile
