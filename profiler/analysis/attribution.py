@@ -123,7 +123,9 @@ def _worker_spans(t: Tables, stage_names: list[str], kernel: bool) -> dict[int, 
 
 def has_kernel_accounting(timeline: dict[str, Any], t: Tables) -> bool:
     acc = timeline.get("accounting") or {}
-    if acc:
+    if "per-thread accounting" in (acc.get("absent") or {}):  # a migrated schema-1 record: nothing was measured
+        return False
+    if acc.get("cpu_clock"):  # written by a harness that measured per-thread CPU (schema 2)
         return True
     cpu = t.spans.get("cpu")
     return bool(cpu is not None and cpu.size and (cpu > 0).any())
