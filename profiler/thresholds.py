@@ -112,3 +112,19 @@ RESIDENCY_DIFFERS_FROM = 0.25
 # A bootstrap interval needs this share of resamples with a defined statistic (a ratio whose baseline resampled to 0
 # is undefined): with fewer, the defined ones are a biased subset and no honest interval can be given.
 INTERVAL_MIN_DEFINED_SHARE = 0.9
+
+# --- Patterns of a user's job (analysis/patterns.py) -----------------------------------------------------------------
+# Waiting for a core is worth its own finding once it holds this share of the stall: then the fix is fewer workers
+# (or fewer model threads), not faster code. Same bar as acting on any cause.
+OVERSUBSCRIBED_FROM = CAUSE_WORTH_ACTING_ON
+# An epoch start (worker start-up + first prefetch) is flagged when it costs at least this many measured steps: below
+# a couple of steps it is lost in the run-to-run noise of one epoch; above, persistent_workers pays for itself.
+EPOCH_START_FLAG_STEPS = 2.0
+# A "long wait" in the lock-step sawtooth is one at least this many times the median wait (and at least
+# SAWTOOTH_MIN_WAIT_S): workers that start together finish together, so one step in N waits for all of them.
+SAWTOOTH_LONG_FACTOR = 3.0
+SAWTOOTH_MIN_WAIT_S = 0.005
+# ... and the pattern is reported only when long waits are regular (their spacing is the worker count in at least
+# this share of gaps) and hold at least this share of the stall.
+SAWTOOTH_REGULAR_SHARE = 0.6
+SAWTOOTH_STALL_SHARE = 0.5

@@ -4,9 +4,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..thresholds import SERVED_FROM_RAM_FROM
-from .attribution import attribute
+from .attribution import attribute, has_kernel_accounting
 from .context import Context, build_context
 from .io import fits_in_page_cache, io_totals, memory_advice
+from .patterns import pattern_findings
 from .recommend import recommend
 from .stats import stage_stats, tables
 from .verdict import decide
@@ -25,8 +26,6 @@ def analyze(rec: Any) -> Any:
     win = rec.window
     window_s = float(win.get("seconds", 0.0))
     stages = stage_stats(t)
-    from .attribution import has_kernel_accounting
-
     stall = attribute(t, window_s, rec.compute_device.get("timing", "host clocks"),
                       kernel=has_kernel_accounting(rec.timeline, t))
     stall["method"] = ("device-timeline gaps (CUDA events), split by what the producing worker was doing"
@@ -49,7 +48,7 @@ def analyze(rec: Any) -> Any:
     rec.stall = stall
     rec.verdict = verdict
     rec.ram = ram_section(rec, ctx)
-    rec.findings = findings(rec, ctx)
+    rec.findings = findings(rec, ctx) + pattern_findings(t, rec, stall, ctx)
     return rec
 
 

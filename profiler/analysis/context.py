@@ -41,6 +41,15 @@ class Context:
     augment: str
     image_size: int
     page_cache_hit: float | None = None  # share of worker reads served from the page cache, when measured
+    # "builtin" (our options are the knobs: --workers ...) or the user's own job (the knobs are DataLoader arguments)
+    job_kind: str = "builtin"
+
+    def knob(self, name: str) -> str:
+        """How to say a setting to this user: a CLI flag for the built-in pipeline, a DataLoader argument else."""
+        builtin = self.job_kind == "builtin"
+        words = {"workers": ("--workers", "num_workers"), "pin_memory": ("--pin-memory", "pin_memory=True"),
+                 "batch_size": ("--batch-size", "batch_size"), "amp": ("--amp", "torch.autocast")}
+        return words[name][0 if builtin else 1]
 
     @property
     def batch_build_ms(self) -> float:
@@ -103,6 +112,7 @@ def _sample_cpu_ms(stages: dict[str, Any]) -> float:
 
 def build_context(rec: Any, t: Tables, stages: dict[str, Any]) -> Context:
     cfg, env, win = rec.config, rec.environment, rec.window
+    job_kind = str(((getattr(rec, "job", None) or {}).get("kind")) or "builtin")
     window_s = float(win.get("seconds", 0.0))
     samples = int(np.sum(t.steps["samples"])) if "samples" in t.steps else 0
     steps = int(t.steps["wait_start"].size) if "wait_start" in t.steps else 0
@@ -136,6 +146,7 @@ def build_context(rec: Any, t: Tables, stages: dict[str, Any]) -> Context:
         dataset_bytes=int(rec.dataset.get("total_bytes", 0) or 0),
         ram_available_bytes=int(ram) if ram else None,
         pin_memory=loader["pin_memory"], amp=bool(cfg.get("amp")),
-        augment=str(cfg.get("augment", "")), image_size=int(cfg.get("image_size", 224)),
+        augment=str(cfg.get("augment", "")) if job_kind == "builtin" else "",
+        image_size=int(cfg.get("image_size") or 224), job_kind=job_kind,
         page_cache_hit=(rec.storage or {}).get("page_cache_hit_fraction"),
     )

@@ -35,7 +35,7 @@ def _cpu_rules(ctx: Context, stall: dict[str, Any]) -> list[dict[str, str]]:
     per_worker_sps = 1e3 / sample_ms if sample_ms > 0 else 0
     if ctx.workers == 0:
         out.append(_rec(
-            "Use DataLoader workers: --workers "
+            f"Use DataLoader workers: {ctx.knob('workers')} "
             f"{max(1, min(int(ctx.usable_cores) - 1, th.FIRST_WORKERS_AT_MOST))}",
             f"with workers = 0 every batch is decoded in the main process while the model waits "
             f"({ctx.batch_build_ms:.0f} ms per batch, serial with {ctx.compute_ms:.0f} ms of compute).",
@@ -46,7 +46,7 @@ def _cpu_rules(ctx: Context, stall: dict[str, Any]) -> list[dict[str, str]]:
         cap = int(ctx.usable_cores * th.MAX_WORKERS_PER_CORE)
         target = max(ctx.workers + 1, min(need, ctx.workers + int(idle), cap))
         out.append(_rec(
-            f"Raise --workers from {ctx.workers} to {target}",
+            f"Raise {ctx.knob('workers')} from {ctx.workers} to {target}",
             f"one worker makes a batch in {ctx.batch_build_ms:.0f} ms ({per_worker_sps:.0f} samples/s) and the CPU "
             f"was only {ctx.cpu_util * 100:.0f} % busy: about {idle:.1f} of {ctx.usable_cores:g} cores sat idle.",
             _ceiling_gain(ctx, per_worker_sps * target), "cpu"))
@@ -74,6 +74,19 @@ def _cpu_rules(ctx: Context, stall: dict[str, Any]) -> list[dict[str, str]]:
                     "grows with pixel count.",
                     f"decode roughly {factor:.1f}x cheaper, saving up to {dec * (1 - 1 / factor):.2f} s of the wait",
                     "cpu"))
+        if ctx.job_kind != "builtin":
+            from .. import vocab
+
+            named = {k: float(v) for k, v in by.items() if k not in ("transfer", "h2d", "other", "collate")}
+            if named and max(named.values()) > 0:
+                top = max(named, key=named.get)
+                where = ("your Dataset's own __getitem__ code (wrap its parts in profiler.stage(...) to split it)"
+                         if top == "getitem" else vocab.stage(top).words)
+                out.append(_rec(
+                    f"Make the largest part of a sample cheaper: {where}",
+                    f"the cores are saturated ({busy} busy) and '{top}' is the largest part of the wait "
+                    f"({named[top]:.2f} s of {stall.get('seconds', 0):.2f} s); more workers cannot add cores.",
+                    f"removes up to {named[top]:.2f} s of the wait", "cpu"))
         if ctx.device_type == "cuda" and dec > 0:
             out.append(_rec(
                 "Decode JPEGs on the GPU: torchvision.io.decode_jpeg(device='cuda') or NVIDIA DALI",
@@ -104,7 +117,7 @@ def _io_rules(ctx: Context, stall: dict[str, Any]) -> list[dict[str, str]]:
     if ctx.workers > 0:
         target = max(ctx.workers * th.IO_WORKERS_GROWTH, ctx.workers + 2)
         out.append(_rec(
-            f"Raise --workers from {ctx.workers} to {target} to keep more reads in flight",
+            f"Raise {ctx.knob('workers')} from {ctx.workers} to {target} to keep more reads in flight",
             f"a worker blocked on a read uses no CPU; {ctx.sample_read_ms:.1f} ms per read dominates its "
             f"{ctx.sample_read_ms + ctx.sample_cpu_ms:.1f} ms per sample, so more outstanding reads hide latency "
             "until the device's own bandwidth is reached.",
@@ -122,10 +135,18 @@ def _transfer_rules(ctx: Context, stall: dict[str, Any]) -> list[dict[str, str]]
     out = []
     tr = float(stall.get("by_cause", {}).get("transfer", 0))
     if ctx.device_type == "cuda" and not ctx.pin_memory:
-        out.append(_rec("Turn on --pin-memory and copy with non_blocking=True",
+        out.append(_rec(f"Turn on {ctx.knob('pin_memory')} and copy with non_blocking=True",
                         f"the H2D copy takes {ctx.h2d_ms:.1f} ms per step from pageable memory, and transfer is "
                         f"{tr:.2f} s of the wait.",
-                        "pinned copies run at full PCIe bandwidth and overlap compute", "transfer"))
+                        "pinned copies run at full PCIe bandwidth (commonly ~2x pageable); they overlap compute only "
+                        "when issued ahead of the step or on a separate stream", "transfer"))
+    if ctx.job_kind != "builtin":
+        out.append(_rec(
+            "Send compact batches from the workers (uint8 / float16 instead of float32; decode-time tensors, not "
+            "Python objects) and convert on the device",
+            f"batches take {ctx.transfer_ms:.1f} ms each to reach the main process (pickling and shared memory).",
+            "fewer bytes per batch through shared memory, pinning and PCIe", "transfer"))
+        return out
     bytes_per_batch = ctx.batch_size * 3 * ctx.image_size ** 2 * 4
     out.append(_rec(
         "Send uint8 images from the workers and convert/normalise on the device",
@@ -139,7 +160,8 @@ def _compute_rules(ctx: Context, memory: dict[str, Any] | None) -> list[dict[str
     out = []
     if ctx.device_type == "cuda":
         if not ctx.amp:
-            out.append(_rec("Use mixed precision (torch.autocast with bfloat16, --amp)",
+            out.append(_rec("Use mixed precision (torch.autocast with bfloat16"
+                            + (", --amp)" if ctx.job_kind == "builtin" else ")"),
                             f"the input keeps up and compute takes {ctx.compute_ms:.1f} ms per step in fp32.",
                             "tensor-core math: typically 1.5-3x faster convolutions/matmuls on Ampere or newer",
                             "compute"))
@@ -148,7 +170,7 @@ def _compute_rules(ctx: Context, memory: dict[str, Any] | None) -> list[dict[str
         if peak and total and peak < th.BATCH_GROWTH_MAX_PEAK_SHARE * total:
             factor = int(th.BATCH_GROWTH_USABLE_SHARE * total // peak)
             if factor >= 2:
-                out.append(_rec(f"Raise --batch-size from {ctx.batch_size} to {ctx.batch_size * factor}",
+                out.append(_rec(f"Raise {ctx.knob('batch_size')} from {ctx.batch_size} to {ctx.batch_size * factor}",
                                 f"the step peaked at {peak / 2**30:.1f} GiB of {total / 2**30:.0f} GiB.",
                                 "better GPU occupancy per kernel; scale the learning rate with it", "compute"))
         out.append(_rec("Try channels_last memory format and torch.compile",

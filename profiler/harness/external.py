@@ -162,6 +162,16 @@ class ExternalRun:
 
         env = probe_environment(gpu_index=None)
         storage = dict(self.storage) if self.storage else None
+        if storage is None and self.session.read_from:
+            # No --data: describe the storage of the folder the workers opened most files in, learned as they ran.
+            from ..storage.device import describe_storage
+
+            top = max(self.session.read_from, key=self.session.read_from.get)
+            try:
+                storage = {"device": describe_storage(top).to_dict(), "cache_mode": "as-is",
+                           "learned_from": f"files the workers opened ({top})"}
+            except Exception:  # noqa: BLE001 - a fact for the report, never worth failing the run
+                storage = None
         if storage is not None:
             env["storage"] = storage.get("device")
             env["residency_start"] = storage.get("residency_start")

@@ -109,7 +109,9 @@ def build_record(session: Session, outcome: Outcome, spec: JobSpec, *, config: d
     reason = partial_reason(outcome, session)
     loader = session.loader.to_dict() if session.loader else None
     job = {"kind": spec.kind, "target": spec.target, "argv": list(spec.argv), "then": spec.then,
-           "ended": _ended_words(outcome), "loader": loader, "other_loaders": session.other_loaders}
+           "ended": _ended_words(outcome), "loader": loader, "other_loaders": session.other_loaders,
+           "read_from": [{"folder": k, "files_opened": v} for k, v in
+                         sorted(session.read_from.items(), key=lambda kv: -kv[1])[:20]]}
     mem = dict(memory or {})
     mem.setdefault("device_peak_bytes", session.peak_device_memory_bytes)
     mem.setdefault("oom", outcome.oom)

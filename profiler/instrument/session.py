@@ -29,6 +29,8 @@ from .worker import BatchMeta, Instrumented
 
 # Resolve completed CUDA events every this many steps: bounds live events on long runs without a synchronize.
 RESOLVE_EVERY = 32
+# Distinct folders the record names as where the data was read from (the most-opened are kept).
+MAX_FOLDERS = 256
 
 
 class WindowClosed(BaseException):
@@ -190,6 +192,7 @@ class Session:
         self._pids: set[int] = set()
         self._main_thread = threading.main_thread()
         self.peak_device_memory_bytes: int | None = None
+        self.read_from: dict[str, int] = {}  # folder -> files the profiled loader's dataset opened there
 
     # --- lifecycle ------------------------------------------------------------------------------------------------
     def start(self) -> "Session":
@@ -287,6 +290,9 @@ class Session:
             row.n_samples = max(0, meta.items - len(meta.skipped))
             row.batch = len(self.metas)
             self.metas.append(meta)
+            for folder, n in meta.opened.items():
+                if folder in self.read_from or len(self.read_from) < MAX_FOLDERS:
+                    self.read_from[folder] = self.read_from.get(folder, 0) + n
             if meta.pid not in self._pids:
                 self._pids.add(meta.pid)
                 if self.on_first_pid is not None:

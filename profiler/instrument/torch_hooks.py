@@ -73,6 +73,7 @@ def install_worker_side() -> None:
     """In-worker hooks: fetchers and library sub-stages (idempotent)."""
     _dl._DatasetKind.create_fetcher = staticmethod(_create_fetcher)
     substages.install_library_stages()
+    worker.install_audit()
 
 
 def profiled_worker_loop(*args: Any, **kwargs: Any) -> Any:

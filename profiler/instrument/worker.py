@@ -40,6 +40,7 @@ class BatchMeta:
     io: tuple[int, int]  # /proc/self/io of the process after the batch: (rchar, read_bytes), cumulative; -1 unknown
     skipped: list[tuple[int, str, str]] = field(default_factory=list)  # (index, path, reason) reported by the dataset
     sent_ns: int = 0  # when the worker's queue thread began pickling it (0: never pickled, e.g. num_workers = 0)
+    opened: dict[str, int] = field(default_factory=dict)  # folder -> files opened for reading during this batch
 
     @property
     def items(self) -> int:
@@ -72,6 +73,7 @@ class _Recorder:
         self.rows: list[tuple[int, ...]] = []
         self.stages: list[dict[str, int]] = []
         self.skipped: list[tuple[int, str, str]] = []
+        self.opened: dict[str, int] = {}
 
     def call(self, fn: Any, arg: Any, index: int, items: int) -> Any:
         s0 = clocks.snapshot()
@@ -86,6 +88,35 @@ class _Recorder:
 
 
 _current: _Recorder | None = None
+# Folders a batch's dataset calls opened files in, at most this many per batch: enough to name where a job's data
+# lives (a few roots) without letting a dataset that opens files in thousands of folders grow every BatchMeta.
+MAX_FOLDERS_PER_BATCH = 8
+_audit_installed = False
+
+
+def _audit(event: str, args: tuple) -> None:
+    """sys.addaudithook callback: files opened for reading while a batch is being fetched (``open`` event of
+    builtins.open / io.open / os.open — what PIL, numpy, torch.load and tarfile use). C libraries opening files
+    themselves (LMDB, HDF5) are not seen."""
+    rec = _current
+    if rec is None or event != "open":
+        return
+    path, mode = args[0], args[1]
+    if not isinstance(path, (str, bytes)) or (mode is not None and any(c in mode for c in "wax+")):
+        return
+    folder = os.path.dirname(os.path.abspath(os.fsdecode(path)))
+    if folder in rec.opened or len(rec.opened) < MAX_FOLDERS_PER_BATCH:
+        rec.opened[folder] = rec.opened.get(folder, 0) + 1
+
+
+def install_audit() -> None:
+    """Once per process (audit hooks cannot be removed; the hook does nothing outside a fetch)."""
+    global _audit_installed
+    if not _audit_installed:
+        import sys
+
+        sys.addaudithook(_audit)
+        _audit_installed = True
 
 
 def report_skipped(index: int, path: str, reason: str) -> None:
@@ -206,7 +237,7 @@ def instrument_fetcher(fetcher: Any, worker_id: int) -> Any:
                 if name not in stages:
                     stages[name] = np.zeros(len(rec.rows), dtype=np.int64)
                 stages[name][i] = ns
-        meta = BatchMeta(worker_id, pid, rows, stages, collate.last, _self_io(), rec.skipped)
+        meta = BatchMeta(worker_id, pid, rows, stages, collate.last, _self_io(), rec.skipped, opened=rec.opened)
         return Instrumented(batch, meta)
 
     fetcher.fetch = fetch

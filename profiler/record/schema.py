@@ -280,6 +280,9 @@ class Storage(TypedDict, total=False):
     bytes_from_device: Count
     page_cache_hit_fraction: Share | None
     worker_processes_with_io: Count
+    learned_from: str  # a script run without --data: the storage facts are of the folder its workers read most
+    files: Count  # a script run with --data: files listed under it
+    total_bytes: Count
 
 
 class OutOfMemory(TypedDict, total=False):
@@ -307,6 +310,12 @@ class LoaderInfo(TypedDict, total=False):
     multiprocessing_context: str | None
     collate_fn: str | None
     sampler: str | None
+    iterated_at: str | None  # "file:line" of the first iter(loader)
+
+
+class ReadFrom(TypedDict, total=False):
+    folder: str
+    files_opened: Count
 
 
 class Job(TypedDict, total=False):
@@ -318,6 +327,7 @@ class Job(TypedDict, total=False):
     ended: str  # "window closed", "script ended", "script raised ValueError", "sys.exit(3)", "interrupted"
     loader: LoaderInfo | None
     other_loaders: Count
+    read_from: list[ReadFrom]  # folders the profiled loader's dataset opened files in, most-opened first
 
 
 # Derived sections (analysis output; never trusted on load, always recomputed) -------------------------------------

@@ -1,0 +1,76 @@
+"""Patterns in a job's timeline worth a finding of their own: oversubscribed workers, costly epoch starts, and the
+lock-step sawtooth. Pure functions of the record's raw timeline and the derived stall; each returns a finding dict
+(kind, message, the numbers behind it) or None.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import thresholds as th
+from .context import Context
+from .stats import Tables
+
+
+def oversubscription(stall: dict[str, Any], ctx: Context) -> dict[str, Any] | None:
+    """Time the data pipeline spent waiting for a core: the workers (and the main process) outnumber the cores."""
+    secs = float(stall.get("seconds", 0.0))
+    rq = float((stall.get("by_kind") or {}).get("runqueue", 0.0))
+    if secs <= 0 or rq / secs < th.OVERSUBSCRIBED_FROM:
+        return None
+    return {"kind": "oversubscribed", "runqueue_s": round(rq, 6), "share_of_stall": round(rq / secs, 4),
+            "workers": ctx.workers, "usable_cores": ctx.usable_cores,
+            "message": (f"Oversubscribed: {rq / secs * 100:.0f} % of the wait ({rq:.2f} s) was threads of the input "
+                        f"pipeline waiting for a core — {ctx.workers} worker(s) and the main process on "
+                        f"{ctx.usable_cores:g} usable core(s). More workers cannot help; fewer workers, fewer model "
+                        "threads (torch.set_num_threads) or cheaper samples can.")}
+
+
+def epoch_starts(t: Tables, rec: Any, ctx: Context) -> dict[str, Any] | None:
+    """Epochs after the first that paid worker start-up again: ``persistent_workers=True`` saves it."""
+    ep = t.epochs
+    if ep.get("iter_start") is None or ep["iter_start"].size < 2:
+        return None
+    costs = (ep["first_batch"] - ep["iter_start"])[1:].astype(float)
+    loader = (getattr(rec, "job", None) or {}).get("loader") or {}
+    step_s = (ctx.window_s / ctx.steps) if ctx.steps else 0.0
+    mean = float(costs.mean())
+    if step_s <= 0 or mean < th.EPOCH_START_FLAG_STEPS * step_s or loader.get("persistent_workers"):
+        return None
+    fix = ("persistent_workers=True keeps the workers (and their state) across epochs" if loader.get("num_workers")
+           else "a faster first batch (smaller prefetch, lighter dataset __init__)")
+    return {"kind": "epoch_start", "epochs": int(costs.size), "mean_s": round(mean, 4),
+            "steps_equivalent": round(mean / step_s, 1),
+            "message": (f"Each new epoch started with {mean:.2f} s before its first batch (mean of {costs.size} epoch "
+                        f"start(s), ≈ {mean / step_s:.0f} steps of this job): {fix}, saving about that per epoch.")}
+
+
+def sawtooth(t: Tables, stall: dict[str, Any], ctx: Context) -> dict[str, Any] | None:
+    """Workers in lock-step: one long wait every N batches (N = workers) while the steps between are served."""
+    st = t.steps
+    if ctx.workers < 2 or st.get("wait_start") is None or st["wait_start"].size < 3 * ctx.workers:
+        return None
+    wait = (st["wait_end"] - st["wait_start"]).astype(float)
+    med = float(np.median(wait))
+    long = np.flatnonzero(wait >= max(th.SAWTOOTH_LONG_FACTOR * med, th.SAWTOOTH_MIN_WAIT_S))
+    if long.size < 3:
+        return None
+    gaps = np.diff(long)
+    regular = float(np.mean(gaps == ctx.workers))
+    long_s = float(wait[long].sum())
+    secs = float(stall.get("seconds", 0.0)) or float(wait.sum())
+    if regular < th.SAWTOOTH_REGULAR_SHARE or secs <= 0 or long_s / secs < th.SAWTOOTH_STALL_SHARE:
+        return None
+    return {"kind": "sawtooth", "period_steps": ctx.workers, "long_waits": int(long.size),
+            "mean_long_wait_ms": round(float(wait[long].mean()) * 1e3, 3), "median_wait_ms": round(med * 1e3, 3),
+            "share_of_stall": round(long_s / secs, 4),
+            "message": (f"Workers in lock-step: one long wait ({wait[long].mean() * 1e3:.0f} ms, vs a median of "
+                        f"{med * 1e3:.1f} ms) every {ctx.workers} batches holds {long_s / secs * 100:.0f} % of the "
+                        "wait: the workers start and finish their batches together, so the loop drains the queue and "
+                        "then waits for all of them. Per-worker throughput is the limit: more workers (if cores are "
+                        "free) or cheaper samples; a larger prefetch_factor only delays the same wait.")}
+
+
+def pattern_findings(t: Tables, rec: Any, stall: dict[str, Any], ctx: Context) -> list[dict[str, Any]]:
+    return [f for f in (oversubscription(stall, ctx), epoch_starts(t, rec, ctx), sawtooth(t, stall, ctx)) if f]
