@@ -141,10 +141,14 @@ def test_trace_is_valid_chrome_trace_with_named_tracks(runs):
     steps = rec.timeline["steps"]["step"]
     names = {e["name"] for e in ev if e["ph"] == "X"}
     assert {f"ProfilerStep#{n}" for n in steps} <= names
-    assert {"wait", "compute", "read", "decode", "augment", "collate"} <= names
-    # Worker spans carry batch, sample index and bytes.
-    read = next(e for e in ev if e["ph"] == "X" and e["name"] == "read")
-    assert {"batch", "sample", "bytes"} <= read["args"].keys() and read["pid"] != trace_mod.MAIN_PID
+    assert {"wait", "compute", "sample", "read", "decode", "augment", "collate"} <= names
+    # One slice per dataset call, carrying batch, sample index, thread accounting and bytes; its sub-stages inside it.
+    sample = next(e for e in ev if e["ph"] == "X" and e["name"] == "sample")
+    assert {"batch", "sample", "items", "cpu_ms", "runq_ms", "rchar", "read_bytes"} <= sample["args"].keys()
+    assert sample["pid"] != trace_mod.MAIN_PID
+    read = next(e for e in ev if e["ph"] == "X" and e["name"] == "read" and e["args"]["batch"] ==
+                sample["args"]["batch"] and e["args"]["sample"] == sample["args"]["sample"])
+    assert sample["ts"] <= read["ts"] and read["ts"] + read["dur"] <= sample["ts"] + sample["dur"]
     # Counter tracks for the sampled metrics.
     counters = {e["name"] for e in ev if e["ph"] == "C"}
     assert {"CPU % (mean of cores)", "disk read MB/s", "RAM GB"} <= counters
@@ -225,8 +229,11 @@ def test_gpu_series_and_cuda_timing_are_drawn_from_the_record(runs, tmp_path):
 def test_renderers_measure_nothing(runs, tmp_path):
     """Rendering works with torch, psutil and pynvml unimportable, and no render module imports them."""
     banned = {"torch", "psutil", "pynvml", "torchvision"}
-    for name in ("__init__", "plots", "html", "trace"):
-        tree = ast.parse((REPO / "profiler" / "render" / f"{name}.py").read_text())
+    modules = sorted((REPO / "profiler" / "render").glob("*.py"))
+    assert len(modules) >= 12
+    for path in modules:
+        name = path.stem
+        tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             mods = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
@@ -324,3 +331,213 @@ def test_long_run_reports_stay_bounded(runs, tmp_path):
     for name in ("timeline.png", "utilisation.png", "latency.png"):
         with Image.open(tmp_path / name) as im:
             assert im.size[0] >= 600
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The renderer seam.
+# ---------------------------------------------------------------------------------------------------------------------
+def test_report_files_come_from_the_registry():
+    from profiler import render
+
+    assert REPORT_FILES == tuple(r.file for r in render.REPORT)
+    assert render.PLOT_FILES == tuple(f for f in REPORT_FILES if f.endswith(".png"))
+    assert render.COMPARE_FILES == ("compare.png", "compare.html", "compare.json")
+    assert len({r.name for r in render.REPORT + render.COMPARE}) == len(render.REPORT + render.COMPARE)
+
+
+def test_one_failing_renderer_costs_no_other(runs, tmp_path, capsys):
+    from profiler import render
+
+    broken = render.Renderer("utilisation", "utilisation.png", "plots:no_such_function")
+    chain = tuple(broken if r.name == "utilisation" else r for r in render.REPORT)
+    files = render.render_all(chain, runs[2]["rec"], tmp_path)
+    assert sorted(p.name for p in files) == sorted(f for f in REPORT_FILES if f != "utilisation.png")
+    err = capsys.readouterr().err
+    assert "could not write utilisation.png" in err and "no_such_function" in err
+    page = (tmp_path / "report.html").read_text()
+    assert "This plot could not be drawn" in page and "no_such_function" in page
+    assert page.count('src="data:image/png;base64,') == 3
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_html_module_needs_no_matplotlib():
+    code = ("import sys\nimport profiler.render.html, profiler.render.compare_html, profiler.render.compare_terminal\n"
+            "print('matplotlib' in sys.modules)\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == "False"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# run.json v2: sample spans with named sub-stages (user stages too), epochs, stall by kind, the job section.
+# ---------------------------------------------------------------------------------------------------------------------
+def to_v2(rec: RunRecord) -> RunRecord:
+    """The v1 → v2 timeline migration of docs/run_json.md, plus what a v2 harness adds: a user stage ("tokenize", a
+    share of augment), the rest of each span as getitem, thread accounting, epochs, stall by kind and a job."""
+    from profiler.analysis.stats import describe
+
+    v2 = copy.deepcopy(rec)
+    tl = v2.timeline
+    sp = {k: np.asarray(v) for k, v in tl["sample_spans"].items()}
+    rs, re_, de, ae = (sp[k].astype(float) for k in ("read_start", "read_end", "decode_end", "augment_end"))
+    aug = ae - de
+    dur = ae - rs
+    n = rs.size
+    tl["sample_spans"] = {
+        "batch": sp["batch"].tolist(), "worker": sp["worker"].tolist(), "index": sp["index"].tolist(),
+        "items": [1] * n, "start": rs.tolist(), "end": ae.tolist(), "cpu": (0.8 * dur).tolist(),
+        "runq": (0.1 * dur).tolist(), "rchar": sp["bytes"].tolist(), "read_bytes": (sp["bytes"] // 2).tolist(),
+        "stages": {"read": (re_ - rs).tolist(), "decode": (de - re_).tolist(), "augment": (0.5 * aug).tolist(),
+                   "tokenize": (0.3 * aug).tolist()}}
+    st = tl["steps"]
+    st["epoch"] = [0] * len(st["step"])
+    first = float(min(tl["batches"]["received"]))
+    t0 = max(0.0, float(min(rs.min(), min(st["wait_start"]))) - 0.01)
+    tl["epochs"] = {"epoch": [0], "iter_start": [t0], "iter_end": [t0 + 0.004], "first_batch": [first]}
+    measured = np.isin(sp["batch"], np.asarray(st["batch"])[np.asarray(st["measured"], dtype=bool)])
+    v2.stages["augment"] = describe((0.5 * aug)[measured], "sample")
+    v2.stages["tokenize"] = describe((0.3 * aug)[measured], "sample")
+    v2.stages["getitem"] = describe((0.2 * aug)[measured], "sample")
+    by_stage = dict(v2.stall["by_stage"])
+    moved = by_stage.get("augment", 0.0) * 0.3
+    by_stage["augment"] = by_stage.get("augment", 0.0) - moved
+    by_stage["tokenize"] = moved
+    v2.stall["by_stage"] = by_stage
+    bc = v2.stall["by_cause"]
+    v2.stall["by_kind"] = {"on_cpu": 0.7 * bc["cpu"], "runqueue": 0.3 * bc["cpu"], "blocked_device": 0.5 * bc["io"],
+                           "blocked_other": 0.5 * bc["io"], "transfer": bc["transfer"], "other": bc["other"]}
+    if v2.stall.get("per_step"):
+        ps = v2.stall["per_step"]
+        ps["tokenize"] = [0.3 * x for x in ps.get("augment", [])]
+        ps["augment"] = [0.7 * x for x in ps.get("augment", [])]
+    v2.extra["job"] = {"kind": "script", "target": "train_cls.py", "argv": ["train_cls.py", "--epochs", "1"],
+                       "then": "exit", "ended": "script ended",
+                       "loader": {"dataset_class": "ShardDataset", "created_at": "train_cls.py:42", "num_workers": 2,
+                                  "batch_size": 8, "pin_memory": False},
+                       "other_loaders": 1}
+    return v2
+
+
+@pytest.fixture(scope="module")
+def v2run(runs, tmp_path_factory):
+    rec = to_v2(runs[2]["rec"])
+    d = tmp_path_factory.mktemp("v2")
+    return {"rec": rec, "dir": d, "files": write_reports(rec, d)}
+
+
+def test_v2_record_renders_every_file(v2run, capsys):
+    assert sorted(p.name for p in v2run["files"]) == sorted(REPORT_FILES)
+    assert "could not" not in capsys.readouterr().err
+
+
+def test_v2_latency_and_timeline_iterate_the_stages_present(v2run):
+    from profiler.render import plots, spans
+
+    rec = v2run["rec"]
+    names = plots.latency_stages(rec)
+    assert names[:6] == ["read", "decode", "augment", "getitem", "tokenize", "collate"]
+    assert "ready_ahead" not in names
+    d = plots.stage_durations(rec)
+    assert d["tokenize"].size == rec.stages["tokenize"]["count"] > 0
+    assert d["tokenize"].sum() == pytest.approx(rec.stages["tokenize"]["total_s"], abs=2e-6)
+    assert d["getitem"].sum() == pytest.approx(rec.stages["getitem"]["total_s"], abs=2e-6)
+    # The worker lanes split each span proportionally: the pieces tile [start, end] exactly.
+    sp = spans.sample_spans(rec.timeline)
+    lay = sp.layout()
+    assert [k for k, _, _ in lay] == ["read", "decode", "augment", "tokenize", "getitem"]
+    for (_, _, e), (_, s, _) in zip(lay, lay[1:]):
+        assert np.allclose(e, s)
+    assert np.allclose(lay[0][1], sp.cols["start"]) and np.allclose(lay[-1][2], sp.cols["end"])
+    with Image.open(v2run["dir"] / "latency.png") as im:
+        assert im.size[1] > 800  # three rows of histograms: 10 stages
+
+
+def test_v1_and_v2_spans_draw_alike(runs, v2run):
+    from profiler.render import spans
+
+    v1 = spans.sample_spans(runs[2]["rec"].timeline)
+    v2 = spans.sample_spans(v2run["rec"].timeline)
+    assert np.allclose(v1.cols["start"], v2.cols["start"]) and np.allclose(v1.cols["end"], v2.cols["end"])
+    assert v1.stage_names() == ["read", "decode", "augment"]
+    assert np.allclose(v1.getitem(), 0.0, atol=1e-9)
+
+
+def test_v2_trace_nests_user_stages_in_samples_and_draws_epochs(v2run):
+    ev = _events(v2run["dir"])
+    _check_nesting(ev)
+    x = [e for e in ev if e["ph"] == "X"]
+    tok = [e for e in x if e["name"] == "tokenize"]
+    assert tok and all(e["pid"] >= trace_mod.WORKER_PID_BASE for e in tok)
+    samples = [e for e in x if e["name"] == "sample"]
+    assert all(any(s["ts"] <= t["ts"] and t["ts"] + t["dur"] <= s["ts"] + s["dur"] and s["tid"] == t["tid"]
+                   for s in samples) for t in tok[:50])
+    assert any(s["args"]["cpu_ms"] > 0 and s["args"]["read_bytes"] > 0 for s in samples)
+    epochs = [e for e in x if (e["pid"], e["tid"]) == (trace_mod.MAIN_PID, trace_mod.EPOCH_TID)]
+    assert {"epoch 0", "epoch start", "iter(loader)"} <= {e["name"] for e in epochs}
+    threads = {e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert any(t.startswith("epochs") for t in threads)
+
+
+def test_v2_html_shows_user_stages_kinds_and_the_job(v2run):
+    page = htmllib.unescape((v2run["dir"] / "report.html").read_text())
+    rec = v2run["rec"]
+    # Stage table: the registry's sample stages, the user's stage, then the batch and step stages.
+    order = [page.index(f">{lab}<") for lab in ("read (open + read bytes)", "decode (bytes → image)",
+                                                  "augment (transforms)", "your __getitem__ (rest)", "tokenize",
+                                                  "collate", "wait for batch (main)")]
+    assert order == sorted(order)
+    assert ">tokenize<" in page and f"{rec.stages['tokenize']['total_s']:.3f}" in page
+    assert "waiting for a core" in page and "blocked while reading from the block device" in page
+    for fact in ("ShardDataset", "train_cls.py:42", "script ended", "job.loader.dataset_class"):
+        assert fact in page, fact
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Hostile text: rich markup, escape sequences and non-UTF-8 names in user strings.
+# ---------------------------------------------------------------------------------------------------------------------
+HOSTILE = ["/data/[/]weird [bold]x[/bold].jpg", "/data/\x1b[31mred\x1b[0m\x07.jpg",
+           "/data/" + b"caf\xe9-\xff.jpg".decode("utf-8", "surrogateescape")]
+
+
+def _hostile(rec: RunRecord) -> RunRecord:
+    rec = copy.deepcopy(rec)
+    rec.skipped = {"count": 3, "files": [{"path": p, "reason": f"cannot identify image file {p!s}"} for p in HOSTILE]}
+    rec.config = dict(rec.config, data="/mnt/[/]in\x1b]0;pwned\x07put", out="/tmp/[red]out[/]")
+    rec.dataset = dict(rec.dataset, root=HOSTILE[2])
+    rec.findings = list(rec.findings) + [{"kind": "skipped", "message": f"skipped {HOSTILE[1]} and {HOSTILE[0]}"}]
+    return rec
+
+
+def test_hostile_strings_render_in_the_terminal(runs):
+    from io import StringIO
+
+    from rich.console import Console
+
+    from profiler.render.terminal import print_report
+
+    buf = StringIO()
+    print_report(_hostile(runs[2]["rec"]), Console(file=buf, width=200, force_terminal=False, color_system=None),
+                 out_files=["/tmp/[/]out/report.html"])
+    text = buf.getvalue()
+    assert "\x1b" not in text and "\x07" not in text
+    assert "[/]weird [bold]x[/bold].jpg" in text  # shown as written, neither styled nor an error
+    assert "\\x1b[31mred" in text
+    assert "/tmp/[/]out/report.html" in text
+    text.encode("utf-8")  # no lone surrogate left: any UTF-8 terminal can print it
+
+
+def test_hostile_strings_render_in_html_and_trace(runs, tmp_path, capsys):
+    rec = _hostile(runs[2]["rec"])
+    files = write_reports(rec, tmp_path)
+    assert sorted(p.name for p in files) == sorted(REPORT_FILES)
+    assert "could not" not in capsys.readouterr().err
+    raw = (tmp_path / "report.html").read_bytes()
+    assert b"\x1b" not in raw and b"\x07" not in raw
+    page = raw.decode("utf-8")  # valid UTF-8 throughout
+    assert "caf\\xe9-\\xff.jpg" in page and "\\x1b[31mred" in page
+    assert "/data/[/]weird [bold]x[/bold].jpg" in page
+    assert "<bold>" not in page
+    trace = (tmp_path / "trace.json").read_bytes()
+    assert b"\x1b" not in trace
+    json.loads(trace)
+    assert not list(tmp_path.glob("*.tmp"))
