@@ -505,6 +505,10 @@ def _hostile(rec: RunRecord) -> RunRecord:
     rec.config = dict(rec.config, data="/mnt/[/]in\x1b]0;pwned\x07put", out="/tmp/[red]out[/]")
     rec.dataset = dict(rec.dataset, root=HOSTILE[2])
     rec.findings = list(rec.findings) + [{"kind": "skipped", "message": f"skipped {HOSTILE[1]} and {HOSTILE[0]}"}]
+    # A user-named stage whose name matplotlib would read as mathtext, and one with markup in it.
+    odd = {"we$ird\\x$": 0.0, "[b]tok[/]": 0.0}
+    rec.stall = dict(rec.stall, by_stage={**rec.stall["by_stage"], **odd})
+    rec.stages = {**rec.stages, **{k: dict(rec.stages["read"], count=0) for k in odd}}
     return rec
 
 
@@ -522,7 +526,7 @@ def test_hostile_strings_render_in_the_terminal(runs):
     assert "\x1b" not in text and "\x07" not in text
     assert "[/]weird [bold]x[/bold].jpg" in text  # shown as written, neither styled nor an error
     assert "\\x1b[31mred" in text
-    assert "/tmp/[/]out/report.html" in text
+    assert "/tmp/[/]out/report.html" in text and "[b]tok[/]" in text
     text.encode("utf-8")  # no lone surrogate left: any UTF-8 terminal can print it
 
 
@@ -536,7 +540,7 @@ def test_hostile_strings_render_in_html_and_trace(runs, tmp_path, capsys):
     page = raw.decode("utf-8")  # valid UTF-8 throughout
     assert "caf\\xe9-\\xff.jpg" in page and "\\x1b[31mred" in page
     assert "/data/[/]weird [bold]x[/bold].jpg" in page
-    assert "<bold>" not in page
+    assert "<bold>" not in page and "[b]tok[/]" in page and "we$ird" in page
     trace = (tmp_path / "trace.json").read_bytes()
     assert b"\x1b" not in trace
     json.loads(trace)

@@ -28,9 +28,15 @@ from ..analysis.stats import stage_durations as analysis_stage_durations  # noqa
 from ..analysis.stats import tables  # noqa: E402
 from . import spans as spans_mod  # noqa: E402
 from .spans import TIMELINE_MEASURED_STEPS, timeline_steps  # noqa: E402,F401 - timeline_steps: drawn here
+from .units import mpl, stage_colour, stage_order  # noqa: E402
 from .units import ms as _ms  # noqa: E402
 from .units import pct as _pct  # noqa: E402
-from .units import stage_colour, stage_label, stage_order  # noqa: E402
+from .units import stage_label as _stage_label  # noqa: E402
+
+
+def stage_label(name: str) -> str:
+    return mpl(_stage_label(name))
+
 
 # Stages with per-observation durations that latency.png draws, when the analysis has them: every stage of a sample,
 # batch or step except ready_ahead (queue slack, not a latency of any code).
@@ -118,7 +124,7 @@ def _stacked(ax, parts: list[tuple[str, float, str, str, str | None]], total: fl
         ax.barh([0], [sec], left=left, color=colour, edgecolor="white", height=0.6, hatch=hatch)
         handles.append(Patch(facecolor=colour, edgecolor="white", hatch=hatch, label=label))
         if total > 0 and share >= 0.08:
-            text = f"{sec:.2f} s\n{_pct(share)}" if inside == "seconds" else f"{key}\n{_pct(share)}"
+            text = f"{sec:.2f} s\n{_pct(share)}" if inside == "seconds" else f"{mpl(key)}\n{_pct(share)}"
             ax.text(left + sec / 2, 0, text, ha="center", va="center", fontsize=9, color="white", fontweight="bold")
         left += sec
     ax.set_xlim(0, total if total > 0 else 1.0)
@@ -146,7 +152,7 @@ def plot_where_time_went(rec: Any, path: Path) -> Path:
         parts.append((c.name, sec, c.colour, f"{c.label}: {sec:.2f} s ({_pct(sec / window if window else 0)})", None))
     _stacked(ax1, parts, max(window, 1e-9), "seconds")
     ax1.set_xlabel("seconds of the measured window (warm-up excluded)")
-    dev = "the CPU (no GPU)" if rec.compute_device.get("type") == "cpu" else f"{rec.compute_device.get('name')}"
+    dev = "the CPU (no GPU)" if rec.compute_device.get("type") == "cpu" else mpl(rec.compute_device.get("name"))
     ax1.set_title(f"Where the measured window went: {window:.2f} s, {rec.window.get('steps', 0)} steps, "
                   f"compute device {dev}; idle {_pct(idle / window if window else 0)}", loc="left", fontsize=11)
 
@@ -379,7 +385,7 @@ def plot_utilisation(rec: Any, path: Path) -> Path:
                 ax.fill_between(tt, 0, dd, color=stage_colour("read"), alpha=0.2)
             ax.set_ylim(bottom=0)
             ax.set_ylabel("MB/s")
-            ax.set_title(f"Disk reads ({s.get('disk') or 'all disks'})", loc="left", fontsize=10)
+            ax.set_title(f"Disk reads ({mpl(s.get('disk') or 'all disks')})", loc="left", fontsize=10)
         elif name == "ram":
             for key, label, colour in (("ram_used_bytes", "used", "#c44e52"),
                                        ("page_cache_bytes", "page cache", "#4c72b0"),
@@ -409,7 +415,7 @@ def plot_utilisation(rec: Any, path: Path) -> Path:
                 if gpu.get("mem_total_bytes"):
                     ax2.set_ylim(0, gpu["mem_total_bytes"] / 1e9 * 1.05)
                 ax2.legend(loc="lower left", bbox_to_anchor=(1.06, 0.0), fontsize=8, frameon=False)
-            ax.set_title(f"GPU {gpu.get('index', '')}: {gpu.get('name', '')}", loc="left", fontsize=10)
+            ax.set_title(f"GPU {gpu.get('index', '')}: {mpl(gpu.get('name', ''))}", loc="left", fontsize=10)
         elif name == "pcie":
             gt = np.asarray(gpu.get("t_s", []), dtype=float)
             for key, label in (("pcie_rx_bytes_per_s", "PCIe rx (host → GPU)"),
@@ -451,7 +457,7 @@ def plot_latency(rec: Any, path: Path) -> Path:
         v = durs.get(name, np.array([])) * 1e3
         stats = (rec.stages or {}).get(name, {})
         per = stats.get("per") or vocab.stage(name).per
-        ax.set_title(f"{name} (per {per}, n={v.size})", fontsize=10, loc="left")
+        ax.set_title(f"{mpl(name)} (per {mpl(per)}, n={v.size})", fontsize=10, loc="left")
         ax.set_xlabel("ms (log scale)")
         ax.set_ylabel("count")
         pos = v[v > 0]

@@ -113,6 +113,12 @@ def markup(s: object) -> str:
     return escape(printable(s))
 
 
+def mpl(s: object) -> str:
+    """A user string for a matplotlib label: printable, and ``$`` escaped so it is not read as mathtext (a stray
+    ``$`` pair around a backslash in a stage or device name would stop the plot)."""
+    return printable(s).replace("$", r"\$")
+
+
 def safe(o: object) -> object:
     """A copy of a JSON-like value with every string (keys too) made :func:`printable`; numbers untouched."""
     if isinstance(o, str):
