@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -252,7 +253,8 @@ def test_renderers_measure_nothing(runs, tmp_path):
 # Long runs: bounded size.
 # ---------------------------------------------------------------------------------------------------------------------
 TIME_KEYS = {"wait_start", "wait_end", "h2d_start", "h2d_end", "compute_end", "collate_start", "collate_end",
-             "received", "read_start", "read_end", "decode_end", "augment_end"}
+             "received", "sent", "read_start", "read_end", "decode_end", "augment_end", "start", "end", "iter_start",
+             "iter_end", "first_batch"}
 
 
 def replicate(rec: RunRecord, n_steps: int) -> RunRecord:
@@ -265,7 +267,7 @@ def replicate(rec: RunRecord, n_steps: int) -> RunRecord:
     n_batches = max(bt["batch"]) + 1
     reps = math.ceil(n_steps / n0)
 
-    def rep(cols: dict, number_keys: dict[str, int]) -> dict[str, list]:
+    def rep(cols: dict, number_keys: dict[str, int]) -> dict[str, Any]:
         out = {}
         for k, v in cols.items():
             a = np.asarray(v)
@@ -273,6 +275,9 @@ def replicate(rec: RunRecord, n_steps: int) -> RunRecord:
                 parts = [a + j * period for j in range(reps)]
             elif k in number_keys:
                 parts = [a + j * number_keys[k] for j in range(reps)]
+            elif isinstance(v, dict):  # v2 sample_spans.stages: seconds per row, repeated like the rows
+                out[k] = rep(v, {})
+                continue
             elif k == "measured":
                 parts = [a if j == 0 else np.ones_like(a) for j in range(reps)]
             else:
@@ -280,9 +285,11 @@ def replicate(rec: RunRecord, n_steps: int) -> RunRecord:
             out[k] = np.concatenate(parts).tolist()
         return out
 
-    steps = {k: v[:n_steps] for k, v in rep(st, {"step": n0, "batch": n_batches}).items()}
-    big.timeline = {"steps": steps, "batches": rep(bt, {"batch": n_batches}),
-                    "sample_spans": rep(sp, {"batch": n_batches}), "time_unit": tl.get("time_unit")}
+    ep = tl.get("epochs") or {}
+    n_epochs = len(ep.get("epoch", [])) or 1
+    steps = {k: v[:n_steps] for k, v in rep(st, {"step": n0, "batch": n_batches, "epoch": n_epochs}).items()}
+    big.timeline = {**tl, "steps": steps, "batches": rep(bt, {"batch": n_batches}),
+                    "sample_spans": rep(sp, {"batch": n_batches}), "epochs": rep(ep, {"epoch": n_epochs})}
     big.samples = dict(s)
     big.samples["t_s"] = np.concatenate([np.asarray(s["t_s"]) + j * period for j in range(reps)]).tolist()
     for k in ("cpu_percent_per_core", "ram_used_bytes", "ram_available_bytes", "page_cache_bytes",
@@ -372,50 +379,35 @@ def test_html_module_needs_no_matplotlib():
 # run.json v2: sample spans with named sub-stages (user stages too), epochs, stall by kind, the job section.
 # ---------------------------------------------------------------------------------------------------------------------
 def to_v2(rec: RunRecord) -> RunRecord:
-    """The v1 → v2 timeline migration of docs/run_json.md, plus what a v2 harness adds: a user stage ("tokenize", a
-    share of augment), the rest of each span as getitem, thread accounting, epochs, stall by kind and a job."""
-    from profiler.analysis.stats import describe
-
+    """A v2 record with what a user's job adds, derived by the real analysis: a v1 timeline migrated as
+    docs/run_json.md defines it (a v2 one kept), a user stage ("tokenize", 0.3 of augment) and a rest of each span
+    (getitem, 0.2 of augment), epochs when the harness wrote none, and a job section."""
     v2 = copy.deepcopy(rec)
     tl = v2.timeline
-    sp = {k: np.asarray(v) for k, v in tl["sample_spans"].items()}
-    rs, re_, de, ae = (sp[k].astype(float) for k in ("read_start", "read_end", "decode_end", "augment_end"))
-    aug = ae - de
-    dur = ae - rs
-    n = rs.size
-    tl["sample_spans"] = {
-        "batch": sp["batch"].tolist(), "worker": sp["worker"].tolist(), "index": sp["index"].tolist(),
-        "items": [1] * n, "start": rs.tolist(), "end": ae.tolist(), "cpu": (0.8 * dur).tolist(),
-        "runq": (0.1 * dur).tolist(), "rchar": sp["bytes"].tolist(), "read_bytes": (sp["bytes"] // 2).tolist(),
-        "stages": {"read": (re_ - rs).tolist(), "decode": (de - re_).tolist(), "augment": (0.5 * aug).tolist(),
-                   "tokenize": (0.3 * aug).tolist()}}
+    sp = tl["sample_spans"]
+    if "start" not in sp:  # v1 → v2
+        rs, re_, de, ae = (np.asarray(sp[k], dtype=float) for k in ("read_start", "read_end", "decode_end",
+                                                                     "augment_end"))
+        n = rs.size
+        sp = {"batch": sp["batch"], "worker": sp["worker"], "index": sp["index"], "items": [1] * n,
+              "start": rs.tolist(), "end": ae.tolist(), "cpu": [0.0] * n, "runq": [0.0] * n, "rchar": [0] * n,
+              "read_bytes": [0] * n, "stages": {"read": (re_ - rs).tolist(), "decode": (de - re_).tolist(),
+                                                "augment": (ae - de).tolist()}}
+        tl["sample_spans"] = sp
+    aug = np.asarray(sp["stages"]["augment"], dtype=float)
+    sp["stages"] = {**sp["stages"], "augment": (0.5 * aug).tolist(), "tokenize": (0.3 * aug).tolist()}
     st = tl["steps"]
-    st["epoch"] = [0] * len(st["step"])
-    first = float(min(tl["batches"]["received"]))
-    t0 = max(0.0, float(min(rs.min(), min(st["wait_start"]))) - 0.01)
-    tl["epochs"] = {"epoch": [0], "iter_start": [t0], "iter_end": [t0 + 0.004], "first_batch": [first]}
-    measured = np.isin(sp["batch"], np.asarray(st["batch"])[np.asarray(st["measured"], dtype=bool)])
-    v2.stages["augment"] = describe((0.5 * aug)[measured], "sample")
-    v2.stages["tokenize"] = describe((0.3 * aug)[measured], "sample")
-    v2.stages["getitem"] = describe((0.2 * aug)[measured], "sample")
-    by_stage = dict(v2.stall["by_stage"])
-    moved = by_stage.get("augment", 0.0) * 0.3
-    by_stage["augment"] = by_stage.get("augment", 0.0) - moved
-    by_stage["tokenize"] = moved
-    v2.stall["by_stage"] = by_stage
-    bc = v2.stall["by_cause"]
-    v2.stall["by_kind"] = {"on_cpu": 0.7 * bc["cpu"], "runqueue": 0.3 * bc["cpu"], "blocked_device": 0.5 * bc["io"],
-                           "blocked_other": 0.5 * bc["io"], "transfer": bc["transfer"], "other": bc["other"]}
-    if v2.stall.get("per_step"):
-        ps = v2.stall["per_step"]
-        ps["tokenize"] = [0.3 * x for x in ps.get("augment", [])]
-        ps["augment"] = [0.7 * x for x in ps.get("augment", [])]
-    v2.extra["job"] = {"kind": "script", "target": "train_cls.py", "argv": ["train_cls.py", "--epochs", "1"],
-                       "then": "exit", "ended": "script ended",
-                       "loader": {"dataset_class": "ShardDataset", "created_at": "train_cls.py:42", "num_workers": 2,
-                                  "batch_size": 8, "pin_memory": False},
-                       "other_loaders": 1}
-    return v2
+    if not (tl.get("epochs") or {}).get("iter_start"):
+        st["epoch"] = [0] * len(st["step"])
+        t0 = max(0.0, float(min(sp["start"] + st["wait_start"])) - 0.01)
+        tl["epochs"] = {"epoch": [0], "iter_start": [t0], "iter_end": [t0 + 0.004],
+                        "first_batch": [float(min(tl["batches"]["received"]))]}
+    v2.job = {"kind": "script", "target": "train_cls.py", "argv": ["train_cls.py", "--epochs", "1"], "then": "exit",
+              "ended": "script ended",
+              "loader": {"dataset_class": "ShardDataset", "created_at": "train_cls.py:42", "num_workers": 2,
+                         "batch_size": 8, "pin_memory": False},
+              "other_loaders": 1}
+    return analyze(v2)
 
 
 @pytest.fixture(scope="module")
@@ -438,9 +430,9 @@ def test_v2_latency_and_timeline_iterate_the_stages_present(v2run):
     assert names[:6] == ["read", "decode", "augment", "getitem", "tokenize", "collate"]
     assert "ready_ahead" not in names
     d = plots.stage_durations(rec)
-    assert d["tokenize"].size == rec.stages["tokenize"]["count"] > 0
-    assert d["tokenize"].sum() == pytest.approx(rec.stages["tokenize"]["total_s"], abs=2e-6)
-    assert d["getitem"].sum() == pytest.approx(rec.stages["getitem"]["total_s"], abs=2e-6)
+    for k in ("tokenize", "getitem", "read", "collate", "wait"):
+        assert d[k].size == rec.stages[k]["count"] > 0, k
+        assert d[k].sum() == pytest.approx(rec.stages[k]["total_s"], abs=2e-6), k
     # The worker lanes split each span proportionally: the pieces tile [start, end] exactly.
     sp = spans.sample_spans(rec.timeline)
     lay = sp.layout()
@@ -452,14 +444,31 @@ def test_v2_latency_and_timeline_iterate_the_stages_present(v2run):
         assert im.size[1] > 800  # three rows of histograms: 10 stages
 
 
-def test_v1_and_v2_spans_draw_alike(runs, v2run):
+def test_v1_spans_read_as_their_v2_migration(runs, tmp_path, capsys):
+    """A record saved before v2 (read_start/read_end/decode_end/augment_end) draws as the migration defines it."""
     from profiler.render import spans
 
-    v1 = spans.sample_spans(runs[2]["rec"].timeline)
-    v2 = spans.sample_spans(v2run["rec"].timeline)
-    assert np.allclose(v1.cols["start"], v2.cols["start"]) and np.allclose(v1.cols["end"], v2.cols["end"])
+    v2 = spans.sample_spans(runs[2]["rec"].timeline)
+    lay = {k: (s0, s1) for k, s0, s1 in v2.layout()}
+    v1_cols = {"batch": v2.cols["batch"].tolist(), "worker": v2.cols["worker"].tolist(),
+               "index": v2.cols["index"].tolist(), "read_start": v2.cols["start"].tolist(),
+               "read_end": lay["read"][1].tolist(), "decode_end": lay["decode"][1].tolist(),
+               "augment_end": v2.cols["end"].tolist()}
+    v1 = spans.sample_spans({"sample_spans": v1_cols})
     assert v1.stage_names() == ["read", "decode", "augment"]
-    assert np.allclose(v1.getitem(), 0.0, atol=1e-9)
+    assert np.allclose(v1.cols["start"], v2.cols["start"]) and np.allclose(v1.cols["end"], v2.cols["end"])
+    for k in ("read", "decode"):
+        assert np.allclose(v1.stages[k], v2.stages[k]), k
+    # augment takes the rest of the span in v1 (no getitem): what v2 splits into augment + getitem.
+    assert np.allclose(v1.stages["augment"], lay["augment"][1] - lay["augment"][0] + v2.getitem())
+    assert np.allclose(v1.getitem(), 0.0, atol=1e-9) and np.all(v1.cols["items"] == 1)
+    tl1 = spans.v2_timeline({**runs[2]["rec"].timeline, "sample_spans": v1_cols})
+    assert {"start", "end", "stages"} <= tl1["sample_spans"].keys()
+    old = copy.deepcopy(runs[2]["rec"])
+    old.timeline = {**old.timeline, "sample_spans": v1_cols}
+    assert sorted(p.name for p in write_reports(old, tmp_path)) == sorted(REPORT_FILES)
+    assert "could not" not in capsys.readouterr().err
+    assert {"read", "decode", "augment"} <= {e["name"] for e in _events(tmp_path) if e["ph"] == "X"}
 
 
 def test_v2_trace_nests_user_stages_in_samples_and_draws_epochs(v2run):
@@ -471,7 +480,7 @@ def test_v2_trace_nests_user_stages_in_samples_and_draws_epochs(v2run):
     samples = [e for e in x if e["name"] == "sample"]
     assert all(any(s["ts"] <= t["ts"] and t["ts"] + t["dur"] <= s["ts"] + s["dur"] and s["tid"] == t["tid"]
                    for s in samples) for t in tok[:50])
-    assert any(s["args"]["cpu_ms"] > 0 and s["args"]["read_bytes"] > 0 for s in samples)
+    assert any(s["args"]["cpu_ms"] > 0 for s in samples) and any(s["args"]["rchar"] > 0 for s in samples)
     epochs = [e for e in x if (e["pid"], e["tid"]) == (trace_mod.MAIN_PID, trace_mod.EPOCH_TID)]
     assert {"epoch 0", "epoch start", "iter(loader)"} <= {e["name"] for e in epochs}
     threads = {e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name"}

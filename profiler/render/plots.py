@@ -68,23 +68,9 @@ def _savefig(fig, path: Path) -> Path:
 # Per-observation durations (the analysis keeps aggregates only; histograms need the observations).
 # --------------------------------------------------------------------------------------------------------------------
 def stage_durations(rec: Any) -> dict[str, np.ndarray]:
-    """Seconds per observation of each stage in the measured window.
-
-    Batch and step stages: analysis.stats' one definition (transfer vs ready-ahead needs it). Sample stages: the
-    spans' own sub-stage seconds (and ``getitem``, the rest of each span, when any), for the batches the measured
-    steps received. Works on v1 and v2 timelines alike (see spans.py)."""
-    tl = rec.timeline
-    t = tables({**tl, "sample_spans": {}})
-    out = dict(analysis_stage_durations(t))
-    sp = spans_mod.sample_spans(tl)
-    if sp.n:
-        sel = np.isin(sp.cols["batch"], t.measured_batches)
-        for k in sp.stage_names():
-            out[k] = sp.stages[k][sel]
-        rest = sp.getitem()[sel]
-        if (rest > 0).any():
-            out["getitem"] = rest
-    return {k: np.asarray(v, dtype=float) for k, v in out.items()}
+    """Seconds per observation of each stage in the measured window: analysis.stats' one definition, read from a v2
+    timeline (a v1 one converted as the migration defines, see spans.py)."""
+    return analysis_stage_durations(tables(spans_mod.v2_timeline(rec.timeline)))
 
 
 def latency_stages(rec: Any) -> list[str]:

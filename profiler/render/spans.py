@@ -80,6 +80,16 @@ class Spans:
         return out
 
 
+def v2_timeline(timeline: dict[str, Any]) -> dict[str, Any]:
+    """``timeline`` with its sample spans in the v2 columns (itself when they already are): what the analysis'
+    definitions read, for a record saved before v2 that no loader migrated."""
+    sp = (timeline or {}).get("sample_spans") or {}
+    if "start" in sp or not all(k in sp for k in _V1_TIMES):
+        return timeline
+    v2 = sample_spans(timeline)
+    return {**timeline, "sample_spans": {**v2.cols, "stages": v2.stages}}
+
+
 def sample_spans(timeline: dict[str, Any]) -> Spans:
     """The record's sample spans in the v2 shape (empty when the record has none)."""
     sp = (timeline or {}).get("sample_spans") or {}
