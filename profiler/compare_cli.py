@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UserError
+from .render.compare_terminal import print_comparison  # noqa: F401 - old home; tests/test_fuzz_records.py imports it
 from .render.units import printable
 
 DEFAULT_OUT_ROOT = "reports"
@@ -49,7 +50,6 @@ def run_compare(args: Any) -> int:
 
     from .analysis.compare import compare
     from .render import COMPARE, render_all
-    from .render.compare_terminal import print_comparison
 
     recs, names = load_runs(list(args.runs))
     c = compare(recs, names=names, force=bool(getattr(args, "force", False)))

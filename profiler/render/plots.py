@@ -475,7 +475,8 @@ def plot_latency(rec: Any, path: Path) -> Path:
         if zeros:
             ax.text(0.98, 0.97, f"{zeros} at 0 ms not shown", ha="right", va="top", fontsize=8,
                     transform=ax.transAxes, color="#555555")
-        ax.legend(fontsize=8, loc="best", framealpha=0.85)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8, loc="best", framealpha=0.85)
     fig.suptitle("Latency per stage in the measured window (worker stages per sample or batch, main loop per step); "
                  "percentiles from the analysis", x=0.01, ha="left", fontsize=11)
     fig.tight_layout()

@@ -180,7 +180,7 @@ def _sample_events(sp: spans_mod.Spans, idx: list[int], b: int, pid: int, tid: i
         args = {"batch": b, "sample": int(c["index"][k]), "items": items,
                 "cpu_ms": round(float(c["cpu"][k]) * 1e3, 3), "runq_ms": round(float(c["runq"][k]) * 1e3, 3),
                 "rchar": int(c["rchar"][k]), "read_bytes": int(c["read_bytes"][k])}
-        args.update({e: c[e][k] for e in extra})
+        args.update({e: c[e][k].item() for e in extra})  # plain Python numbers: the trace dict is JSON as it is
         name = "sample" if items == 1 else f"samples ×{items}"
         ev.append(_x(name, "sample", c["start"][k], c["end"][k], pid, tid, args))
         for stage, s0, s1 in layout:
