@@ -199,3 +199,30 @@ def test_copied_run_folder_compares(runs, tmp_path):
     shutil.copytree(runs["b"], moved)
     c = compare(_recs(runs["a"], moved))
     assert c["runs"][1]["steps"] == 6 and c["runs"][1]["samples"] == 48
+
+
+def test_hostile_run_names_render_in_terminal_and_html(runs, tmp_path):
+    """Run folder names are user text: rich markup, escape sequences and undecodable bytes neither style, crash nor
+    reach the terminal raw (render side: compare_terminal, compare_html)."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from profiler.render import COMPARE_FILES, write_compare
+    from profiler.render.compare_terminal import print_comparison
+
+    names = ["/runs/[/]a [bold]x[/bold]", "/runs/\x1b[31mb\x07" + b"\xff".decode("utf-8", "surrogateescape")]
+    c = compare(_recs(runs["a"], runs["c"]), names=names)
+    files = write_compare(c, tmp_path)
+    assert [p.name for p in files] == list(COMPARE_FILES)
+    buf = StringIO()
+    print_comparison(c, Console(file=buf, width=200, force_terminal=False, color_system=None),
+                     [str(f) for f in files])
+    text = buf.getvalue()
+    assert "\x1b" not in text and "\x07" not in text and "/runs/[/]a [bold]x[/bold]" in text
+    assert "\\x1b[31mb\\x07\\xff" in text
+    raw = (tmp_path / "compare.html").read_bytes()
+    assert b"\x1b" not in raw
+    page = raw.decode("utf-8")
+    assert "/runs/[/]a [bold]x[/bold]" in page and "\\xff" in page
+    json.loads((tmp_path / "compare.json").read_text())

@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -141,10 +142,14 @@ def test_trace_is_valid_chrome_trace_with_named_tracks(runs):
     steps = rec.timeline["steps"]["step"]
     names = {e["name"] for e in ev if e["ph"] == "X"}
     assert {f"ProfilerStep#{n}" for n in steps} <= names
-    assert {"wait", "compute", "read", "decode", "augment", "collate"} <= names
-    # Worker spans carry batch, sample index and bytes.
-    read = next(e for e in ev if e["ph"] == "X" and e["name"] == "read")
-    assert {"batch", "sample", "bytes"} <= read["args"].keys() and read["pid"] != trace_mod.MAIN_PID
+    assert {"wait", "compute", "sample", "read", "decode", "augment", "collate"} <= names
+    # One slice per dataset call, carrying batch, sample index, thread accounting and bytes; its sub-stages inside it.
+    sample = next(e for e in ev if e["ph"] == "X" and e["name"] == "sample")
+    assert {"batch", "sample", "items", "cpu_ms", "runq_ms", "rchar", "read_bytes"} <= sample["args"].keys()
+    assert sample["pid"] != trace_mod.MAIN_PID
+    read = next(e for e in ev if e["ph"] == "X" and e["name"] == "read" and e["args"]["batch"] ==
+                sample["args"]["batch"] and e["args"]["sample"] == sample["args"]["sample"])
+    assert sample["ts"] <= read["ts"] and read["ts"] + read["dur"] <= sample["ts"] + sample["dur"]
     # Counter tracks for the sampled metrics.
     counters = {e["name"] for e in ev if e["ph"] == "C"}
     assert {"CPU % (mean of cores)", "disk read MB/s", "RAM GB"} <= counters
@@ -225,8 +230,11 @@ def test_gpu_series_and_cuda_timing_are_drawn_from_the_record(runs, tmp_path):
 def test_renderers_measure_nothing(runs, tmp_path):
     """Rendering works with torch, psutil and pynvml unimportable, and no render module imports them."""
     banned = {"torch", "psutil", "pynvml", "torchvision"}
-    for name in ("__init__", "plots", "html", "trace"):
-        tree = ast.parse((REPO / "profiler" / "render" / f"{name}.py").read_text())
+    modules = sorted((REPO / "profiler" / "render").glob("*.py"))
+    assert len(modules) >= 12
+    for path in modules:
+        name = path.stem
+        tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             mods = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
@@ -245,7 +253,8 @@ def test_renderers_measure_nothing(runs, tmp_path):
 # Long runs: bounded size.
 # ---------------------------------------------------------------------------------------------------------------------
 TIME_KEYS = {"wait_start", "wait_end", "h2d_start", "h2d_end", "compute_end", "collate_start", "collate_end",
-             "received", "read_start", "read_end", "decode_end", "augment_end"}
+             "received", "sent", "read_start", "read_end", "decode_end", "augment_end", "start", "end", "iter_start",
+             "iter_end", "first_batch"}
 
 
 def replicate(rec: RunRecord, n_steps: int) -> RunRecord:
@@ -258,7 +267,7 @@ def replicate(rec: RunRecord, n_steps: int) -> RunRecord:
     n_batches = max(bt["batch"]) + 1
     reps = math.ceil(n_steps / n0)
 
-    def rep(cols: dict, number_keys: dict[str, int]) -> dict[str, list]:
+    def rep(cols: dict, number_keys: dict[str, int]) -> dict[str, Any]:
         out = {}
         for k, v in cols.items():
             a = np.asarray(v)
@@ -266,6 +275,9 @@ def replicate(rec: RunRecord, n_steps: int) -> RunRecord:
                 parts = [a + j * period for j in range(reps)]
             elif k in number_keys:
                 parts = [a + j * number_keys[k] for j in range(reps)]
+            elif isinstance(v, dict):  # v2 sample_spans.stages: seconds per row, repeated like the rows
+                out[k] = rep(v, {})
+                continue
             elif k == "measured":
                 parts = [a if j == 0 else np.ones_like(a) for j in range(reps)]
             else:
@@ -273,9 +285,11 @@ def replicate(rec: RunRecord, n_steps: int) -> RunRecord:
             out[k] = np.concatenate(parts).tolist()
         return out
 
-    steps = {k: v[:n_steps] for k, v in rep(st, {"step": n0, "batch": n_batches}).items()}
-    big.timeline = {"steps": steps, "batches": rep(bt, {"batch": n_batches}),
-                    "sample_spans": rep(sp, {"batch": n_batches}), "time_unit": tl.get("time_unit")}
+    ep = tl.get("epochs") or {}
+    n_epochs = len(ep.get("epoch", [])) or 1
+    steps = {k: v[:n_steps] for k, v in rep(st, {"step": n0, "batch": n_batches, "epoch": n_epochs}).items()}
+    big.timeline = {**tl, "steps": steps, "batches": rep(bt, {"batch": n_batches}),
+                    "sample_spans": rep(sp, {"batch": n_batches}), "epochs": rep(ep, {"epoch": n_epochs})}
     big.samples = dict(s)
     big.samples["t_s"] = np.concatenate([np.asarray(s["t_s"]) + j * period for j in range(reps)]).tolist()
     for k in ("cpu_percent_per_core", "ram_used_bytes", "ram_available_bytes", "page_cache_bytes",
@@ -324,3 +338,219 @@ def test_long_run_reports_stay_bounded(runs, tmp_path):
     for name in ("timeline.png", "utilisation.png", "latency.png"):
         with Image.open(tmp_path / name) as im:
             assert im.size[0] >= 600
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The renderer seam.
+# ---------------------------------------------------------------------------------------------------------------------
+def test_report_files_come_from_the_registry():
+    from profiler import render
+
+    assert REPORT_FILES == tuple(r.file for r in render.REPORT)
+    assert render.PLOT_FILES == tuple(f for f in REPORT_FILES if f.endswith(".png"))
+    assert render.COMPARE_FILES == ("compare.png", "compare.html", "compare.json")
+    assert len({r.name for r in render.REPORT + render.COMPARE}) == len(render.REPORT + render.COMPARE)
+
+
+def test_one_failing_renderer_costs_no_other(runs, tmp_path, capsys):
+    from profiler import render
+
+    broken = render.Renderer("utilisation", "utilisation.png", "plots:no_such_function")
+    chain = tuple(broken if r.name == "utilisation" else r for r in render.REPORT)
+    files = render.render_all(chain, runs[2]["rec"], tmp_path)
+    assert sorted(p.name for p in files) == sorted(f for f in REPORT_FILES if f != "utilisation.png")
+    err = capsys.readouterr().err
+    assert "could not write utilisation.png" in err and "no_such_function" in err
+    page = (tmp_path / "report.html").read_text()
+    assert "This plot could not be drawn" in page and "no_such_function" in page
+    assert page.count('src="data:image/png;base64,') == 3
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_html_module_needs_no_matplotlib():
+    code = ("import sys\nimport profiler.render.html, profiler.render.compare_html, profiler.render.compare_terminal\n"
+            "print('matplotlib' in sys.modules)\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == "False"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# run.json v2: sample spans with named sub-stages (user stages too), epochs, stall by kind, the job section.
+# ---------------------------------------------------------------------------------------------------------------------
+def to_v2(rec: RunRecord) -> RunRecord:
+    """A v2 record with what a user's job adds, derived by the real analysis: a v1 timeline migrated as
+    docs/run_json.md defines it (a v2 one kept), a user stage ("tokenize", 0.3 of augment) and a rest of each span
+    (getitem, 0.2 of augment), epochs when the harness wrote none, and a job section."""
+    v2 = copy.deepcopy(rec)
+    tl = v2.timeline
+    sp = tl["sample_spans"]
+    if "start" not in sp:  # v1 → v2
+        rs, re_, de, ae = (np.asarray(sp[k], dtype=float) for k in ("read_start", "read_end", "decode_end",
+                                                                     "augment_end"))
+        n = rs.size
+        sp = {"batch": sp["batch"], "worker": sp["worker"], "index": sp["index"], "items": [1] * n,
+              "start": rs.tolist(), "end": ae.tolist(), "cpu": [0.0] * n, "runq": [0.0] * n, "rchar": [0] * n,
+              "read_bytes": [0] * n, "stages": {"read": (re_ - rs).tolist(), "decode": (de - re_).tolist(),
+                                                "augment": (ae - de).tolist()}}
+        tl["sample_spans"] = sp
+    aug = np.asarray(sp["stages"]["augment"], dtype=float)
+    sp["stages"] = {**sp["stages"], "augment": (0.5 * aug).tolist(), "tokenize": (0.3 * aug).tolist()}
+    st = tl["steps"]
+    if not (tl.get("epochs") or {}).get("iter_start"):
+        st["epoch"] = [0] * len(st["step"])
+        t0 = max(0.0, float(min(sp["start"] + st["wait_start"])) - 0.01)
+        tl["epochs"] = {"epoch": [0], "iter_start": [t0], "iter_end": [t0 + 0.004],
+                        "first_batch": [float(min(tl["batches"]["received"]))]}
+    v2.job = {"kind": "script", "target": "train_cls.py", "argv": ["train_cls.py", "--epochs", "1"], "then": "exit",
+              "ended": "script ended",
+              "loader": {"dataset_class": "ShardDataset", "created_at": "train_cls.py:42", "num_workers": 2,
+                         "batch_size": 8, "pin_memory": False},
+              "other_loaders": 1}
+    return analyze(v2)
+
+
+@pytest.fixture(scope="module")
+def v2run(runs, tmp_path_factory):
+    rec = to_v2(runs[2]["rec"])
+    d = tmp_path_factory.mktemp("v2")
+    return {"rec": rec, "dir": d, "files": write_reports(rec, d)}
+
+
+def test_v2_record_renders_every_file(v2run, capsys):
+    assert sorted(p.name for p in v2run["files"]) == sorted(REPORT_FILES)
+    assert "could not" not in capsys.readouterr().err
+
+
+def test_v2_latency_and_timeline_iterate_the_stages_present(v2run):
+    from profiler.render import plots, spans
+
+    rec = v2run["rec"]
+    names = plots.latency_stages(rec)
+    assert names[:6] == ["read", "decode", "augment", "getitem", "tokenize", "collate"]
+    assert "ready_ahead" not in names
+    d = plots.stage_durations(rec)
+    for k in ("tokenize", "getitem", "read", "collate", "wait"):
+        assert d[k].size == rec.stages[k]["count"] > 0, k
+        assert d[k].sum() == pytest.approx(rec.stages[k]["total_s"], abs=2e-6), k
+    # The worker lanes split each span proportionally: the pieces tile [start, end] exactly.
+    sp = spans.sample_spans(rec.timeline)
+    lay = sp.layout()
+    assert [k for k, _, _ in lay] == ["read", "decode", "augment", "tokenize", "getitem"]
+    for (_, _, e), (_, s, _) in zip(lay, lay[1:]):
+        assert np.allclose(e, s)
+    assert np.allclose(lay[0][1], sp.cols["start"]) and np.allclose(lay[-1][2], sp.cols["end"])
+    with Image.open(v2run["dir"] / "latency.png") as im:
+        assert im.size[1] > 800  # three rows of histograms: 10 stages
+
+
+def test_v1_spans_read_as_their_v2_migration(runs, tmp_path, capsys):
+    """A record saved before v2 (read_start/read_end/decode_end/augment_end) draws as the migration defines it."""
+    from profiler.render import spans
+
+    v2 = spans.sample_spans(runs[2]["rec"].timeline)
+    lay = {k: (s0, s1) for k, s0, s1 in v2.layout()}
+    v1_cols = {"batch": v2.cols["batch"].tolist(), "worker": v2.cols["worker"].tolist(),
+               "index": v2.cols["index"].tolist(), "read_start": v2.cols["start"].tolist(),
+               "read_end": lay["read"][1].tolist(), "decode_end": lay["decode"][1].tolist(),
+               "augment_end": v2.cols["end"].tolist()}
+    v1 = spans.sample_spans({"sample_spans": v1_cols})
+    assert v1.stage_names() == ["read", "decode", "augment"]
+    assert np.allclose(v1.cols["start"], v2.cols["start"]) and np.allclose(v1.cols["end"], v2.cols["end"])
+    for k in ("read", "decode"):
+        assert np.allclose(v1.stages[k], v2.stages[k]), k
+    # augment takes the rest of the span in v1 (no getitem): what v2 splits into augment + getitem.
+    assert np.allclose(v1.stages["augment"], lay["augment"][1] - lay["augment"][0] + v2.getitem())
+    assert np.allclose(v1.getitem(), 0.0, atol=1e-9) and np.all(v1.cols["items"] == 1)
+    tl1 = spans.v2_timeline({**runs[2]["rec"].timeline, "sample_spans": v1_cols})
+    assert {"start", "end", "stages"} <= tl1["sample_spans"].keys()
+    old = copy.deepcopy(runs[2]["rec"])
+    old.timeline = {**old.timeline, "sample_spans": v1_cols}
+    assert sorted(p.name for p in write_reports(old, tmp_path)) == sorted(REPORT_FILES)
+    assert "could not" not in capsys.readouterr().err
+    assert {"read", "decode", "augment"} <= {e["name"] for e in _events(tmp_path) if e["ph"] == "X"}
+
+
+def test_v2_trace_nests_user_stages_in_samples_and_draws_epochs(v2run):
+    ev = _events(v2run["dir"])
+    _check_nesting(ev)
+    x = [e for e in ev if e["ph"] == "X"]
+    tok = [e for e in x if e["name"] == "tokenize"]
+    assert tok and all(e["pid"] >= trace_mod.WORKER_PID_BASE for e in tok)
+    samples = [e for e in x if e["name"] == "sample"]
+    assert all(any(s["ts"] <= t["ts"] and t["ts"] + t["dur"] <= s["ts"] + s["dur"] and s["tid"] == t["tid"]
+                   for s in samples) for t in tok[:50])
+    assert any(s["args"]["cpu_ms"] > 0 for s in samples) and any(s["args"]["rchar"] > 0 for s in samples)
+    epochs = [e for e in x if (e["pid"], e["tid"]) == (trace_mod.MAIN_PID, trace_mod.EPOCH_TID)]
+    assert {"epoch 0", "epoch start", "iter(loader)"} <= {e["name"] for e in epochs}
+    threads = {e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert any(t.startswith("epochs") for t in threads)
+
+
+def test_v2_html_shows_user_stages_kinds_and_the_job(v2run):
+    page = htmllib.unescape((v2run["dir"] / "report.html").read_text())
+    rec = v2run["rec"]
+    # Stage table: the registry's sample stages, the user's stage, then the batch and step stages.
+    order = [page.index(f">{lab}<") for lab in ("read (open + read bytes)", "decode (bytes → image)",
+                                                  "augment (transforms)", "your __getitem__ (rest)", "tokenize",
+                                                  "collate", "wait for batch (main)")]
+    assert order == sorted(order)
+    assert ">tokenize<" in page and f"{rec.stages['tokenize']['total_s']:.3f}" in page
+    assert "waiting for a core" in page and "blocked while reading from the block device" in page
+    for fact in ("ShardDataset", "train_cls.py:42", "script ended", "job.loader.dataset_class"):
+        assert fact in page, fact
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Hostile text: rich markup, escape sequences and non-UTF-8 names in user strings.
+# ---------------------------------------------------------------------------------------------------------------------
+HOSTILE = ["/data/[/]weird [bold]x[/bold].jpg", "/data/\x1b[31mred\x1b[0m\x07.jpg",
+           "/data/" + b"caf\xe9-\xff.jpg".decode("utf-8", "surrogateescape")]
+
+
+def _hostile(rec: RunRecord) -> RunRecord:
+    rec = copy.deepcopy(rec)
+    rec.skipped = {"count": 3, "files": [{"path": p, "reason": f"cannot identify image file {p!s}"} for p in HOSTILE]}
+    rec.config = dict(rec.config, data="/mnt/[/]in\x1b]0;pwned\x07put", out="/tmp/[red]out[/]")
+    rec.dataset = dict(rec.dataset, root=HOSTILE[2])
+    rec.findings = list(rec.findings) + [{"kind": "skipped", "message": f"skipped {HOSTILE[1]} and {HOSTILE[0]}"}]
+    # A user-named stage whose name matplotlib would read as mathtext, and one with markup in it.
+    odd = {"we$ird\\x$": 0.0, "[b]tok[/]": 0.0}
+    rec.stall = dict(rec.stall, by_stage={**rec.stall["by_stage"], **odd})
+    rec.stages = {**rec.stages, **{k: dict(rec.stages["read"], count=0) for k in odd}}
+    return rec
+
+
+def test_hostile_strings_render_in_the_terminal(runs):
+    from io import StringIO
+
+    from rich.console import Console
+
+    from profiler.render.terminal import print_report
+
+    buf = StringIO()
+    print_report(_hostile(runs[2]["rec"]), Console(file=buf, width=200, force_terminal=False, color_system=None),
+                 out_files=["/tmp/[/]out/report.html"])
+    text = buf.getvalue()
+    assert "\x1b" not in text and "\x07" not in text
+    assert "[/]weird [bold]x[/bold].jpg" in text  # shown as written, neither styled nor an error
+    assert "\\x1b[31mred" in text
+    assert "/tmp/[/]out/report.html" in text and "[b]tok[/]" in text
+    text.encode("utf-8")  # no lone surrogate left: any UTF-8 terminal can print it
+
+
+def test_hostile_strings_render_in_html_and_trace(runs, tmp_path, capsys):
+    rec = _hostile(runs[2]["rec"])
+    files = write_reports(rec, tmp_path)
+    assert sorted(p.name for p in files) == sorted(REPORT_FILES)
+    assert "could not" not in capsys.readouterr().err
+    raw = (tmp_path / "report.html").read_bytes()
+    assert b"\x1b" not in raw and b"\x07" not in raw
+    page = raw.decode("utf-8")  # valid UTF-8 throughout
+    assert "caf\\xe9-\\xff.jpg" in page and "\\x1b[31mred" in page
+    assert "/data/[/]weird [bold]x[/bold].jpg" in page
+    assert "<bold>" not in page and "[b]tok[/]" in page and "we$ird" in page
+    trace = (tmp_path / "trace.json").read_bytes()
+    assert b"\x1b" not in trace
+    json.loads(trace)
+    assert not list(tmp_path.glob("*.tmp"))

@@ -1,136 +1,50 @@
-"""Display rows of a comparison (shared by the terminal table and the HTML page) and the self-contained HTML page.
+"""compare.html (one self-contained page: inline CSS, the figure as a data: URI, nothing fetched) and compare.json.
 
-Reads the dict of ``profiler.analysis.compare.compare`` only. Rows are computed once here so the terminal and the
-HTML page can never disagree on a number or on what counts as significant.
+Reads the dict of ``profiler.analysis.compare.compare`` only; the rows come from compare_rows.py, shared with the
+terminal table.
 """
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass, field
+import json
+import math
 from pathlib import Path
 from typing import Any
 
-# Metrics whose values are all zero or missing (h2d on a CPU run) say nothing; they are listed, not shown as rows.
-ALWAYS_SHOWN = ("throughput", "verdict", "stall_seconds", "stall_fraction")
-SHORT_TITLES = {"throughput": "throughput", "stall": "stall (idle)", "stages": "stages (ms)", "storage": "storage",
-                "verdict": "verdict"}
-GROUP_TITLES = {"throughput": "Throughput", "stall": "Idle compute device (stall)",
-                "stages": "Stages (worker stages per sample or batch, main-loop stages per step)",
-                "storage": "Storage", "verdict": "Verdict"}
-TEMPLATE = Path(__file__).parent / "templates" / "compare.html.j2"
-
-
-def fmt_value(v: Any, unit: str) -> str:
-    if v is None:
-        return "—"
-    if isinstance(v, str):
-        return v
-    if unit == "samples/s":
-        return f"{v:.0f}" if v >= 100 else f"{v:.1f}" if v >= 10 else f"{v:.2f}"
-    if unit == "fraction":
-        return f"{100 * v:.1f} %"
-    if unit == "s":
-        return f"{v:.3f} s" if abs(v) < 10 else f"{v:.1f} s"
-    if unit == "ms":
-        return f"{v:.2f}" if v < 10 else f"{v:.1f}" if v < 100 else f"{v:.0f}"
-    if unit == "bytes":
-        for u, s in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-            if abs(v) >= s:
-                return f"{v / s:.1f} {u}"
-        return f"{v:.0f} B"
-    return f"{v:.4g}"
-
-
-def fmt_ratio(r: float | None) -> str:
-    if r is None:
-        return "—"
-    return f"{r:.2f}x" if r < 10 else f"{r:.1f}x" if r < 100 else f"{r:.0f}x"
-
-
-def fmt_diff(d: float, unit: str) -> str:
-    sign = "+" if d >= 0 else "−"
-    if unit == "fraction":
-        return f"{sign}{abs(d) * 100:.1f} pt"
-    if unit == "s":
-        return f"{sign}{abs(d):.3f} s" if abs(d) < 1 else f"{sign}{abs(d):.2f} s"
-    if unit == "ms":
-        return f"{sign}{abs(d):.2f} ms"
-    if unit == "bytes":
-        return sign + fmt_value(abs(d), "bytes")
-    return f"{sign}{abs(d):.3g}"
-
-
-@dataclass
-class Cell:
-    value: str
-    ratio: str = ""
-    interval: str = ""
-    significant: bool | None = None
-    direction: str = ""  # "better" | "worse" | "" (for colour only)
-
-
-@dataclass
-class Row:
-    key: str
-    label: str
-    group: str
-    unit: str
-    cells: list[Cell] = field(default_factory=list)
-
-
-def _vs_cell(m: dict[str, Any], i: int) -> Cell:
-    val = fmt_value(m["values"][i], m["unit"])
-    vs = m["vs_baseline"][i]
-    if i == 0 or vs is None:
-        return Cell(val)
-    if m["key"] == "verdict":
-        return Cell(val, "changed" if vs.get("changed") else "same")
-    ratio = fmt_ratio(vs.get("ratio"))
-    # A ratio of hit rates (0.00x) reads worse than the change in points; metrics can ask for the difference.
-    if (vs.get("ratio") is None or m.get("show") == "difference") and vs.get("difference") is not None:
-        ratio = "=" if vs["difference"] == 0 else "Δ " + fmt_diff(vs["difference"], m["unit"])
-    ci = vs.get("ci")
-    if ci is None:
-        interval = "n/a" if vs.get("test") is None and m["group"] == "storage" else "—"
-    elif vs.get("test") == "ratio":
-        interval = f"{fmt_ratio(ci[0])[:-1]}–{fmt_ratio(ci[1])}"
-    else:
-        lo, hi = fmt_diff(ci[0], m["unit"]), fmt_diff(ci[1], m["unit"])
-        interval = f"{lo.split(' ')[0]}…{hi}" if lo.split(" ")[1:] == hi.split(" ")[1:] else f"{lo}…{hi}"
-    direction = ""
-    hib = m.get("higher_is_better")
-    if vs.get("significant") and hib is not None:
-        up = (ci[0] > 1.0) if vs.get("test") == "ratio" else (ci[0] > 0.0)
-        direction = "better" if up == hib else "worse"
-    return Cell(val, ratio, interval, vs.get("significant"), direction)
-
-
-def rows(comparison: dict[str, Any]) -> tuple[list[Row], list[str]]:
-    """(rows to show, labels of metrics left out because every run's value is zero or missing)."""
-    out: list[Row] = []
-    omitted: list[str] = []
-    for m in comparison["metrics"]:
-        if m["key"] not in ALWAYS_SHOWN and all(v in (None, 0, 0.0) for v in m["values"]):
-            omitted.append(m["label"])
-            continue
-        out.append(Row(m["key"], m["label"], m["group"], m["unit"],
-                       [_vs_cell(m, i) for i in range(len(m["values"]))]))
-    return out, omitted
+from .compare_rows import GROUP_TITLES, groups, rows
+from .jinja import environment
+from .output import write_atomic
+from .units import safe
 
 
 def render_html(comparison: dict[str, Any], png: bytes | None) -> str:
     """The whole page as one string: inline CSS, the PNG as a data: URI, no external resource of any kind."""
-    import jinja2
-
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATE.parent)),
-                             autoescape=jinja2.select_autoescape(["html", "j2"]), trim_blocks=True,
-                             lstrip_blocks=True, undefined=jinja2.StrictUndefined)
     shown, omitted = rows(comparison)
-    groups: list[tuple[str, list[Row]]] = []
-    for r in shown:
-        if not groups or groups[-1][0] != r.group:
-            groups.append((r.group, []))
-        groups[-1][1].append(r)
-    return env.get_template(TEMPLATE.name).render(
-        c=comparison, groups=groups, titles=GROUP_TITLES, omitted=omitted,
+    return environment().get_template("compare.html.j2").render(
+        c=safe(comparison), groups=groups(shown), titles=GROUP_TITLES, omitted=omitted,
         png_b64=base64.b64encode(png).decode("ascii") if png else None)
+
+
+def render(comparison: dict[str, Any], out_dir: Path, ctx: dict[str, Any]) -> Path:
+    """The registry's entry point: compare.html, inlining compare.png when it was drawn before (``ctx["results"]``)."""
+    png_path = (ctx.get("results") or {}).get("compare_png")
+    png = Path(png_path).read_bytes() if isinstance(png_path, Path) and png_path.is_file() else None
+    return write_atomic(Path(out_dir) / "compare.html", render_html(comparison, png))
+
+
+def _plain(o: Any) -> Any:
+    """JSON-safe copy: NaN/inf become null, numpy scalars Python numbers, tuples lists."""
+    if isinstance(o, dict):
+        return {str(k): _plain(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_plain(v) for v in o]
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if hasattr(o, "item") and callable(o.item):
+        return _plain(o.item())
+    return o
+
+
+def render_json(comparison: dict[str, Any], out_dir: Path, ctx: dict[str, Any]) -> Path:
+    """compare.json: the whole comparison, for scripts."""
+    return write_atomic(Path(out_dir) / "compare.json", json.dumps(_plain(comparison), indent=1, allow_nan=False))

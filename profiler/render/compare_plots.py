@@ -8,15 +8,16 @@ p95, log scale because read on a throttled disk and collate differ by orders of 
 from __future__ import annotations
 
 import io
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from ..analysis.attribution import CAUSES
-from ..analysis.compare import STAGES
-from .plots import CAUSE_COLOURS
+from .. import vocab
+from .output import write_atomic
+from .units import printable, stage_order
 
 # Run colours: baseline grey, then matplotlib's tab10 (distinct, colour-blind tolerable for the first few runs).
 RUN_COLOURS = ("#7f7f7f", "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
@@ -47,7 +48,7 @@ def _throughput(ax, c: dict[str, Any]) -> None:
         top = v + err[1, i]  # above the error bar, so the label never sits on it
         ax.annotate(f"{v:.0f}{tag}" if v >= 100 else f"{v:.1f}{tag}", (i, top), ha="center", va="bottom",
                     fontsize=8, xytext=(0, 3), textcoords="offset points")
-    ax.set_xticks(x, labels)
+    ax.set_xticks(x, [printable(lab) for lab in labels])
     ax.set_ylabel("samples/s")
     ax.set_title("Throughput (error bar: 95 % bootstrap interval)")
     ax.margins(y=0.25)
@@ -57,10 +58,12 @@ def _stall(ax, c: dict[str, Any]) -> None:
     labels = c["labels"]
     x = np.arange(len(labels))
     bottom = np.zeros(len(labels))
-    for cause in CAUSES:
-        m = _metric(c, f"stall_{cause}")
+    for cause in vocab.CAUSES:
+        m = _metric(c, f"stall_{cause.name}")
+        if m is None:
+            continue
         v = np.array([x or 0.0 for x in m["values"]], dtype=float)
-        ax.bar(x, v, bottom=bottom, color=CAUSE_COLOURS.get(cause, "#999999"), label=cause)
+        ax.bar(x, v, bottom=bottom, color=cause.colour, label=cause.name)
         bottom += v
     for i, total in enumerate(bottom):
         ax.annotate(f"{total:.2f} s", (i, total), ha="center", va="bottom", fontsize=8, xytext=(0, 3),
@@ -75,7 +78,9 @@ def _stall(ax, c: dict[str, Any]) -> None:
 def _stages(ax, c: dict[str, Any], stat: str) -> None:
     labels = c["labels"]
     n = len(labels)
-    shown = [s for s in STAGES if any((v or 0) > 0 for v in _metric(c, f"{s}_{stat}")["values"])]
+    stages = stage_order(m["key"][: -len(f"_{stat}")] for m in c["metrics"]
+                         if m.get("group") == "stages" and m["key"].endswith(f"_{stat}"))
+    shown = [s for s in stages if any((v or 0) > 0 for v in _metric(c, f"{s}_{stat}")["values"])]
     x = np.arange(len(shown))
     w = 0.8 / max(1, n)
     for i, lab in enumerate(labels):
@@ -98,10 +103,15 @@ def render_png(comparison: dict[str, Any], dpi: int = 110) -> bytes:
     _stall(axes[0, 1], comparison)
     _stages(axes[1, 0], comparison, "mean")
     _stages(axes[1, 1], comparison, "p95")
-    fig.suptitle("Runs side by side (baseline " + comparison["baseline"] + "); * = beyond run-to-run noise",
+    fig.suptitle("Runs side by side (baseline " + printable(comparison["baseline"]) + "); * = beyond run-to-run noise",
                  fontsize=11)
     fig.supxlabel("read, decode, augment: per sample; collate, transfer: per batch; wait, h2d, compute: per step",
                   fontsize=9)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
     return buf.getvalue()
+
+
+def render(comparison: dict[str, Any], out_dir: Path, ctx: dict[str, Any]) -> Path:
+    """The registry's entry point: compare.png."""
+    return write_atomic(Path(out_dir) / "compare.png", render_png(comparison))

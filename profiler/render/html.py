@@ -14,14 +14,15 @@ import math
 from pathlib import Path
 from typing import Any
 
-from jinja2 import Environment, FileSystemLoader, select_autoescape
-
-from ..analysis.stats import STAGE_ORDER
-from .plots import CAUSE_COLOURS, CAUSE_LABELS, STAGE_COLOURS, timeline_steps
-from .terminal import STAGE_LABELS
+from .. import vocab
+from .jinja import environment
+from .output import write_atomic
+from .spans import timeline_steps
 from .trace import DetailPlan, plan_detail
+from .units import ms as _ms
+from .units import nbytes, printable, stage_colour, stage_label, stage_order
+from .units import pct as _pct
 
-TEMPLATES = Path(__file__).parent / "templates"
 # Verdict colour by bottleneck: red for input stalls the user can fix in the loader, amber for transfer, green when
 # the model itself is the limit (the input keeps up), magenta for "does not fit".
 BOTTLENECK_COLOURS = {"compute": "#2e7d32", "io": "#c62828", "cpu": "#d84315", "transfer": "#b7791f",
@@ -34,34 +35,29 @@ SENSITIVE_KEY_PARTS = ("token", "secret", "password", "passwd", "credential", "a
 SKIPPED_ROWS_MAX = 200
 # Lists longer than this in a key/value table are shortened (the record has them whole).
 LIST_ITEMS_MAX = 16
-FIGURES = (
-    ("where_time_went", "where_time_went.png", "Where the time went",
-     "The measured window split into time the compute device was busy and time it sat idle waiting for input, by "
-     "cause; below, the idle part alone, split by what the worker producing the awaited batch was doing."),
-    ("timeline", "timeline.png", "Timeline of the first steps",
-     "One lane for the main loop (wait for the batch, H2D copy, compute), one strip for the idle time of each "
-     "measured step split by cause, and one lane per worker (read, decode, augment per sample; collate per batch; "
-     "boxes are batches). The label over a wait names the worker whose batch the loop waited for."),
-    ("utilisation", "utilisation.png", "Utilisation",
-     "What the machine was doing while the run went on: CPU per core and per process, disk reads, memory, and the "
-     "GPU when one was used. The shaded band is the measured window."),
-    ("latency", "latency.png", "Latency distributions",
-     "How long each stage took per observation, on a log scale; vertical lines mark p50, p95 and p99 from the "
-     "analysis. A long right tail in read or decode is what stalls individual steps."),
-)
+# Title and caption of each plot the registry writes (profiler.render.REPORT), in the order the page shows them.
+FIGURES = {
+    "where_time_went": ("Where the time went",
+                        "The measured window split into time the compute device was busy and time it sat idle "
+                        "waiting for input, by cause; below, the idle part alone, split by what the worker producing "
+                        "the awaited batch was doing (and, when recorded, by what the kernel saw it do)."),
+    "timeline": ("Timeline of the first steps",
+                 "One lane for the main loop (wait for the batch, H2D copy, compute), one strip for the idle time of "
+                 "each measured step split by stage, and one lane per worker (each sample split into its stages: "
+                 "read, decode, augment, your own stages, the rest of __getitem__; collate per batch; boxes are "
+                 "batches). The label over a wait names the worker whose batch the loop waited for."),
+    "utilisation": ("Utilisation",
+                    "What the machine was doing while the run went on: CPU per core and per process, disk reads, "
+                    "memory, and the GPU when one was used. The shaded band is the measured window."),
+    "latency": ("Latency distributions",
+                "How long each stage took per observation, on a log scale; vertical lines mark p50, p95 and p99 from "
+                "the analysis. A long right tail in read or decode is what stalls individual steps."),
+}
 
 
 def _is_sensitive(key: str) -> bool:
     k = key.lower()
     return any(p in k for p in SENSITIVE_KEY_PARTS)
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000.0
-    return f"{n:.1f} TB"
 
 
 def fmt_value(key: str, v: Any) -> str:
@@ -72,11 +68,11 @@ def fmt_value(key: str, v: Any) -> str:
         return "yes" if v else "no"
     k = key.lower()
     if isinstance(v, (int, float)) and "bytes" in k and not k.endswith("per_s"):
-        return f"{human_bytes(float(v))} ({int(v):,} B)" if float(v) >= 1000 else f"{int(v):,} B"
+        return f"{nbytes(float(v))} ({int(v):,} B)" if float(v) >= 1000 else f"{int(v):,} B"
     if isinstance(v, (int, float)) and k.endswith("per_s") and "bytes" in k:
-        return f"{human_bytes(float(v))}/s"
+        return f"{nbytes(float(v))}/s"
     if isinstance(v, float) and (k == "fraction" or k.endswith("_fraction")) and 0 <= v <= 1:
-        return f"{100 * v:.1f} %"
+        return _pct(v)
     if isinstance(v, float):
         if not math.isfinite(v):
             return "—"
@@ -91,7 +87,7 @@ def fmt_value(key: str, v: Any) -> str:
             more = f" … ({len(v)} in all)" if len(v) > LIST_ITEMS_MAX else ""
             return ", ".join(items) + more
         return f"{len(v)} entries (see run.json)"
-    s = str(v)
+    s = printable(v)
     return s if len(s) <= 600 else s[:600] + " …"
 
 
@@ -101,7 +97,7 @@ def flatten(d: Any, prefix: str = "", skip: tuple[str, ...] = ()) -> list[tuple[
     if not isinstance(d, dict):
         return [(prefix or "value", fmt_value(prefix, d))]
     for k, v in d.items():
-        key = f"{prefix}.{k}" if prefix else str(k)
+        key = printable(f"{prefix}.{k}" if prefix else str(k))
         if _is_sensitive(str(k)) or key in skip:
             continue
         if isinstance(v, dict) and v:
@@ -113,22 +109,14 @@ def flatten(d: Any, prefix: str = "", skip: tuple[str, ...] = ()) -> list[tuple[
     return rows
 
 
-def _ms(v: float) -> str:
-    return f"{v:.3f}" if v < 1 else f"{v:.2f}" if v < 10 else f"{v:.1f}" if v < 100 else f"{v:,.0f}"
-
-
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f} %"
-
-
 def _device_line(rec: Any) -> str:
     dev = rec.compute_device or {}
     if dev.get("type") == "cpu":
-        return (f"No GPU: the model ran on the CPU ({dev.get('name') or 'CPU'}); idle time is the main thread's "
-                "wait for the next batch, timed with host clocks.")
-    return (f"Compute device: {dev.get('name') or dev.get('type')} ({dev.get('type')}"
-            f"{'' if dev.get('index') is None else ':' + str(dev.get('index'))}); timing from "
-            f"{dev.get('timing') or 'host clocks'}.")
+        return printable(f"No GPU: the model ran on the CPU ({dev.get('name') or 'CPU'}); idle time is the main "
+                         "thread's wait for the next batch, timed with host clocks.")
+    return printable(f"Compute device: {dev.get('name') or dev.get('type')} ({dev.get('type')}"
+                     f"{'' if dev.get('index') is None else ':' + str(dev.get('index'))}); timing from "
+                     f"{dev.get('timing') or 'host clocks'}.")
 
 
 def _numbers(rec: Any) -> list[dict[str, str]]:
@@ -138,37 +126,44 @@ def _numbers(rec: Any) -> list[dict[str, str]]:
         {"value": _pct(st.get("fraction", 0.0)), "label": f"idle waiting for input ({st.get('seconds', 0):.2f} s)"},
         {"value": f"{win.get('seconds', 0):.2f} s", "label": f"{win.get('steps', 0)} steps measured, "
                                                              f"{win.get('warmup_steps', 0)} warm-up excluded"},
-        {"value": str(c.get("model", "?")), "label": f"model, {c.get('mode', '?')} mode"},
-        {"value": f"{c.get('workers', '?')} × {c.get('batch_size', '?')}", "label": "workers × batch size"},
+        {"value": printable(c.get("model", "?")), "label": printable(f"model, {c.get('mode', '?')} mode")},
+        {"value": printable(f"{c.get('workers', '?')} × {c.get('batch_size', '?')}"), "label": "workers × batch size"},
     ]
 
 
 def _stage_rows(rec: Any) -> list[dict[str, Any]]:
     rows = []
-    for name in STAGE_ORDER:
-        s = (rec.stages or {}).get(name)
-        if not s:
+    stages = rec.stages or {}
+    for name in stage_order(stages):
+        s = stages.get(name)
+        if not isinstance(s, dict) or not s:
             continue
-        rows.append({"label": STAGE_LABELS.get(name, name), "colour": STAGE_COLOURS.get(name, "#cccccc"),
-                     "per": s.get("per", ""), "count": f"{s.get('count', 0):,}", "total": f"{s.get('total_s', 0):.3f}",
+        rows.append({"label": printable(stage_label(name)), "colour": stage_colour(name),
+                     "per": printable(s.get("per", "")), "count": f"{s.get('count', 0):,}",
+                     "total": f"{s.get('total_s', 0):.3f}",
                      "mean": _ms(s.get("mean_ms", 0)), "p50": _ms(s.get("p50_ms", 0)), "p95": _ms(s.get("p95_ms", 0)),
                      "p99": _ms(s.get("p99_ms", 0)), "max": _ms(s.get("max_ms", 0))})
     return rows
 
 
-def _stall_rows(rec: Any) -> tuple[list[dict], list[dict], str]:
+def _stall_rows(rec: Any) -> tuple[list[dict], list[dict], list[dict], str]:
     st = rec.stall or {}
     idle, window = float(st.get("seconds", 0.0)), float((rec.window or {}).get("seconds", 0.0))
-    causes = [{"label": CAUSE_LABELS[c], "colour": CAUSE_COLOURS[c], "seconds": f"{v:.3f}",
-               "share": _pct(v / idle) if idle > 0 else "—", "of_window": _pct(v / window) if window > 0 else "—"}
-              for c, v in (st.get("by_cause") or {}).items() if c in CAUSE_COLOURS]
-    detail = [{"label": STAGE_LABELS.get(k, k) if k != "other" else "other (unexplained)",
-               "colour": STAGE_COLOURS.get(k, "#cccccc"), "seconds": f"{v:.3f}",
-               "share": _pct(v / idle) if idle > 0 else "—"}
-              for k, v in (st.get("by_stage") or {}).items()]
+    by_cause, by_stage = st.get("by_cause") or {}, st.get("by_stage") or {}
+    causes = [{"label": c.label, "colour": c.colour, "seconds": f"{float(by_cause[c.name]):.3f}",
+               "share": _pct(by_cause[c.name] / idle) if idle > 0 else "—",
+               "of_window": _pct(by_cause[c.name] / window) if window > 0 else "—"}
+              for c in vocab.CAUSES if c.name in by_cause]
+    detail = [{"label": printable(stage_label(k)), "colour": stage_colour(k), "seconds": f"{float(by_stage[k]):.3f}",
+               "share": _pct(by_stage[k] / idle) if idle > 0 else "—"}
+              for k in stage_order(by_stage)]
+    by_kind = st.get("by_kind") or {}
+    kinds = [{"label": f"{k.replace('_', ' ')}: {words}", "colour": vocab.colour(cause),
+              "seconds": f"{float(by_kind[k]):.3f}", "share": _pct(by_kind[k] / idle) if idle > 0 else "—"}
+             for k, (cause, words) in vocab.KINDS.items() if k in by_kind]
     line = (f"The compute device sat idle for {idle:.3f} s of the {window:.3f} s measured window "
             f"({_pct(st.get('fraction', 0.0))}).")
-    return causes, detail, line
+    return causes, detail, kinds, line
 
 
 def _findings(rec: Any) -> list[dict[str, str]]:
@@ -178,26 +173,40 @@ def _findings(rec: Any) -> list[dict[str, str]]:
         f = f if isinstance(f, dict) else {"message": str(f)}
         msg = f.get("message") or "; ".join(f"{k}: {v}" for k, v in flatten(
             {k: v for k, v in f.items() if k != "kind"}))
-        out.append({"kind": str(f.get("kind", "finding")), "message": msg})
+        out.append({"kind": printable(f.get("kind", "finding")), "message": printable(msg)})
     return out
 
 
-def _figures(images: dict[str, Path]) -> list[dict[str, Any]]:
+def _figures(images: dict[str, Any]) -> list[dict[str, Any]]:
+    from . import renderer
+
     out = []
-    for key, file, title, caption in FIGURES:
+    for key, (title, caption) in FIGURES.items():
         p = images.get(key)
-        fig = {"key": key, "file": file, "title": title, "caption": caption, "data_uri": None, "width": None,
-               "height": None, "error": "no image was written"}
-        if p is not None and Path(p).is_file():
+        fig = {"key": key, "file": renderer(key).file, "title": title, "caption": caption, "data_uri": None,
+               "width": None, "height": None, "error": "no image was written"}
+        if p is not None and not isinstance(p, str) and Path(p).is_file():
             data = Path(p).read_bytes()
             fig["data_uri"] = "data:image/png;base64," + base64.b64encode(data).decode("ascii")
             if data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) >= 24:  # IHDR width/height: lets the page lay out early
                 fig["width"] = int.from_bytes(data[16:20], "big")
                 fig["height"] = int.from_bytes(data[20:24], "big")
         elif isinstance(p, str):
-            fig["error"] = p
+            fig["error"] = printable(p)
         out.append(fig)
     return out
+
+
+def _job_rows(rec: Any) -> list[tuple[str, str]]:
+    """What the profiled job was (run.json v2 ``job``): the script and the loader it iterated, when recorded."""
+    job = getattr(rec, "job", None) or (getattr(rec, "extra", None) or {}).get("job")
+    if not isinstance(job, dict) or not job:
+        return []
+    loader = job.get("loader") if isinstance(job.get("loader"), dict) else {}
+    head = {k: job.get(k) for k in ("kind", "target", "argv", "then", "ended", "other_loaders") if k in job}
+    facts = {k: loader.get(k) for k in ("dataset_class", "created_at") if k in loader}
+    rest = {k: v for k, v in loader.items() if k not in facts}
+    return flatten({"job": head}) + flatten({"job.loader": {**facts, **rest}})
 
 
 def report_context(rec: Any, images: dict[str, Any], plan: DetailPlan | None = None) -> dict[str, Any]:
@@ -209,8 +218,11 @@ def report_context(rec: Any, images: dict[str, Any], plan: DetailPlan | None = N
     n = len(steps)
     detail_line = (f"Timeline plot: steps {steps[lo]}–{steps[hi - 1]} of {n:,}. " if hi > lo else "") + \
                   f"trace.json: main loop {desc['main_loop']}; workers {desc['workers']}."
-    causes, detail, stall_line = _stall_rows(rec)
-    skipped = (rec.skipped or {}).get("files") or []
+    causes, detail, kinds, stall_line = _stall_rows(rec)
+    skipped = [{"path": printable(f.get("path", "?")), "reason": printable(f.get("reason", ""))}
+               if isinstance(f, dict) else {"path": printable(f), "reason": ""}
+               for f in ((rec.skipped or {}).get("files") or [])[:SKIPPED_ROWS_MAX + 1]]
+    n_skipped = len((rec.skipped or {}).get("files") or [])
     env = {k: v for k, v in (rec.environment or {}).items() if k not in ("storage", "residency_start")}
     env_rows = flatten({"compute_device": rec.compute_device}) + flatten(env)
     storage_rows = flatten(rec.storage) if rec.storage else []
@@ -236,37 +248,36 @@ def report_context(rec: Any, images: dict[str, Any], plan: DetailPlan | None = N
         "numbers": _numbers(rec), "sections": [{"id": i, "title": t} for i, t in sections],
         "recommendations": verdict.get("recommendations") or [], "figures": _figures(images),
         "detail_line": detail_line, "stage_rows": _stage_rows(rec), "cause_rows": causes, "detail_rows": detail,
-        "stall_line": stall_line, "stall_method": (rec.stall or {}).get("method", "not recorded"),
-        "config_rows": flatten(rec.config) + flatten({"dataset": rec.dataset}), "environment_rows": env_rows,
+        "kind_rows": kinds,
+        "stall_line": stall_line, "stall_method": printable((rec.stall or {}).get("method", "not recorded")),
+        "config_rows": _job_rows(rec) + flatten(rec.config) + flatten({"dataset": rec.dataset}),
+        "environment_rows": env_rows,
         "storage_rows": storage_rows,
         "memory_rows": memory_rows, "skipped_rows": skipped[:SKIPPED_ROWS_MAX],
         "ram_process_rows": ram_process_rows, "ram_projection_rows": ram_projection_rows,
         "shm_peak": fmt_value("bytes", ram.get("shm_peak_bytes")),
-        "skipped_more": len(skipped) > SKIPPED_ROWS_MAX,
-        "skipped_count": (rec.skipped or {}).get("count", len(skipped)), "findings": _findings(rec),
+        "skipped_more": n_skipped > SKIPPED_ROWS_MAX,
+        "skipped_count": printable((rec.skipped or {}).get("count", n_skipped)), "findings": _findings(rec),
         "trace_detail": [("main-loop spans in trace.json", desc["main_loop"]),
                          ("worker spans in trace.json", desc["workers"]),
                          ("sampled counters in trace.json", desc["counters"]),
                          ("timeline.png", f"steps {steps[lo]}–{steps[hi - 1]} of {n:,}" if hi > lo else "no steps")],
-        "created": rec.created_utc, "tool_version": (rec.tool or {}).get("version", "?"),
+        "created": printable(rec.created_utc), "tool_version": printable((rec.tool or {}).get("version", "?")),
         "schema_version": rec.schema_version,
     }
 
 
-def _env() -> Environment:
-    return Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=select_autoescape(["html", "j2"]),
-                       trim_blocks=False, lstrip_blocks=False, keep_trailing_newline=True)
-
-
 def render_html(rec: Any, images: dict[str, Any], plan: DetailPlan | None = None) -> str:
     """The page as a string. ``images`` maps figure key → PNG path (or an error string when drawing failed)."""
-    return _env().get_template("report.html.j2").render(**report_context(rec, images, plan))
+    return environment().get_template("report.html.j2").render(**report_context(rec, images, plan))
 
 
 def write_html(rec: Any, path: str | Path, images: dict[str, Any], plan: DetailPlan | None = None) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(render_html(rec, images, plan), encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return write_atomic(path, render_html(rec, images, plan))
+
+
+def render(rec: Any, out_dir: Path, ctx: dict[str, Any]) -> Path:
+    """The registry's entry point: report.html, inlining the plots written before it (``ctx["results"]``)."""
+    if "plan" not in ctx:
+        ctx["plan"] = plan_detail(rec)
+    return write_html(rec, Path(out_dir) / "report.html", ctx.get("results") or {}, ctx["plan"])

@@ -11,6 +11,7 @@ files stay small.
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -22,31 +23,30 @@ import numpy as np  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
+from .. import vocab  # noqa: E402
 from ..analysis.stats import stage_durations as analysis_stage_durations  # noqa: E402
-from ..analysis.stats import tables
+from ..analysis.stats import tables  # noqa: E402
+from . import spans as spans_mod  # noqa: E402
+from .spans import TIMELINE_MEASURED_STEPS, timeline_steps  # noqa: E402,F401 - timeline_steps: drawn here
+from .units import mpl, stage_colour, stage_order  # noqa: E402
+from .units import ms as _ms  # noqa: E402
+from .units import pct as _pct  # noqa: E402
+from .units import stage_label as _stage_label  # noqa: E402
 
-# One colour per stage, used by every plot (and named the same in the HTML legend) so a stage looks the same
-# everywhere. Seaborn's "deep" palette: distinguishable for the common colour-vision deficiencies and in greyscale
-# by lightness.
-STAGE_COLOURS = {
-    "read": "#4c72b0", "decode": "#dd8452", "augment": "#8172b2", "collate": "#937860", "transfer": "#ccb974",
-    "other": "#8c8c8c", "wait": "#c44e52", "h2d": "#da8bc3", "compute": "#55a868",
-}
-# Idle causes take the colour of their main stage: io = read, cpu = decode (+augment, collate), busy = compute.
-CAUSE_COLOURS = {"busy": STAGE_COLOURS["compute"], "io": STAGE_COLOURS["read"], "cpu": STAGE_COLOURS["decode"],
-                 "transfer": STAGE_COLOURS["transfer"], "other": STAGE_COLOURS["other"]}
-CAUSE_LABELS = {"busy": "compute device busy", "io": "idle: io (storage read)",
-                "cpu": "idle: cpu (decode, augment, collate)", "transfer": "idle: transfer (worker → main, H2D)",
-                "other": "idle: other (unexplained)"}
-LATENCY_STAGES = (("read", "sample"), ("decode", "sample"), ("augment", "sample"), ("collate", "batch"),
-                  ("transfer", "batch"), ("wait", "step"), ("h2d", "step"), ("compute", "step"))
-PLOT_FILES = ("where_time_went.png", "timeline.png", "utilisation.png", "latency.png")
+
+def stage_label(name: str) -> str:
+    return mpl(_stage_label(name))
+
+
+# Stages with per-observation durations that latency.png draws, when the analysis has them: every stage of a sample,
+# batch or step except ready_ahead (queue slack, not a latency of any code).
+LATENCY_PER = ("sample", "batch", "step")
+LATENCY_SKIP = ("ready_ahead",)
+# The kernel's view of the idle time (stall.by_kind): kinds of one cause share its colour, the second one hatched.
+KIND_HATCH = {"runqueue": "//", "blocked_other": "//"}
 
 # 100 dpi with ~13-14 in wide figures: ~1300-1400 px, readable at 100 % zoom on a laptop and in the HTML column.
 DPI = 100
-# Timeline: warm-up plus this many measured steps. 30 shows the steady-state pattern (which worker, how regular)
-# while each batch stays wide enough to see its read/decode/augment spans.
-TIMELINE_MEASURED_STEPS = 30
 # When warm-up (worker start-up) is longer than this share of the plotted span, the plot starts later so the
 # measured steps are not squeezed into a corner; the warm-up shading still shows its tail.
 TIMELINE_WARMUP_MAX_SHARE = 0.5
@@ -64,21 +64,20 @@ def _savefig(fig, path: Path) -> Path:
     return path
 
 
-def _ms(x: float) -> str:
-    return f"{x:.3g}" if x < 100 else f"{x:.0f}"
-
-
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f} %"
-
-
 # --------------------------------------------------------------------------------------------------------------------
 # Per-observation durations (the analysis keeps aggregates only; histograms need the observations).
 # --------------------------------------------------------------------------------------------------------------------
 def stage_durations(rec: Any) -> dict[str, np.ndarray]:
-    """Seconds per observation of each plotted stage in the measured window (analysis.stats' one definition)."""
-    d = analysis_stage_durations(tables(rec.timeline))
-    return {k: d.get(k, np.zeros(0)) for k, _ in LATENCY_STAGES}
+    """Seconds per observation of each stage in the measured window: analysis.stats' one definition, read from a v2
+    timeline (a v1 one converted as the migration defines, see spans.py)."""
+    return analysis_stage_durations(tables(spans_mod.v2_timeline(rec.timeline)))
+
+
+def latency_stages(rec: Any) -> list[str]:
+    """Stages latency.png draws: those the analysis reports (rec.stages), registry order, then user-named ones."""
+    names = [k for k, v in (rec.stages or {}).items()
+             if isinstance(v, dict) and v.get("per", vocab.stage(k).per) in LATENCY_PER and k not in LATENCY_SKIP]
+    return stage_order(names)
 
 
 def _bucket(t: np.ndarray, *ys: np.ndarray, n: int = MAX_SERIES_POINTS) -> tuple[np.ndarray, ...]:
@@ -102,71 +101,74 @@ def _bucket(t: np.ndarray, *ys: np.ndarray, n: int = MAX_SERIES_POINTS) -> tuple
 # --------------------------------------------------------------------------------------------------------------------
 # a. where the time went
 # --------------------------------------------------------------------------------------------------------------------
+def _stacked(ax, parts: list[tuple[str, float, str, str, str | None]], total: float, inside: str) -> None:
+    """One horizontal stacked bar of (key, seconds, colour, legend label, hatch); big parts labelled inside."""
+    left = 0.0
+    handles = []
+    for key, sec, colour, label, hatch in parts:
+        share = sec / total if total > 0 else 0.0
+        ax.barh([0], [sec], left=left, color=colour, edgecolor="white", height=0.6, hatch=hatch)
+        handles.append(Patch(facecolor=colour, edgecolor="white", hatch=hatch, label=label))
+        if total > 0 and share >= 0.08:
+            text = f"{sec:.2f} s\n{_pct(share)}" if inside == "seconds" else f"{mpl(key)}\n{_pct(share)}"
+            ax.text(left + sec / 2, 0, text, ha="center", va="center", fontsize=9, color="white", fontweight="bold")
+        left += sec
+    ax.set_xlim(0, total if total > 0 else 1.0)
+    ax.set_yticks([])
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(0, -0.5), ncol=3, fontsize=9, frameon=False)
+
+
 def plot_where_time_went(rec: Any, path: Path) -> Path:
-    """Two stacked bars: the measured window split into busy + idle by cause; the idle part split by stage."""
+    """Stacked bars: the measured window split into busy + idle by cause; the idle part split by stage (what the
+    producing worker was doing); and, when the record has the kernel's view (stall.by_kind), the idle part by kind."""
     window = float(rec.window.get("seconds", 0.0))
     stall = rec.stall or {}
     idle = float(stall.get("seconds", 0.0))
-    by_cause = stall.get("by_cause", {})
-    by_stage = stall.get("by_stage", {})
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(13, 6.0), gridspec_kw={"hspace": 1.5})
-    parts = [("busy", max(0.0, window - idle))] + [(c, float(by_cause.get(c, 0.0)))
-                                                    for c in ("io", "cpu", "transfer", "other")]
-    left = 0.0
-    handles = []
-    for name, sec in parts:
-        share = sec / window if window > 0 else 0.0
-        label = f"{CAUSE_LABELS[name]}: {sec:.2f} s ({_pct(share)})"
-        ax1.barh([0], [sec], left=left, color=CAUSE_COLOURS[name], edgecolor="white", height=0.6)
-        handles.append(Patch(color=CAUSE_COLOURS[name], label=label))
-        if window > 0 and share >= 0.08:
-            ax1.text(left + sec / 2, 0, f"{sec:.2f} s\n{_pct(share)}", ha="center", va="center", fontsize=9,
-                     color="white", fontweight="bold")
-        left += sec
-    ax1.set_xlim(0, max(window, 1e-9))
-    ax1.set_yticks([])
+    by_cause = stall.get("by_cause") or {}
+    by_stage = stall.get("by_stage") or {}
+    by_kind = stall.get("by_kind") or {}
+    n = 3 if by_kind else 2
+    fig, axes = plt.subplots(n, 1, figsize=(13, 3.0 * n), gridspec_kw={"hspace": 1.5})
+    ax1, ax2 = axes[0], axes[1]
+    busy = max(0.0, window - idle)
+    busy_label = f"{vocab.BUSY.label}: {busy:.2f} s ({_pct(busy / window if window else 0)})"
+    parts: list[tuple[str, float, str, str, str | None]] = [("busy", busy, vocab.BUSY.colour, busy_label, None)]
+    for c in vocab.CAUSES:
+        sec = float(by_cause.get(c.name, 0.0))
+        parts.append((c.name, sec, c.colour, f"{c.label}: {sec:.2f} s ({_pct(sec / window if window else 0)})", None))
+    _stacked(ax1, parts, max(window, 1e-9), "seconds")
     ax1.set_xlabel("seconds of the measured window (warm-up excluded)")
-    dev = "the CPU (no GPU)" if rec.compute_device.get("type") == "cpu" else f"{rec.compute_device.get('name')}"
+    dev = "the CPU (no GPU)" if rec.compute_device.get("type") == "cpu" else mpl(rec.compute_device.get("name"))
     ax1.set_title(f"Where the measured window went: {window:.2f} s, {rec.window.get('steps', 0)} steps, "
                   f"compute device {dev}; idle {_pct(idle / window if window else 0)}", loc="left", fontsize=11)
-    ax1.legend(handles=handles, loc="upper left", bbox_to_anchor=(0, -0.5), ncol=3, fontsize=9, frameon=False)
 
-    left = 0.0
-    stage_parts = [(k, float(by_stage.get(k, 0.0))) for k in ("read", "decode", "augment", "collate", "transfer",
-                                                             "other")]
-    handles = []
-    for name, sec in stage_parts:
-        share = sec / idle if idle > 0 else 0.0
-        ax2.barh([0], [sec], left=left, color=STAGE_COLOURS[name], edgecolor="white", height=0.6)
-        handles.append(Patch(color=STAGE_COLOURS[name], label=f"{name}: {sec:.3f} s ({_pct(share)})"))
-        if idle > 0 and share >= 0.08:
-            ax2.text(left + sec / 2, 0, f"{name}\n{_pct(share)}", ha="center", va="center", fontsize=9,
-                     color="white", fontweight="bold")
-        left += sec
-    ax2.set_xlim(0, idle if idle > 0 else 1.0)
-    ax2.set_yticks([])
+    parts = []
+    for k in stage_order(by_stage):
+        sec = float(by_stage.get(k, 0.0))
+        parts.append((k, sec, stage_colour(k), f"{stage_label(k)}: {sec:.3f} s ({_pct(sec / idle if idle else 0)})",
+                      None))
+    _stacked(ax2, parts, idle, "name")
     ax2.set_xlabel("seconds of idle time")
     ax2.set_title("Idle time by what the producing worker was doing (zoom on the idle part)" if idle > 0
                   else "Idle time by stage: the compute device was never idle", loc="left", fontsize=11)
-    ax2.legend(handles=handles, loc="upper left", bbox_to_anchor=(0, -0.5), ncol=3, fontsize=9, frameon=False)
-    fig.subplots_adjust(left=0.03, right=0.98, top=0.93, bottom=0.24)
+    if by_kind:
+        parts = []
+        for k, (cause, _words) in vocab.KINDS.items():
+            sec = float(by_kind.get(k, 0.0))
+            parts.append((k.replace("_", " "), sec, vocab.colour(cause),
+                          f"{k.replace('_', ' ')} ({cause}): {sec:.3f} s ({_pct(sec / idle if idle else 0)})",
+                          KIND_HATCH.get(k)))
+        _stacked(axes[2], parts, idle, "name")
+        axes[2].set_xlabel("seconds of idle time")
+        axes[2].set_title("Idle time by what the kernel saw the producing thread do (on a core, waiting for one, "
+                          "blocked)", loc="left", fontsize=11)
+    fig.subplots_adjust(left=0.03, right=0.98, top=0.93, bottom=0.24 if n == 2 else 0.16)
     return _savefig(fig, path)
 
 
 # --------------------------------------------------------------------------------------------------------------------
 # b. timeline (Gantt)
 # --------------------------------------------------------------------------------------------------------------------
-def timeline_steps(rec: Any) -> tuple[int, int]:
-    """Rows [0, n) of timeline.steps the Gantt shows: warm-up plus the first TIMELINE_MEASURED_STEPS measured."""
-    steps = rec.timeline["steps"]
-    measured = np.asarray(steps.get("measured", [True] * len(steps["wait_start"])), dtype=bool)
-    total = measured.size
-    idx = np.flatnonzero(measured)
-    if idx.size > TIMELINE_MEASURED_STEPS:
-        return 0, int(idx[TIMELINE_MEASURED_STEPS - 1]) + 1
-    return 0, total
-
-
 def _lane_name(w: int) -> str:
     return "main process\n(workers=0)" if w < 0 else f"worker {w}"
 
@@ -179,12 +181,13 @@ def timeline_lanes(rec: Any) -> list[str]:
 
 
 def plot_timeline(rec: Any, path: Path) -> Path:
-    """Gantt: main loop (wait / H2D / compute), idle-by-cause strip, and one lane per worker (read / decode /
-    augment per sample, collate per batch, batch outlines). Shows which worker the device waited for."""
+    """Gantt: main loop (wait / H2D / compute), idle-by-cause strip, and one lane per worker (each sample span split
+    into its sub-stages: read / decode / augment / user stages, the rest as getitem; collate per batch; batch
+    outlines). Shows which worker the device waited for."""
     tl = rec.timeline
     st = {k: np.asarray(v) for k, v in tl["steps"].items()}
     bt = {k: np.asarray(v) for k, v in tl.get("batches", {}).items()}
-    sp = {k: np.asarray(v) for k, v in tl.get("sample_spans", {}).items()}
+    sp = spans_mod.sample_spans(tl)
     lo, hi = timeline_steps(rec)
     n_total = int(st["wait_start"].size)
     shown = slice(lo, hi)
@@ -196,8 +199,8 @@ def plot_timeline(rec: Any, path: Path) -> Path:
         return _savefig(fig, path)
     t_end = float(st["compute_end"][hi - 1])
     t_first = float(st["wait_start"][lo])
-    if sp.get("read_start") is not None and sp["read_start"].size:
-        t_first = min(t_first, float(sp["read_start"].min()))
+    if sp.n:
+        t_first = min(t_first, float(sp.cols["start"].min()))
     win_start = float(rec.window.get("start_s", t_first))
     measured_span = max(t_end - win_start, 1e-6)
     t_begin = t_first
@@ -221,54 +224,57 @@ def plot_timeline(rec: Any, path: Path) -> Path:
     # Main loop lane.
     y = lane_y["main loop"]
     ws, we = st["wait_start"][shown], st["wait_end"][shown]
-    bars(y, ws, we, STAGE_COLOURS["wait"])
-    bars(y, st["h2d_start"][shown], st["h2d_end"][shown], STAGE_COLOURS["h2d"])
-    bars(y, st["h2d_end"][shown], st["compute_end"][shown], STAGE_COLOURS["compute"])
+    bars(y, ws, we, stage_colour("wait"))
+    bars(y, st["h2d_start"][shown], st["h2d_end"][shown], stage_colour("h2d"))
+    bars(y, st["h2d_end"][shown], st["compute_end"][shown], stage_colour("compute"))
     ax.vlines(ws[ws >= t_begin], y - h / 2, y + h / 2, colors="white", lw=0.6)  # step boundaries
     span = t_end - t_begin
     for i in range(lo, hi):  # which worker produced the batch this step waited for
         if float(st["wait_end"][i] - st["wait_start"][i]) > 0.015 * span and st["wait_end"][i] >= t_begin:
             w = int(st["worker"][i])
             ax.text(float(st["wait_start"][i] + st["wait_end"][i]) / 2, y + h / 2 + 0.05,
-                    "main" if w < 0 else f"w{w}", ha="center", va="bottom", fontsize=8, color=STAGE_COLOURS["wait"])
+                    "main" if w < 0 else f"w{w}", ha="center", va="bottom", fontsize=8, color=stage_colour("wait"))
 
     # Idle by cause: each measured step's idle seconds laid out from its wait start, split by detail stage.
     y = lane_y["idle by cause"]
+    drawn: set[str] = set()
     per_step = (rec.stall or {}).get("per_step") or {}
     measured = np.asarray(st.get("measured", np.ones(n_total, dtype=bool)), dtype=bool)
     m_rows = np.flatnonzero(measured)
     if per_step and m_rows.size == len(next(iter(per_step.values()), [])):
-        detail = ("read", "decode", "augment", "collate", "transfer", "other")
-        cols = np.array([per_step.get(k, [0.0] * m_rows.size) for k in detail], dtype=float)  # (6, n_measured)
+        detail = stage_order(per_step)
+        cols = np.array([per_step.get(k, [0.0] * m_rows.size) for k in detail], dtype=float)  # (stages, n_measured)
         sel = (m_rows >= lo) & (m_rows < hi)
         starts = st["wait_start"][m_rows[sel]].astype(float)
         off = np.zeros(starts.size)
         for j, k in enumerate(detail):
             d = cols[j, sel]
-            bars(y, starts + off, starts + off + d, STAGE_COLOURS[k], height=0.5)
+            bars(y, starts + off, starts + off + d, stage_colour(k), height=0.5)
             off += d
+            drawn.add(k)
 
-    # Worker lanes: per-sample spans and per-batch collate + outline (only spans near the plotted window).
-    if sp.get("read_start") is not None and sp["read_start"].size:
-        keep = (sp["augment_end"] >= t_begin) & (sp["read_start"] <= t_end)
-        sp = {k: v[keep] for k, v in sp.items()}
+    # Worker lanes: each sample span split into its sub-stages, per-batch collate and outline (only spans near the
+    # plotted window).
+    if sp.n:
+        sp = sp.select((sp.cols["end"] >= t_begin) & (sp.cols["start"] <= t_end))
     for w in workers:
         y = lane_y[_lane_name(w)]
-        if sp.get("worker") is not None and sp["worker"].size:
-            m = sp["worker"] == w
-            bars(y, sp["read_start"][m], sp["read_end"][m], STAGE_COLOURS["read"])
-            bars(y, sp["read_end"][m], sp["decode_end"][m], STAGE_COLOURS["decode"])
-            bars(y, sp["decode_end"][m], sp["augment_end"][m], STAGE_COLOURS["augment"])
+        if sp.n:
+            mine = sp.select(sp.cols["worker"] == w)
+            for k, s0, s1 in mine.layout():
+                if (s1 > s0).any():
+                    bars(y, s0, s1, stage_colour(k))
+                    drawn.add(k)
         mb = bt["worker"] == w
-        bars(y, bt["collate_start"][mb], bt["collate_end"][mb], STAGE_COLOURS["collate"])
+        bars(y, bt["collate_start"][mb], bt["collate_end"][mb], stage_colour("collate"))
         near = mb & (bt["collate_end"] >= t_begin) & (bt["collate_start"] <= t_end + span)
         for j in np.flatnonzero(near):
             b = int(bt["batch"][j])
             first = float(bt["collate_start"][j])
-            if sp.get("batch") is not None and sp["batch"].size:
-                ms = sp["batch"] == b
+            if sp.n:
+                ms = sp.cols["batch"] == b
                 if ms.any():
-                    first = float(sp["read_start"][ms].min())
+                    first = min(first, float(sp.cols["start"][ms].min()))
             last = float(bt["collate_end"][j])
             if last < t_begin or first > t_end:
                 continue
@@ -277,6 +283,14 @@ def plot_timeline(rec: Any, path: Path) -> Path:
             if last - first > 0.02 * span:
                 ax.text(max(first, t_begin) + 0.003 * span, y + h / 2 + 0.07, f"b{b}", fontsize=7, va="bottom",
                         color="#333333")
+
+    # Epoch starts (iter(loader)): a dashed line where each epoch began.
+    ep = tl.get("epochs") or {}
+    for e, t0 in zip(ep.get("epoch", []), ep.get("iter_start", [])):
+        if t_begin <= float(t0) <= t_end:
+            ax.axvline(float(t0), color=stage_colour("epoch_start"), ls="--", lw=0.9)
+            ax.text(float(t0), len(lanes) - 0.45, f" epoch {e}", fontsize=8, va="bottom",
+                    color=stage_colour("epoch_start"))
 
     # Warm-up region and window start.
     if win_start > t_begin:
@@ -295,14 +309,14 @@ def plot_timeline(rec: Any, path: Path) -> Path:
     if truncated:
         title += "; warm-up start cut"
     ax.set_title(title, loc="left", fontsize=11)
-    legend = [Patch(color=STAGE_COLOURS[k], label=lbl) for k, lbl in (
-        ("wait", "main: wait for batch"), ("h2d", "main: H2D copy"), ("compute", "main: compute"),
-        ("read", "read"), ("decode", "decode"), ("augment", "augment"), ("collate", "collate"),
-        ("transfer", "transfer"), ("other", "other (unexplained idle)"))]
+    main = [Patch(color=stage_colour(k), label=f"main: {stage_label(k)}") for k in vocab.MAIN_STAGES]
+    drawn |= {"collate"} if bt.get("batch") is not None and bt["batch"].size else set()
+    legend = main + [Patch(color=stage_colour(k), label=stage_label(k)) for k in stage_order(drawn)]
     legend.append(Patch(facecolor="none", edgecolor="#333333", label="one batch (bN)"))
     fig_h = fig.get_size_inches()[1]
-    fig.legend(handles=legend, loc="lower left", bbox_to_anchor=(0.01, 0.0), ncol=10, fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.45 / fig_h, 1, 1))
+    fig.legend(handles=legend, loc="lower left", bbox_to_anchor=(0.01, 0.0), ncol=6, fontsize=8, frameon=False)
+    rows = math.ceil(len(legend) / 6)
+    fig.tight_layout(rect=(0, (0.2 + 0.2 * rows) / fig_h, 1, 1))
     return _savefig(fig, path)
 
 
@@ -322,7 +336,7 @@ def plot_utilisation(rec: Any, path: Path) -> Path:
     axes = axes[:, 0]
     w0, w1 = float(rec.window.get("start_s", 0.0)), float(rec.window.get("end_s", 0.0))
     for ax, name in zip(axes, panels):
-        ax.axvspan(w0, w1, color=STAGE_COLOURS["compute"], alpha=0.08, lw=0,
+        ax.axvspan(w0, w1, color=stage_colour("compute"), alpha=0.08, lw=0,
                    label="measured window" if name == "cpu" else None)
         ax.grid(alpha=0.3)
         if name == "cpu":
@@ -353,11 +367,11 @@ def plot_utilisation(rec: Any, path: Path) -> Path:
             d = np.asarray(s.get("disk_read_bytes_per_s", []), dtype=float)
             if d.size == t.size and t.size:
                 tt, dd = _bucket(t, d / 1e6)
-                ax.plot(tt, dd, color=STAGE_COLOURS["read"], lw=1.2)
-                ax.fill_between(tt, 0, dd, color=STAGE_COLOURS["read"], alpha=0.2)
+                ax.plot(tt, dd, color=stage_colour("read"), lw=1.2)
+                ax.fill_between(tt, 0, dd, color=stage_colour("read"), alpha=0.2)
             ax.set_ylim(bottom=0)
             ax.set_ylabel("MB/s")
-            ax.set_title(f"Disk reads ({s.get('disk') or 'all disks'})", loc="left", fontsize=10)
+            ax.set_title(f"Disk reads ({mpl(s.get('disk') or 'all disks')})", loc="left", fontsize=10)
         elif name == "ram":
             for key, label, colour in (("ram_used_bytes", "used", "#c44e52"),
                                        ("page_cache_bytes", "page cache", "#4c72b0"),
@@ -375,7 +389,7 @@ def plot_utilisation(rec: Any, path: Path) -> Path:
             u = np.asarray([np.nan if v is None else v for v in gpu.get("util_percent", [])], dtype=float)
             if gt.size and u.size == gt.size:
                 tt, uu = _bucket(gt, u)
-                ax.plot(tt, uu, color=STAGE_COLOURS["compute"], lw=1.4, label="GPU util %")
+                ax.plot(tt, uu, color=stage_colour("compute"), lw=1.4, label="GPU util %")
             ax.set_ylim(0, 105)
             ax.set_ylabel("GPU util %")
             mem = np.asarray([np.nan if v is None else v for v in gpu.get("mem_used_bytes", [])], dtype=float)
@@ -387,7 +401,7 @@ def plot_utilisation(rec: Any, path: Path) -> Path:
                 if gpu.get("mem_total_bytes"):
                     ax2.set_ylim(0, gpu["mem_total_bytes"] / 1e9 * 1.05)
                 ax2.legend(loc="lower left", bbox_to_anchor=(1.06, 0.0), fontsize=8, frameon=False)
-            ax.set_title(f"GPU {gpu.get('index', '')}: {gpu.get('name', '')}", loc="left", fontsize=10)
+            ax.set_title(f"GPU {gpu.get('index', '')}: {mpl(gpu.get('name', ''))}", loc="left", fontsize=10)
         elif name == "pcie":
             gt = np.asarray(gpu.get("t_s", []), dtype=float)
             for key, label in (("pcie_rx_bytes_per_s", "PCIe rx (host → GPU)"),
@@ -415,12 +429,21 @@ def plot_utilisation(rec: Any, path: Path) -> Path:
 def plot_latency(rec: Any, path: Path) -> Path:
     """Histogram per stage on log-spaced bins (ms), with p50/p95/p99 from the analysis marked."""
     durs = stage_durations(rec)
-    fig, axes = plt.subplots(2, 4, figsize=(14, 6.6))
+    names = latency_stages(rec)
+    cols = 4
+    rows = max(1, math.ceil(len(names) / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(14, 0.6 + 3.0 * rows), squeeze=False)
     marks = (("p50_ms", "p50", "-"), ("p95_ms", "p95", "--"), ("p99_ms", "p99", ":"))
-    for ax, (name, per) in zip(axes.ravel(), LATENCY_STAGES):
+    for ax in axes.ravel()[len(names):]:
+        ax.set_axis_off()
+    if not names:
+        axes[0, 0].text(0.5, 0.5, "no stage statistics in this record", ha="center", va="center",
+                        transform=axes[0, 0].transAxes, color="#555555")
+    for ax, name in zip(axes.ravel(), names):
         v = durs.get(name, np.array([])) * 1e3
         stats = (rec.stages or {}).get(name, {})
-        ax.set_title(f"{name} (per {per}, n={v.size})", fontsize=10, loc="left")
+        per = stats.get("per") or vocab.stage(name).per
+        ax.set_title(f"{mpl(name)} (per {mpl(per)}, n={v.size})", fontsize=10, loc="left")
         ax.set_xlabel("ms (log scale)")
         ax.set_ylabel("count")
         pos = v[v > 0]
@@ -438,7 +461,7 @@ def plot_latency(rec: Any, path: Path) -> Path:
             mid = np.sqrt(lo_ * hi_)
             lo_, hi_ = mid / np.sqrt(10), mid * np.sqrt(10)
         bins = np.geomspace(lo_, hi_, 40)
-        ax.hist(np.clip(pos, lo_, hi_), bins=bins, color=STAGE_COLOURS.get(name, "#4c72b0"), alpha=0.85)
+        ax.hist(np.clip(pos, lo_, hi_), bins=bins, color=stage_colour(name), alpha=0.85)
         ax.set_xscale("log")
         if hi_ / lo_ < 1e3:  # up to 3 decades: label 1-2-5 steps, else a narrow range shows a single label
             ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
@@ -452,15 +475,28 @@ def plot_latency(rec: Any, path: Path) -> Path:
         if zeros:
             ax.text(0.98, 0.97, f"{zeros} at 0 ms not shown", ha="right", va="top", fontsize=8,
                     transform=ax.transAxes, color="#555555")
-        ax.legend(fontsize=8, loc="best", framealpha=0.85)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8, loc="best", framealpha=0.85)
     fig.suptitle("Latency per stage in the measured window (worker stages per sample or batch, main loop per step); "
                  "percentiles from the analysis", x=0.01, ha="left", fontsize=11)
     fig.tight_layout()
     return _savefig(fig, path)
 
 
-def write_plots(rec: Any, out_dir: str | Path) -> list[Path]:
-    """Write the four PNGs into ``out_dir``; returns their paths (PLOT_FILES order)."""
-    out = Path(out_dir)
-    fns = (plot_where_time_went, plot_timeline, plot_utilisation, plot_latency)
-    return [fn(rec, out / name) for fn, name in zip(fns, PLOT_FILES)]
+# --------------------------------------------------------------------------------------------------------------------
+# The registry's entry points (profiler.render.REPORT): render(rec, out_dir, ctx) -> path.
+# --------------------------------------------------------------------------------------------------------------------
+def render_where_time_went(rec: Any, out_dir: Path, ctx: dict) -> Path:
+    return plot_where_time_went(rec, Path(out_dir) / "where_time_went.png")
+
+
+def render_timeline(rec: Any, out_dir: Path, ctx: dict) -> Path:
+    return plot_timeline(rec, Path(out_dir) / "timeline.png")
+
+
+def render_utilisation(rec: Any, out_dir: Path, ctx: dict) -> Path:
+    return plot_utilisation(rec, Path(out_dir) / "utilisation.png")
+
+
+def render_latency(rec: Any, out_dir: Path, ctx: dict) -> Path:
+    return plot_latency(rec, Path(out_dir) / "latency.png")

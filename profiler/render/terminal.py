@@ -11,14 +11,10 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
-from ..analysis.stats import STAGE_ORDER
+from .units import markup, ms, nbytes, pct, printable, stage_label, stage_order
 
-STAGE_LABELS = {
-    "read": "read (open + read bytes)", "decode": "decode (bytes → image)", "augment": "augment (image → tensor)",
-    "collate": "collate", "transfer": "transfer (worker → main)", "ready_ahead": "ready ahead (queued)", "wait": "wait for batch (main)",
-    "h2d": "H2D copy", "compute": "compute",
-}
 BOTTLENECK_STYLE = {"compute": "green", "io": "red", "cpu": "red", "transfer": "yellow", "memory": "magenta"}
 
 
@@ -60,21 +56,19 @@ class LiveProgress:
             self.progress.update(self.task, advance=1)
 
 
-def _fmt_ms(v: float) -> str:
-    return f"{v:.2f}" if v < 10 else f"{v:.1f}" if v < 100 else f"{v:.0f}"
-
-
 def stage_table(rec: Any) -> Table:
     t = Table(title="Stages (measured window; worker stages per sample or batch, main-loop stages per step)",
               title_justify="left")
     for col in ("stage", "per", "count", "total s", "mean ms", "p50 ms", "p95 ms", "p99 ms"):
         t.add_column(col, justify="left" if col in ("stage", "per") else "right")
-    for name in STAGE_ORDER:
-        s = rec.stages.get(name)
+    stages = rec.stages or {}
+    for name in stage_order(stages):
+        s = stages.get(name)
         if not s:
             continue
-        t.add_row(STAGE_LABELS.get(name, name), s["per"], str(s["count"]), f"{s['total_s']:.3f}",
-                  _fmt_ms(s["mean_ms"]), _fmt_ms(s["p50_ms"]), _fmt_ms(s["p95_ms"]), _fmt_ms(s["p99_ms"]))
+        t.add_row(markup(stage_label(name)), markup(s.get("per", "")), str(s.get("count", 0)),
+                  f"{s.get('total_s', 0):.3f}", ms(s.get("mean_ms")), ms(s.get("p50_ms")), ms(s.get("p95_ms")),
+                  ms(s.get("p99_ms")))
     return t
 
 
@@ -87,7 +81,7 @@ def stall_table(rec: Any) -> Table:
     t.add_column("seconds", justify="right")
     t.add_column("share of idle", justify="right")
     for k, v in st.get("by_cause", {}).items():
-        t.add_row(k, f"{v:.3f}", f"{100 * st.get('share_by_cause', {}).get(k, 0):.0f} %")
+        t.add_row(markup(k), f"{v:.3f}", pct(st.get("share_by_cause", {}).get(k, 0), 0))
     return t
 
 
@@ -95,25 +89,27 @@ def print_report(rec: Any, console: Console | None = None, out_files: list[str] 
     console = console or Console()
     v = rec.verdict
     style = BOTTLENECK_STYLE.get(v.get("bottleneck", ""), "white")
-    title = f"Verdict: {v.get('bottleneck', '?')} ({v.get('severity', '')})"
+    title = printable(f"Verdict: {v.get('bottleneck', '?')} ({v.get('severity', '')})")
     if rec.partial:
         title += "  [PARTIAL RUN]"
-    console.print(Panel(v.get("summary", ""), title=title, border_style=style))
+    console.print(Panel(Text(printable(v.get("summary", ""))), title=Text(title), border_style=style))
     dev = rec.compute_device
     tp = rec.throughput
-    console.print(f"Compute device: [bold]{dev.get('type')}[/] ({dev.get('name')}; timing from {dev.get('timing')}).  "
+    console.print(f"Compute device: [bold]{markup(dev.get('type'))}[/] ({markup(dev.get('name'))}; timing from "
+                  f"{markup(dev.get('timing'))}).  "
                   f"Throughput: [bold]{tp.get('samples_per_s', 0):.1f}[/] samples/s over {tp.get('steps', 0)} "
                   f"measured steps ({rec.window.get('warmup_steps', 0)} warm-up excluded).")
     if rec.storage and rec.storage.get("page_cache_hit_fraction") is not None:
         st = rec.storage
-        console.print(f"Storage: {100 * st['page_cache_hit_fraction']:.0f} % of worker reads served from page cache "
-                      f"({st.get('bytes_from_device', 0) / 1e6:.1f} MB of {st.get('bytes_requested', 0) / 1e6:.1f} MB "
+        console.print(f"Storage: {pct(st['page_cache_hit_fraction'], 0)} of worker reads served from page cache "
+                      f"({nbytes(st.get('bytes_from_device', 0))} of {nbytes(st.get('bytes_requested', 0))} "
                       "from the device).")
     mem = rec.memory or {}
     if mem.get("device_peak_bytes"):
         total = mem.get("device_total_bytes")
-        console.print(f"Device memory: peak {mem['device_peak_bytes'] / 2**30:.2f} GiB"
-                      + (f" of {total / 2**30:.0f} GiB" if total else "") + " allocated in the measured window.")
+        console.print(f"Device memory: peak {nbytes(mem['device_peak_bytes'], binary=True, digits=2)}"
+                      + (f" of {nbytes(total, binary=True, digits=0)}" if total else "")
+                      + " allocated in the measured window.")
     procs = (rec.ram or {}).get("processes") or []
     workers = [p for p in procs if p.get("role") == "worker"]
     main = next((p for p in procs if p.get("role") == "main"), None)
@@ -123,19 +119,23 @@ def print_report(rec: Any, console: Console | None = None, out_files: list[str] 
             w, what = uss, "private (USS)"
         else:
             w, what = [p.get("peak_rss_bytes") or 0 for p in workers], "resident (RSS, shared pages included)"
-        console.print(f"Host RAM: main process peak {main['peak_rss_bytes'] / 2**30:.2f} GiB RSS"
-                      + (f"; {len(w)} workers, up to {max(w) / 2**20:.0f} MiB {what} each" if w else "") + ".")
+        console.print(f"Host RAM: main process peak {nbytes(main['peak_rss_bytes'], binary=True, digits=2)} RSS"
+                      + (f"; {len(w)} workers, up to {nbytes(max(w), binary=True, digits=0)} {what} each" if w
+                         else "") + ".")
     console.print(stage_table(rec))
     console.print(stall_table(rec))
     recs = v.get("recommendations", [])
     if recs:
         console.print("[bold]Recommendations[/]")
         for i, r in enumerate(recs, 1):
-            console.print(f" {i}. [bold]{r['action']}[/]\n    why: {r['reason']}\n    expected: {r['expected_gain']}")
-    for f in rec.findings:
-        console.print(f"[yellow]![/] {f.get('message')}")
-    if rec.skipped.get("count"):
-        console.print(f"Skipped files: {rec.skipped['count']} (first: {rec.skipped['files'][0]['path']}: "
-                      f"{rec.skipped['files'][0]['reason']})")
+            console.print(f" {i}. [bold]{markup(r.get('action'))}[/]\n    why: {markup(r.get('reason'))}\n"
+                          f"    expected: {markup(r.get('expected_gain'))}")
+    for f in rec.findings or []:
+        console.print(f"[yellow]![/] {markup(f.get('message') if isinstance(f, dict) else f)}")
+    skipped = rec.skipped or {}
+    if skipped.get("count"):
+        first = (skipped.get("files") or [{}])[0]
+        console.print(f"Skipped files: {skipped['count']} (first: {markup(first.get('path', '?'))}: "
+                      f"{markup(first.get('reason', '?'))})")
     if out_files:
-        console.print("Wrote: " + ", ".join(out_files))
+        console.print("Wrote: " + ", ".join(markup(f) for f in out_files))

@@ -6,8 +6,13 @@ Tracks:
   CUDA the H2D and compute spans come from CUDA events and can overlap the host's next wait, so they go on their
   own thread "compute device (CUDA events)" instead: one thread's spans must nest.
 - workers=0: thread "loading (main process, workers=0)" in the main process, with the loading spans.
-- one process per DataLoader worker: ``batch N`` spans enclosing ``read`` / ``decode`` / ``augment`` per sample and
-  ``collate`` per batch. A flow arrow links each batch's collate to the step that received it.
+- thread "epochs": one ``epoch N`` span per ``iter(loader)`` (timeline.epochs) enclosing ``epoch start`` (until its
+  first batch arrived) and ``iter(loader)`` itself; on their own thread because an epoch need not nest with steps.
+- one process per DataLoader worker: ``batch N`` spans enclosing one ``sample`` span per dataset call (args: index,
+  items, on-CPU and run-queue ms, bytes asked for and read from the device), itself enclosing its named sub-stages
+  (``read`` / ``decode`` / ``augment`` / user stages, laid out back to back: see spans.py; the rest of the sample is
+  the dataset's own code), and ``collate`` per batch. A flow arrow links each batch's collate to the step that
+  received it.
 - counters: CPU % (mean, per core), disk read MB/s, RAM GB, GPU util/memory/PCIe when sampled, per-process CPU %.
 
 Bounded size (long runs): aggregates live in the HTML (from the analysis, exact); the trace keeps per-span detail for
@@ -22,6 +27,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from . import spans as spans_mod
+from .output import write_atomic
+from .units import printable
 
 # Budgets. A Chrome-trace JSON event costs ~110-170 bytes, so ~120k events is ~15 MB: under the 20 MiB a browser
 # tab loads comfortably (chrome://tracing slows down badly past a few hundred MB, and people attach these files to
@@ -41,7 +50,7 @@ FIRST_WINDOW_SHARE = 0.5
 MAIN_PID = 1
 SYSTEM_PID = 2
 WORKER_PID_BASE = 100  # worker w -> pid 100 + w (stable across runs, unlike OS pids; the OS pid is in the name)
-MAIN_TID, DEVICE_TID, LOADER_TID = 1, 2, 3
+MAIN_TID, DEVICE_TID, LOADER_TID, EPOCH_TID = 1, 2, 3, 4
 
 
 @dataclass
@@ -105,13 +114,14 @@ def plan_detail(rec: Any) -> DetailPlan:
     """The downsampling rule, from the record's sizes alone (so HTML and trace agree)."""
     steps = rec.timeline["steps"]
     n = len(steps["wait_start"])
-    sp = rec.timeline.get("sample_spans", {})
+    sp = spans_mod.sample_spans(rec.timeline)
     bt = rec.timeline.get("batches", {})
     n_batches = max(1, len(bt.get("batch", [])))
-    samples_per_batch = len(sp.get("batch", [])) / n_batches
+    samples_per_batch = sp.n / n_batches
+    per_sample = 1 + len(sp.stage_names())  # the sample span and its named sub-stages
     cuda = rec.compute_device.get("timing") == "cuda events"
     main = _select(n, 6.0 if cuda else 5.0, MAIN_EVENTS_MAX)  # step(s), wait, H2D, compute, flow end
-    workers = _select(n, 3.0 * samples_per_batch + 3.0, WORKER_EVENTS_MAX)  # per sample 3; batch, collate, flow
+    workers = _select(n, per_sample * samples_per_batch + 3.0, WORKER_EVENTS_MAX)  # + batch, collate, flow
     ticks = len((rec.samples or {}).get("t_s", []) or [])
     return DetailPlan(main, workers, max(1, math.ceil(ticks / COUNTER_POINTS_MAX)))
 
@@ -159,9 +169,31 @@ def _main_events(rec: Any, rows: np.ndarray, cuda: bool) -> list[dict]:
     return ev
 
 
+def _sample_events(sp: spans_mod.Spans, idx: list[int], b: int, pid: int, tid: int) -> list[dict]:
+    """One ``sample`` span per dataset call, its named sub-stages nested inside (back to back from its start)."""
+    ev: list[dict] = []
+    c = sp.cols
+    layout = [(k, s0, s1) for k, s0, s1 in sp.layout() if k != "getitem"]
+    extra = [k for k in ("bytes", "pixels") if k in c]
+    for k in idx:
+        items = int(c["items"][k])
+        args = {"batch": b, "sample": int(c["index"][k]), "items": items,
+                "cpu_ms": round(float(c["cpu"][k]) * 1e3, 3), "runq_ms": round(float(c["runq"][k]) * 1e3, 3),
+                "rchar": int(c["rchar"][k]), "read_bytes": int(c["read_bytes"][k])}
+        args.update({e: c[e][k].item() for e in extra})  # plain Python numbers: the trace dict is JSON as it is
+        name = "sample" if items == 1 else f"samples ×{items}"
+        ev.append(_x(name, "sample", c["start"][k], c["end"][k], pid, tid, args))
+        for stage, s0, s1 in layout:
+            if s1[k] > s0[k]:
+                ev.append(_x(printable(stage), "stage", s0[k], s1[k], pid, tid, {"batch": b,
+                                                                                  "sample": args["sample"]}))
+    return ev
+
+
 def _worker_events(rec: Any, rows: np.ndarray, flow_batches: set[int]) -> tuple[list[dict], set[int]]:
     tl = rec.timeline
-    st, bt, sp = tl["steps"], tl.get("batches", {}), tl.get("sample_spans", {})
+    st, bt = tl["steps"], tl.get("batches", {})
+    sp = spans_mod.sample_spans(tl)
     wanted = {int(st["batch"][i]) for i in rows.tolist()}
     n_steps = len(st["wait_start"])
     if len(rows) >= n_steps:  # all steps: also batches prefetched but never consumed (end of run)
@@ -169,7 +201,7 @@ def _worker_events(rec: Any, rows: np.ndarray, flow_batches: set[int]) -> tuple[
     ev: list[dict] = []
     workers: set[int] = set()
     by_batch: dict[int, list[int]] = {}
-    for j, b in enumerate(sp.get("batch", [])):
+    for j, b in enumerate(sp.cols.get("batch", np.zeros(0)).tolist()):
         if int(b) in wanted:
             by_batch.setdefault(int(b), []).append(j)
     for j, b in enumerate(bt.get("batch", [])):
@@ -180,22 +212,44 @@ def _worker_events(rec: Any, rows: np.ndarray, flow_batches: set[int]) -> tuple[
         workers.add(w)
         pid, tid = (MAIN_PID, LOADER_TID) if w < 0 else (WORKER_PID_BASE + w, WORKER_PID_BASE + w)
         idx = by_batch.get(b, [])
-        first = min([sp["read_start"][k] for k in idx], default=bt["collate_start"][j])
-        ev.append(_x(f"batch {b}", "batch", first, bt["collate_end"][j], pid, tid,
+        first = min([float(sp.cols["start"][k]) for k in idx] + [float(bt["collate_start"][j])])
+        last = max([float(sp.cols["end"][k]) for k in idx] + [float(bt["collate_end"][j])])
+        ev.append(_x(f"batch {b}", "batch", first, last, pid, tid,
                      {"batch": b, "samples": bt["samples"][j], "received_s": bt["received"][j]}))
-        for k in idx:
-            a = {"batch": b, "sample": sp["index"][k]}
-            ev.append(_x("read", "read", sp["read_start"][k], sp["read_end"][k], pid, tid,
-                         {**a, "bytes": sp["bytes"][k]}))
-            ev.append(_x("decode", "decode", sp["read_end"][k], sp["decode_end"][k], pid, tid,
-                         {**a, "pixels": sp["pixels"][k]}))
-            ev.append(_x("augment", "augment", sp["decode_end"][k], sp["augment_end"][k], pid, tid, a))
+        ev += _sample_events(sp, idx, b, pid, tid)
         ev.append(_x("collate", "collate", bt["collate_start"][j], bt["collate_end"][j], pid, tid,
                      {"batch": b, "samples": bt["samples"][j]}))
         if b in flow_batches:  # flow start inside the collate span; its end is on the step that received it
             ev.append({"ph": "s", "name": "batch", "cat": "batch_flow", "id": b, "ts": _us(bt["collate_start"][j]),
                        "pid": pid, "tid": tid})
     return ev, workers
+
+
+def _epoch_events(rec: Any) -> list[dict]:
+    """``epoch N`` from iter(loader) to its last step's end, enclosing ``epoch start`` (until the first batch
+    arrived) and, inside that, the ``iter(loader)`` call itself."""
+    tl = rec.timeline
+    ep = tl.get("epochs") or {}
+    st = tl["steps"]
+    starts = [float(x) for x in ep.get("iter_start", [])]
+    if not starts:
+        return []
+    ends_by_epoch: dict[int, float] = {}
+    for e, ce in zip(st.get("epoch", []), st.get("compute_end", [])):
+        ends_by_epoch[int(e)] = max(ends_by_epoch.get(int(e), 0.0), float(ce))
+    last = max([float(x) for x in st.get("compute_end", [])] + starts)
+    ev: list[dict] = []
+    for i, (e, t0) in enumerate(zip(ep.get("epoch", range(len(starts))), starts)):
+        nxt = starts[i + 1] if i + 1 < len(starts) else last
+        end = max(t0, ends_by_epoch.get(int(e), nxt))
+        first = min(end, max(t0, float((ep.get("first_batch") or [t0] * len(starts))[i] or t0)))
+        it_end = float((ep.get("iter_end") or [t0] * len(starts))[i] or t0)
+        ev.append(_x(f"epoch {e}", "epoch", t0, end, MAIN_PID, EPOCH_TID, {"epoch": e}))
+        ev.append(_x("epoch start", "epoch_start", t0, first, MAIN_PID, EPOCH_TID,
+                     {"epoch": e, "first_batch_s": round(first - t0, 6)}))
+        if t0 <= it_end <= first:
+            ev.append(_x("iter(loader)", "epoch_start", t0, it_end, MAIN_PID, EPOCH_TID, {"epoch": e}))
+    return ev
 
 
 def _bucket_rows(t: list[float], cols: list[list[float] | None], stride: int):
@@ -280,7 +334,7 @@ def build_trace(rec: Any, plan: DetailPlan | None = None) -> dict[str, Any]:
     wev, workers = _worker_events(rec, worker_rows, flow)
     # Flow ends whose start was not emitted would dangle: keep only pairs.
     started = {e["id"] for e in wev if e["ph"] == "s"}
-    ev = [e for e in ev if e["ph"] != "f" or e["id"] in started] + wev
+    ev = [e for e in ev if e["ph"] != "f" or e["id"] in started] + wev + _epoch_events(rec)
     bt = rec.timeline.get("batches", {})
     os_pid = {int(w): int(p) for w, p in zip(bt.get("worker", []), bt.get("pid", []))}
     main_os = next((p.get("pid") for p in (rec.samples or {}).get("processes") or [] if p.get("role") == "main"),
@@ -289,6 +343,9 @@ def build_trace(rec: Any, plan: DetailPlan | None = None) -> dict[str, Any]:
             _meta("process_sort_index", MAIN_PID, 0, 0),
             _meta("thread_name", MAIN_PID, MAIN_TID, "main loop (ProfilerStep = wait + H2D + compute)"),
             _meta("thread_sort_index", MAIN_PID, MAIN_TID, 0)]
+    if (rec.timeline.get("epochs") or {}).get("iter_start"):
+        meta += [_meta("thread_name", MAIN_PID, EPOCH_TID, "epochs (iter(loader) → last step)"),
+                 _meta("thread_sort_index", MAIN_PID, EPOCH_TID, 3)]
     if cuda:
         meta += [_meta("thread_name", MAIN_PID, DEVICE_TID, "compute device (CUDA events)"),
                  _meta("thread_sort_index", MAIN_PID, DEVICE_TID, 1)]
@@ -303,7 +360,7 @@ def build_trace(rec: Any, plan: DetailPlan | None = None) -> dict[str, Any]:
         worker_pids[w] = pid
         name = f"DataLoader worker {w}" + (f" (pid {os_pid[w]})" if w in os_pid else "")
         meta += [_meta("process_name", pid, 0, name), _meta("process_sort_index", pid, 0, 1 + w),
-                 _meta("thread_name", pid, pid, f"worker {w}: batch = read/decode/augment per sample + collate")]
+                 _meta("thread_name", pid, pid, f"worker {w}: batch = samples (with their stages) + collate")]
     meta += [_meta("process_name", SYSTEM_PID, 0, "system (sampled counters)"),
              _meta("process_sort_index", SYSTEM_PID, 0, 10_000)]
     counters = _counter_events(rec, plan.counter_stride, worker_pids)
@@ -313,23 +370,24 @@ def build_trace(rec: Any, plan: DetailPlan | None = None) -> dict[str, Any]:
              {"ph": "i", "s": "g", "name": "measured window ends", "ts": _us(win.get("end_s", 0.0)),
               "pid": MAIN_PID, "tid": MAIN_TID}]
     detail = plan.describe([int(x) for x in st["step"]])
-    other = {"tool": "profiler", "record_created_utc": rec.created_utc, "time_zero": "run start (ts 0)",
-             "verdict": (rec.verdict or {}).get("summary", ""), "detail": detail,
+    other = {"tool": "profiler", "record_created_utc": printable(rec.created_utc), "time_zero": "run start (ts 0)",
+             "verdict": printable((rec.verdict or {}).get("summary", "")), "detail": detail,
              "detail_rule": asdict(plan), "partial": rec.partial}
     return {"traceEvents": meta + marks + ev + counters, "displayTimeUnit": "ms", "otherData": other}
 
 
 def write_trace(rec: Any, path: str | Path, plan: DetailPlan | None = None) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     trace = build_trace(rec, plan)
-    tmp = path.with_suffix(path.suffix + ".tmp")
     # dumps, not dump: dump streams through the pure-Python encoder, several times slower on 10^5 events.
-    text = json.dumps(trace, separators=(",", ":"), allow_nan=False, default=_json_default)
-    with open(tmp, "w") as f:
-        f.write(text)
-    tmp.replace(path)
-    return path
+    # ensure_ascii (the default): any control character or undecodable name in a string is a \u escape in the file.
+    return write_atomic(path, json.dumps(trace, separators=(",", ":"), allow_nan=False, default=_json_default))
+
+
+def render(rec: Any, out_dir: Path, ctx: dict[str, Any]) -> Path:
+    """The registry's entry point: trace.json, with the detail plan shared with the HTML (``ctx["plan"]``)."""
+    if "plan" not in ctx:
+        ctx["plan"] = plan_detail(rec)
+    return write_trace(rec, Path(out_dir) / "trace.json", ctx["plan"])
 
 
 def _json_default(o: Any) -> Any:

@@ -1,0 +1,119 @@
+"""The timeline's sample spans as the renderers draw them (run.json v2), from a v2 or a v1 record.
+
+A v2 span is one dataset call [start, end] with the self seconds of its named sub-stages (``stages``: read, decode,
+augment, user names); the rest of the span is ``getitem``. Spans only say how long each sub-stage took, not when, so
+the drawings lay the sub-stages out one after the other from the span's start, in registry order, and the rest last:
+the proportions are exact, the order inside a span is a convention (docs/reports.md).
+
+A v1 record (read_start / read_end / decode_end / augment_end) is read as the v2 migration defines it, so renderers
+draw records saved before v2 and records the loader has not migrated alike. Nothing here measures anything.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .units import stage_order
+
+_V1_TIMES = ("read_start", "read_end", "decode_end", "augment_end")
+# Timeline plot: warm-up plus this many measured steps. 30 shows the steady-state pattern (which worker, how regular)
+# while each batch stays wide enough to see its sub-stage spans. Here, not in plots.py, so the HTML can say which
+# steps the plot shows without importing matplotlib.
+TIMELINE_MEASURED_STEPS = 30
+
+
+def timeline_steps(rec: Any) -> tuple[int, int]:
+    """Rows [0, n) of timeline.steps the Gantt shows: warm-up plus the first TIMELINE_MEASURED_STEPS measured."""
+    steps = rec.timeline["steps"]
+    measured = np.asarray(steps.get("measured", [True] * len(steps["wait_start"])), dtype=bool)
+    total = measured.size
+    idx = np.flatnonzero(measured)
+    if idx.size > TIMELINE_MEASURED_STEPS:
+        return 0, int(idx[TIMELINE_MEASURED_STEPS - 1]) + 1
+    return 0, total
+
+
+@dataclass
+class Spans:
+    """Columns of timeline.sample_spans as numpy arrays (``start``, ``end``, ``worker``, ``batch``, ``index``,
+    ``items``, ``cpu``, ``runq``, ``rchar``, ``read_bytes``, and any other column the record has) and the named
+    sub-stage seconds per row."""
+    cols: dict[str, np.ndarray] = field(default_factory=dict)
+    stages: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return int(self.cols["start"].size) if "start" in self.cols else 0
+
+    def select(self, mask: np.ndarray) -> Spans:
+        return Spans({k: v[mask] for k, v in self.cols.items()}, {k: v[mask] for k, v in self.stages.items()})
+
+    def stage_names(self) -> list[str]:
+        return stage_order(k for k in self.stages if k != "getitem")
+
+    def getitem(self) -> np.ndarray:
+        """Seconds of each span outside its named sub-stages (never negative)."""
+        if not self.n:
+            return np.zeros(0)
+        named = sum((self.stages[k] for k in self.stage_names()), np.zeros(self.n))
+        return np.maximum(0.0, self.cols["end"] - self.cols["start"] - named)
+
+    def layout(self) -> list[tuple[str, np.ndarray, np.ndarray]]:
+        """(stage, starts, ends) per sub-stage, laid out back to back from each span's start, ``getitem`` (the rest)
+        last. Named seconds that add up to more than the span (clock granularity) are scaled to fit it."""
+        if not self.n:
+            return []
+        start, end = self.cols["start"].astype(float), self.cols["end"].astype(float)
+        dur = np.maximum(0.0, end - start)
+        names = self.stage_names()
+        named = sum((np.maximum(0.0, self.stages[k]) for k in names), np.zeros(self.n))
+        scale = np.where(named > dur, dur / np.where(named > 0, named, 1.0), 1.0)
+        out = []
+        t = start.copy()
+        for k in names:
+            d = np.maximum(0.0, self.stages[k]) * scale
+            out.append((k, t.copy(), t + d))
+            t = t + d
+        out.append(("getitem", t, np.maximum(t, end)))
+        return out
+
+
+def v2_timeline(timeline: dict[str, Any]) -> dict[str, Any]:
+    """``timeline`` with its sample spans in the v2 columns (itself when they already are): what the analysis'
+    definitions read, for a record saved before v2 that no loader migrated."""
+    sp = (timeline or {}).get("sample_spans") or {}
+    if "start" in sp or not all(k in sp for k in _V1_TIMES):
+        return timeline
+    v2 = sample_spans(timeline)
+    return {**timeline, "sample_spans": {**v2.cols, "stages": v2.stages}}
+
+
+def sample_spans(timeline: dict[str, Any]) -> Spans:
+    """The record's sample spans in the v2 shape (empty when the record has none)."""
+    sp = (timeline or {}).get("sample_spans") or {}
+    if "start" in sp:
+        cols = {k: np.asarray(v) for k, v in sp.items() if k != "stages"}
+        stages = {str(k): np.asarray(v, dtype=float) for k, v in (sp.get("stages") or {}).items()}
+        n = cols["start"].size
+        stages = {k: v for k, v in stages.items() if v.size == n}
+    elif all(k in sp for k in _V1_TIMES):
+        rs, re_, de, ae = (np.asarray(sp[k], dtype=float) for k in _V1_TIMES)
+        cols = {k: np.asarray(v) for k, v in sp.items() if k not in _V1_TIMES}
+        n = rs.size
+        cols.update(start=rs, end=ae)
+        for k in ("cpu", "runq", "rchar", "read_bytes"):
+            cols.setdefault(k, np.zeros(n))
+        cols.setdefault("items", np.ones(n, dtype=int))
+        stages = {"read": re_ - rs, "decode": de - re_, "augment": ae - de}
+    else:
+        return Spans()
+    n = cols["start"].size
+    cols.setdefault("index", np.full(n, -1))
+    cols.setdefault("items", np.ones(n, dtype=int))
+    for k in ("worker", "batch"):
+        cols.setdefault(k, np.full(n, -1))
+    cols["start"] = cols["start"].astype(float)
+    cols["end"] = cols["end"].astype(float)
+    return Spans(cols, stages)
