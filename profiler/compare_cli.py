@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UserError
-from .render.compare_terminal import print_comparison  # noqa: F401 - old home; tests/test_fuzz_records.py imports it
+from .render.compare_terminal import print_comparison
 from .render.units import printable
 
 DEFAULT_OUT_ROOT = "reports"

@@ -101,11 +101,16 @@ KINDS: dict[str, tuple[str, str]] = {
 }
 
 
+# Colours for user-named stages: Tableau's "muted" hues, none of which a registered stage or cause uses, so a user's
+# "tokenize" never looks like "wait" or "read".
+_USER_COLOURS = ("#956cb4", "#d65f5f", "#ee854a", "#6acc64", "#82c6e2", "#d5bb67", "#8c613c", "#dc7ec0")
+
+
 def stage(name: str) -> Stage:
     """The registered stage, or a user-named one (``profiler.stage("tokenize")``) with a stable colour of its own."""
     if name in STAGE:
         return STAGE[name]
-    colour = _DEEP[sum(name.encode()) % len(_DEEP)]
+    colour = _USER_COLOURS[sum(name.encode()) % len(_USER_COLOURS)]
     return Stage(name, "sample", "worker", "cpu", name, colour, f"'{name}'")
 
 

@@ -68,7 +68,7 @@ def _timeline() -> dict[str, Any]:
         t = we + COMPUTE
     batches["received"] = [steps["wait_end"][i] for i in range(STEPS)]
     epochs = {"epoch": [0], "iter_start": [0.4], "iter_end": [0.41], "first_batch": [steps["wait_end"][0]]}
-    accounting = {"cpu_clock": "schedstat", "runqueue": True, "thread_io": True, "absent": {}}
+    accounting = {"cpu_clock": "thread_time", "runqueue": True, "thread_io": True, "absent": {}}
     return {"steps": steps, "batches": batches, "sample_spans": spans, "epochs": epochs, "accounting": accounting,
             "time_unit": "s since run start"}
 

@@ -26,10 +26,10 @@ from rich.console import Console
 from profiler.analysis import analyze
 from profiler.analysis.compare import compare
 from profiler.cli import main
-from profiler.compare_cli import print_comparison
 from profiler.errors import UserError
 from profiler.record import RunRecord, load
 from profiler.render import html, trace
+from profiler.render.compare_terminal import print_comparison
 from profiler.render.terminal import print_report
 
 SEED = 20260412

@@ -208,7 +208,3 @@ def _exact(parts: dict[str, float], total: float) -> dict[str, float]:
     rest = round(total - sum(v for k, v in parts.items() if k != "other"), 6)
     parts["other"] = max(0.0, rest)
     return parts
-
-# Compatibility names for modules not yet iterating profiler.vocab (removed once they do).
-CAUSES = vocab.CAUSE_NAMES
-DETAIL_CAUSE = {s.name: (s.cause or "other") for s in vocab.STAGES} | {"other": "other"}

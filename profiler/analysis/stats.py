@@ -119,6 +119,3 @@ def stage_stats(t: Tables) -> dict[str, dict[str, Any]]:
     if "read" in out and sp.get("rchar") is not None and sp["rchar"].size:
         out["read"]["bytes"] = int(sp["rchar"][np.isin(sp["batch"], t.measured_batches)].sum())
     return out
-
-# Compatibility names for modules not yet iterating profiler.vocab (removed once they do).
-STAGE_ORDER = tuple(s.name for s in vocab.STAGES)

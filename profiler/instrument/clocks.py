@@ -4,12 +4,15 @@ Why per thread: a DataLoader worker runs the dataset in its main thread while it
 previous batch, and the main process has a pin-memory thread; process-wide counters would mix them. Linux keeps
 per-thread figures:
 
-- ``/proc/thread-self/schedstat``: ``on-CPU ns, run-queue wait ns, timeslices`` (sched_info; always on when the
-  kernel has CONFIG_SCHED_INFO, which every distribution kernel does). Run-queue wait is time the thread was ready to
-  run but had no core: the signature of oversubscribed workers.
+- on-CPU time: ``time.thread_time_ns()`` (CLOCK_THREAD_CPUTIME_ID), exact to the nanosecond at the moment of the
+  call. (schedstat's on-CPU field is only brought up to date at ticks and context switches, so for a call of a few
+  ms it can be off by a whole tick.)
+- ``/proc/thread-self/schedstat`` field 2: run-queue wait ns (sched_info; on with CONFIG_SCHED_INFO, which every
+  distribution kernel has) — time the thread was ready to run but had no core: the signature of oversubscribed
+  workers. It grows when the thread is switched back in, so between two reads made while the thread runs it counts
+  exactly the waits in between.
 - ``/proc/thread-self/io``: ``rchar`` (bytes the thread asked ``read()`` for, page cache or not) and ``read_bytes``
   (bytes it caused to be fetched from the block device).
-- Fallback for on-CPU time: ``time.thread_time_ns()`` (CLOCK_THREAD_CPUTIME_ID), with no run-queue figure.
 
 A file descriptor of ``/proc/thread-self/...`` is bound to the thread that opened it, so each thread opens its own
 (kept in a ``threading.local``) and re-reads it with one ``pread`` (~1-2 µs each). Every timestamp is
@@ -47,22 +50,26 @@ def _fds() -> tuple[int | None, int | None]:
 def accounting() -> dict:
     """What this process can measure: recorded once per run as ``timeline.accounting``."""
     sched, tio = _fds()
-    return {"cpu_clock": "schedstat" if sched is not None else "thread_time", "runqueue": sched is not None,
+    return {"cpu_clock": "thread_time", "runqueue": sched is not None,
             "thread_io": tio is not None, "absent": dict(ABSENT)}
 
 
-def snapshot() -> tuple[int, int, int, int, int]:
-    """``(wall_ns, cpu_ns, runq_ns, rchar, read_bytes)`` of the calling thread; counters are cumulative."""
-    wall = time.perf_counter_ns()
+def snapshot(end: bool = False) -> tuple[int, int, int, int, int]:
+    """``(wall_ns, cpu_ns, runq_ns, rchar, read_bytes)`` of the calling thread; counters are cumulative.
+
+    The wall clock is read first at the start of an interval and last at its end (``end=True``), so a preemption
+    while the counters are read falls outside the interval's counters but inside its wall time: on-CPU + run-queue
+    never exceed the wall time of the interval.
+    """
     sched, tio = _fds()
-    if sched is not None:
-        parts = os.pread(sched, 128, 0).split()
-        cpu, runq = int(parts[0]), int(parts[1])
-    else:
-        cpu, runq = time.thread_time_ns(), 0
+    wall = 0 if end else time.perf_counter_ns()
+    cpu = time.thread_time_ns()
+    runq = int(os.pread(sched, 128, 0).split()[1]) if sched is not None else 0
     rchar = rbytes = 0
     if tio is not None:
         # "rchar: N\nwchar: N\nsyscr: N\nsyscw: N\nread_bytes: N\n..." — fixed order since Linux 2.6.20.
         lines = os.pread(tio, 512, 0).split(b"\n")
         rchar, rbytes = int(lines[0][7:]), int(lines[4][12:])
+    if end:
+        wall = time.perf_counter_ns()
     return wall, cpu, runq, rchar, rbytes

@@ -37,7 +37,7 @@ def timeline(s: Session) -> dict[str, Any]:
     batches: dict[str, list] = {k: [] for k in ("batch", "worker", "pid", "collate_start", "collate_end", "sent",
                                                 "received", "samples", "rchar", "read_bytes", "collate_cpu",
                                                 "collate_runq")}
-    span_cols = ("batch", "worker", "index", "items", "start", "end", "cpu", "runq", "rchar", "read_bytes")
+    span_cols = ("batch", "worker", "index", "items", "start", "end", "cpu", "runq", "rchar", "read_bytes", "pixels")
     spans: dict[str, list] = {k: [] for k in span_cols}
     stage_parts: dict[str, list[np.ndarray]] = {}
     n_rows = 0
@@ -63,6 +63,7 @@ def timeline(s: Session) -> dict[str, Any]:
         spans["worker"].extend([m.worker_id] * n)
         spans["index"].extend(a[:, 6].tolist())
         spans["items"].extend(a[:, 7].tolist())
+        spans["pixels"].extend(a[:, 8].tolist())
         for col, j in (("start", 0), ("end", 1)):
             spans[col].append(a[:, j])
         for col, j in (("cpu", 2), ("runq", 3)):

@@ -279,7 +279,7 @@ class Session:
             data = orig(it)
         except StopIteration:
             raise
-        s1 = clocks.snapshot()
+        s1 = clocks.snapshot(end=True)
         row.wait_end_ns, row.main_cpu_ns, row.main_runq_ns = s1[0], s1[1] - s0[1], s1[2] - s0[2]
         if self.cuda is not None and measured:
             self.cuda.mark(row, "wait_end_dev")

@@ -29,9 +29,15 @@ main_hook: Any = None
 
 
 def begin_sample() -> None:
-    """Start collecting stage self-times for one dataset call on this thread."""
+    """Start collecting stage self-times (and decoded pixels) for one dataset call on this thread."""
     _local.acc = {}
     _local.stack = []
+    _local.pixels = 0
+
+
+def take_pixels() -> int:
+    """Pixels of the images decoded during the last dataset call (PIL, torchvision.io): decode cost grows with them."""
+    return int(getattr(_local, "pixels", 0) or 0)
 
 
 def end_sample() -> dict[str, int]:
@@ -87,7 +93,17 @@ class stage:
         self._open = 0
 
 
-def _named(name: str, fn: Callable) -> Callable:
+def _pixels_of_self(args: tuple, result: Any) -> int:
+    size = getattr(args[0], "size", None) if args else None  # PIL: (width, height) of the image being loaded
+    return int(size[0]) * int(size[1]) if isinstance(size, tuple) and len(size) == 2 else 0
+
+
+def _pixels_of_result(args: tuple, result: Any) -> int:
+    shape = getattr(result, "shape", None)  # torchvision.io: a (C, H, W) tensor (or a list of them)
+    return int(shape[-1]) * int(shape[-2]) if shape is not None and len(shape) >= 2 else 0
+
+
+def _named(name: str, fn: Callable, pixels: Callable[[tuple, Any], int] | None = None) -> Callable:
     """Wrap a library function so calls made inside a sample count as stage ``name``; behaviour is unchanged."""
     if getattr(fn, "__profiler_stage__", None):
         return fn
@@ -97,7 +113,13 @@ def _named(name: str, fn: Callable) -> Callable:
         if getattr(_local, "acc", None) is None:
             return fn(*args, **kwargs)
         with stage(name):
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
+        if pixels is not None:
+            try:
+                _local.pixels += pixels(args, result)
+            except Exception:  # noqa: BLE001 - a count for the report; never the user's problem
+                pass
+        return result
 
     wrapper.__profiler_stage__ = name  # type: ignore[attr-defined]
     wrapper.__wrapped_original__ = fn  # type: ignore[attr-defined]
@@ -107,7 +129,7 @@ def _named(name: str, fn: Callable) -> Callable:
 # (module, attribute path, stage name). Patched in every process that runs dataset code while profiling.
 LIBRARY_STAGES: tuple[tuple[str, str, str], ...] = (
     ("PIL.Image", "open", "decode"),
-    ("PIL.ImageFile", "ImageFile.load", "decode"),
+    ("PIL.ImageFile", "ImageFile.load", "decode"),  # also counts the decoded pixels (see _PIXELS)
     ("torchvision.transforms", "Compose.__call__", "augment"),
     ("torchvision.transforms.v2", "Compose.forward", "augment"),
     ("torchvision.transforms.v2", "Transform.forward", "augment"),
@@ -119,6 +141,9 @@ LIBRARY_STAGES: tuple[tuple[str, str, str], ...] = (
     ("torch", "load", "torch.load"),
     ("numpy", "load", "np.load"),
 )
+# Which wrapped calls count decoded pixels, and how.
+_PIXELS = {"ImageFile.load": _pixels_of_self, "decode_image": _pixels_of_result, "decode_jpeg": _pixels_of_result,
+           "decode_png": _pixels_of_result, "read_image": _pixels_of_result}
 _patched: list[tuple[Any, str, Any]] = []
 _lock = threading.Lock()
 
@@ -141,7 +166,7 @@ def install_library_stages() -> list[str]:
             except Exception:  # noqa: BLE001 - an optional library or an API that moved: that stage stays unnamed
                 missing.append(f"{mod_name}.{path}")
                 continue
-            setattr(owner, attr, _named(name, original))
+            setattr(owner, attr, _named(name, original, _PIXELS.get(path)))
             _patched.append((owner, attr, original))
     return missing
 

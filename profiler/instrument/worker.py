@@ -26,7 +26,7 @@ import numpy as np
 from . import clocks, substages
 
 # Columns of BatchMeta.rows (int64), one row per dataset call.
-ROW_COLUMNS = ("start", "end", "cpu", "runq", "rchar", "read_bytes", "index", "items")
+ROW_COLUMNS = ("start", "end", "cpu", "runq", "rchar", "read_bytes", "index", "items", "pixels")
 
 
 @dataclass
@@ -82,8 +82,9 @@ class _Recorder:
             return fn(arg)
         finally:
             named = substages.end_sample()
-            s1 = clocks.snapshot()
-            self.rows.append((s0[0], s1[0], s1[1] - s0[1], s1[2] - s0[2], s1[3] - s0[3], s1[4] - s0[4], index, items))
+            s1 = clocks.snapshot(end=True)
+            self.rows.append((s0[0], s1[0], s1[1] - s0[1], s1[2] - s0[2], s1[3] - s0[3], s1[4] - s0[4], index, items,
+                              substages.take_pixels()))
             self.stages.append(named)
 
 
@@ -197,7 +198,7 @@ class _TimedCollate:
         try:
             return self.fn(data)
         finally:
-            s1 = clocks.snapshot()
+            s1 = clocks.snapshot(end=True)
             self.last = (s0[0], s1[0], s1[1] - s0[1], s1[2] - s0[2])
 
 

@@ -39,9 +39,9 @@ class ToolInfo(TypedDict, total=False):
 class Config(TypedDict, total=False):
     """Every option of the run (profiler.config.RunConfig). For a user's own job, job.loader is the truth."""
     data: str | None
-    workers: Count
-    batch_size: Count
-    model: str
+    workers: Count | None  # null for a user's own job: its DataLoader decides (job.loader)
+    batch_size: Count | None
+    model: str | None
     mode: str
     device: str
     image_size: Count
@@ -59,6 +59,8 @@ class Config(TypedDict, total=False):
     seed: int
     sample_interval_s: Seconds
     extra: dict[str, Any]
+    then: str  # a user's own job: "exit" | "continue"
+    script: str  # a user's own job: the script or module
 
 
 class CpuInfo(TypedDict, total=False):
@@ -165,13 +167,13 @@ class SpansTable(TypedDict):
     rchar: list[Count]
     read_bytes: list[Count]
     stages: dict[str, list[Seconds]]  # {stage name: column of self seconds per row}; see TABLE_COLUMN_GROUPS
+    pixels: NotRequired[list[Count]]  # decoded image pixels in the call (PIL / torchvision.io), 0 if none
     # v1 columns, kept next to the v2 ones when a v1 record is migrated (readers that predate v2 still use them).
     read_start: NotRequired[list[Time]]
     read_end: NotRequired[list[Time]]
     decode_end: NotRequired[list[Time]]
     augment_end: NotRequired[list[Time]]
     bytes: NotRequired[list[Count]]
-    pixels: NotRequired[list[Count]]
 
 
 class EpochsTable(TypedDict):
@@ -183,7 +185,7 @@ class EpochsTable(TypedDict):
 
 class Accounting(TypedDict, total=False):
     """Which per-thread clocks the spans could use on this host."""
-    cpu_clock: str  # "schedstat" | "thread_time"
+    cpu_clock: str  # "thread_time" (CLOCK_THREAD_CPUTIME_ID)
     runqueue: bool
     thread_io: bool
     absent: dict[str, str]  # facility -> why it is missing
