@@ -194,7 +194,8 @@ def straggler(rows: list[dict]) -> dict[str, Any] | None:
 
 def straggler_sentence(st: dict[str, Any]) -> str:
     waiting = _ranks_words(st["waiting_ranks"])
-    tail = f"{waiting} waited {_pct(st['waiting_share'])} of their step in the all-reduce for it"
+    their = "its" if len(st["waiting_ranks"]) == 1 else "their"
+    tail = f"{waiting} waited {_pct(st['waiting_share'])} of {their} step in the all-reduce for it"
     if st["kind"] == "input":
         cause = st["cause"]
         words = vocab.CAUSE[cause].words if cause in vocab.CAUSE else cause
