@@ -137,3 +137,6 @@ RANK_WAIT_S = 60.0
 # A rank that waited at least this share of its step in collectives is "waiting for someone": below it, the
 # all-reduce's own cost and noise (a few per cent of a step) explain the wait.
 STRAGGLER_WAIT_SHARE = 0.10
+# ... and the straggler must be the rank that waited least in at least this share of the aligned steps: a rank that
+# holds the others up does so step after step; two ranks taking turns (noise, a shared core) hold no one up.
+STRAGGLER_CONSISTENT_FROM = 0.6

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import vocab
-from ..thresholds import STRAGGLER_WAIT_SHARE
+from ..thresholds import STRAGGLER_CONSISTENT_FROM, STRAGGLER_WAIT_SHARE
 
 
 def _pct(x: float) -> str:
@@ -150,7 +150,11 @@ def merge(records: dict[int, dict | None], world_size: int | None = None,
         "skew_ms": {"mean": round(sum(skew) / len(skew) * 1e3, 3) if skew else None,
                     "max": round(max(skew) * 1e3, 3) if skew else None},
     }
-    view["straggler"] = straggler(rows)
+    n = len(common)
+    least = [min(present, key=lambda r: per_step["collective_s"][r][i]) for i in range(n)]
+    for row in rows:  # in how many aligned steps this rank waited least in collectives (the others waited for it)
+        row["least_waiting_steps"] = sum(1 for x in least if x == row["rank"])
+    view["straggler"] = straggler(rows, n)
     view["summary"] = summary(view)
     return view
 
@@ -163,12 +167,15 @@ def _method_words(method: str, present: dict[int, dict]) -> str:
             "minus the fastest rank's at the same step")
 
 
-def straggler(rows: list[dict]) -> dict[str, Any] | None:
-    """The rank the others waited for, and why; None when no rank waited a meaningful share for another."""
+def straggler(rows: list[dict], aligned: int) -> dict[str, Any] | None:
+    """The rank the others waited for, and why; None when no rank waited a meaningful share for another, or not
+    consistently (the rank that waited least in collectives must be so in STRAGGLER_CONSISTENT_FROM of the steps)."""
     rows = [r for r in rows if r.get("collective_share") is not None and r.get("steps")]
-    if len(rows) < 2:
+    if len(rows) < 2 or aligned <= 0:
         return None
     s = min(rows, key=lambda r: (r["collective_share"], -(r.get("input_wait_share") or 0.0)))
+    if s.get("least_waiting_steps", aligned) < STRAGGLER_CONSISTENT_FROM * aligned:
+        return None
     others = [r for r in rows if r is not s]
     waiting = [r for r in others if r["collective_share"] >= STRAGGLER_WAIT_SHARE]
     if not waiting or min(r["collective_share"] for r in waiting) - s["collective_share"] < STRAGGLER_WAIT_SHARE:
@@ -180,6 +187,7 @@ def straggler(rows: list[dict]) -> dict[str, Any] | None:
     by = {k: float(v) for k, v in (s.get("stall_by_cause") or {}).items() if k != "other"}
     total = float(s.get("stall_s") or 0.0)
     out: dict[str, Any] = {"rank": s["rank"], "waiting_ranks": [r["rank"] for r in waiting],
+                           "consistent_steps": f"{s.get('least_waiting_steps', aligned)} of {aligned}",
                            "waiting_share": round(sum(r["collective_share"] for r in waiting) / len(waiting), 4)}
     if input_excess >= STRAGGLER_WAIT_SHARE and total > 0 and by and max(by.values()) > 0:
         cause = max(by, key=by.get)
