@@ -241,8 +241,7 @@ def test_user_ddp_script_rank1_cpu_straggler(tmp_path, raw_files):
 
 def test_user_ddp_script_rank1_cold_throttled_io_straggler(tmp_path, raw_files, tmp_path_factory):
     from profiler.storage import device as sdev
-    from profiler.storage.kernel_throttle import KernelThrottle
-    from profiler.storage.spec import ThrottleSpec
+    from profiler.storage import throttle as thr
 
     cold = tmp_path_factory.mktemp("cold")
     for i in range(64):
@@ -250,7 +249,7 @@ def test_user_ddp_script_rank1_cold_throttled_io_straggler(tmp_path, raw_files, 
     info = sdev.describe_storage(str(cold))
     if info.tmpfs:
         pytest.skip("the temp dir is on tmpfs: its pages cannot be evicted, so cold == warm")
-    ok, why = KernelThrottle.available(ThrottleSpec(4_000_000, 200), info.maj_min)
+    ok, why = thr.KernelThrottle.available(thr.resolve_storage("4MB/s,200iops", None), info.maj_min)
     if not ok:
         pytest.skip(f"kernel throttle not available here ({why}); a script can only be slowed by the kernel's")
     for f in raw_files.iterdir():  # rank 0's data: warm, read from the page cache (the throttle does not touch it)
