@@ -181,6 +181,19 @@ def _out_dir(args: argparse.Namespace, c: RunConfig, script: str | None) -> Path
     return outdir.create_run_dir(c.out, default_run_name(c, script))
 
 
+def _rank_out(args: argparse.Namespace, c: RunConfig, script: str | None):
+    """distributed (profiler/distributed): under torchrun, (rank, <run folder>/rank<k>); else (None, None)."""
+    from .distributed import detect
+
+    denv = detect()
+    if denv is None:
+        return None, None
+    from .distributed.launch import rank_out
+    from .harness.runner import default_run_name
+
+    return denv, rank_out(denv, args.out, c.out, default_run_name(c, script))
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     if args.target is not None:
         return cmd_run_script(args)
@@ -192,9 +205,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     c = _config_from(args)
     c.validate()
-    console = Console(stderr=False)
-    out = _out_dir(args, c, None)
-    show = not args.no_progress and console.is_terminal
+    denv, out = _rank_out(args, c, None)  # distributed: this rank's folder; terminal output from rank 0 only
+    console = Console(stderr=False, quiet=denv is not None and not denv.is_main)
+    out = out or _out_dir(args, c, None)
+    show = not args.no_progress and console.is_terminal and not console.quiet
 
     def sample_progress(i: int, n: int) -> None:
         if i == 1:
@@ -209,7 +223,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             rec = execute(p, on_step=live.on_step)
         if not rec.window.get("steps") and rec.outcome.status == "interrupted":  # type: ignore[attr-defined]
             print("profiler: interrupted before the first measured step", file=sys.stderr)
+        if denv is not None:  # distributed: the record's rank section
+            from .distributed.launch import attach
+            attach(rec, denv, out)
         _write_outputs(rec, out, args, console)
+    if denv is not None:  # distributed: rank 0 merges the ranks' records
+        from .distributed.launch import finish
+        finish(denv, out, console, plots=not args.no_plots)
     outcome = rec.outcome  # type: ignore[attr-defined]
     if outcome.status == "interrupted":
         return signals.exit_status(outcome.error)
@@ -239,9 +259,11 @@ def cmd_run_script(args: argparse.Namespace) -> int:
     path = resolve_target(target, args.is_module)
     c = _config_from(args)
     c.validate()
-    console = Console(stderr=False)
-    out = _out_dir(args, c, Path(path).name if not args.is_module else target.rsplit(".", 1)[-1])
-    show = not args.no_progress and console.is_terminal
+    name = Path(path).name if not args.is_module else target.rsplit(".", 1)[-1]
+    denv, out = _rank_out(args, c, name)  # distributed: this rank's folder; terminal output from rank 0 only
+    console = Console(stderr=False, quiet=denv is not None and not denv.is_main)
+    out = out or _out_dir(args, c, name)
+    show = not args.no_progress and console.is_terminal and not console.quiet
     with outdir.removed_if_unused(out):
         storage = None
         if args.data:
@@ -260,6 +282,9 @@ def cmd_run_script(args: argparse.Namespace) -> int:
 
         def on_closed(rec) -> None:
             live.__exit__(None, None, None)
+            if denv is not None:  # distributed: the record's rank section
+                from .distributed.launch import attach
+                attach(rec, denv, out, run.t0)
             written.extend(_write_outputs(rec, out, args, console))
             console.print("Window closed; the script goes on unprofiled.")
 
@@ -281,7 +306,13 @@ def cmd_run_script(args: argparse.Namespace) -> int:
             raise UserError(f"{target} iterated no DataLoader: nothing to profile (the profiler measures the first "
                             "torch.utils.data.DataLoader the job iterates)")
         if not written:
+            if denv is not None:  # distributed: the record's rank section
+                from .distributed.launch import attach
+                attach(rec, denv, out, run.t0)
             _write_outputs(rec, out, args, console)
+    if denv is not None:  # distributed: rank 0 merges the ranks' records
+        from .distributed.launch import finish
+        finish(denv, out, console, plots=not args.no_plots)
     if outcome.status == "interrupted":
         return signals.exit_status(outcome.error)
     if outcome.status == "failed":
@@ -298,10 +329,19 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     from . import record
     from .analysis import analyze
+    from .distributed.layout import is_ranks_folder
     from .outdir import prepare_out
     from .render import write_reports
     from .render.terminal import print_report
 
+    if is_ranks_folder(Path(args.run_json)):  # distributed: a torchrun run folder (rank<k>/run.json): merge them
+        from .distributed.report import print_merged, write_merged
+
+        if args.out:
+            raise UserError("report RUN_FOLDER of several ranks writes next to the records; leave out --out")
+        view, files = write_merged(Path(args.run_json))
+        print_merged(view, Console(), [str(f) for f in files])
+        return 0
     rec = analyze(record.load(args.run_json))
     src = Path(args.run_json)
     out = prepare_out(Path(args.out) if args.out else (src if src.is_dir() else src.parent))

@@ -128,3 +128,15 @@ SAWTOOTH_MIN_WAIT_S = 0.005
 # this share of gaps) and hold at least this share of the stall.
 SAWTOOTH_REGULAR_SHARE = 0.6
 SAWTOOTH_STALL_SHARE = 0.5
+
+# --- Several ranks (torchrun / DDP) -----------------------------------------------------------------------------------
+# How long a rank waits for rank 0 to publish the run folder, and rank 0 for the other ranks' run.json files. Why
+# 60 s: a rank ends within a few seconds of the others (they meet in every all-reduce); what one still lacks after a
+# minute is a rank that hangs, and the merge then names it missing instead of holding the job up.
+RANK_WAIT_S = 60.0
+# A rank that waited at least this share of its step in collectives is "waiting for someone": below it, the
+# all-reduce's own cost and noise (a few per cent of a step) explain the wait.
+STRAGGLER_WAIT_SHARE = 0.10
+# ... and the straggler must be the rank that waited least in at least this share of the aligned steps: a rank that
+# holds the others up does so step after step; two ranks taking turns (noise, a shared core) hold no one up.
+STRAGGLER_CONSISTENT_FROM = 0.6

@@ -70,6 +70,10 @@ STAGES: tuple[Stage, ...] = (
           "starting an epoch (worker start-up and first prefetch)"),
 )
 STAGE = {s.name: s for s in STAGES}
+# Outside STAGES (per-rank tables and plots only; not a stage of every run): a DDP rank waiting in the step's
+# collectives (all-reduce) for the other ranks. See profiler/distributed/merge.py.
+COLLECTIVE = Stage("collective", "step", "main", None, "collective wait (all-reduce)", "#8c613c",
+                   "waiting in the all-reduce for the other ranks")
 
 # Sample stages whose name the instrumentation gives to well-known library calls (see harness/substages.py).
 SAMPLE_STAGES = tuple(s.name for s in STAGES if s.per == "sample")
@@ -110,6 +114,8 @@ def stage(name: str) -> Stage:
     """The registered stage, or a user-named one (``profiler.stage("tokenize")``) with a stable colour of its own."""
     if name in STAGE:
         return STAGE[name]
+    if name == COLLECTIVE.name:
+        return COLLECTIVE
     colour = _USER_COLOURS[sum(name.encode()) % len(_USER_COLOURS)]
     return Stage(name, "sample", "worker", "cpu", name, colour, f"'{name}'")
 

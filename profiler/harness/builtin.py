@@ -23,11 +23,17 @@ from .job import OutOfDeviceMemory
 
 class StreamBatchSampler(Sampler):
     """Full batches from a continuous stream of per-epoch shuffles: no short last batch, no worker restart per epoch
-    (a run's steps are one loader epoch, however many dataset epochs they span)."""
+    (a run's steps are one loader epoch, however many dataset epochs they span).
 
-    def __init__(self, n: int, batch_size: int, total_batches: int, seed: int = 0, shuffle: bool = True):
+    Under DDP (``world_size`` > 1; profiler/distributed), DistributedSampler-style: every rank draws the same seeded
+    permutation per epoch and takes every ``world_size``-th index from ``rank`` on, so the ranks' shares are disjoint.
+    """
+
+    def __init__(self, n: int, batch_size: int, total_batches: int, seed: int = 0, shuffle: bool = True,
+                 rank: int = 0, world_size: int = 1):
         self.n, self.batch_size, self.total_batches = n, batch_size, total_batches
         self.seed, self.shuffle = seed, shuffle
+        self.rank, self.world_size = rank, world_size  # distributed: this rank's share of each epoch
 
     def __len__(self) -> int:
         return self.total_batches
@@ -36,9 +42,10 @@ class StreamBatchSampler(Sampler):
         epoch = 0
         while True:
             if self.shuffle:
-                yield from np.random.default_rng(self.seed + epoch).permutation(self.n).tolist()
+                order = np.random.default_rng(self.seed + epoch).permutation(self.n).tolist()
             else:
-                yield from range(self.n)
+                order = list(range(self.n))
+            yield from order[self.rank::self.world_size]  # distributed: disjoint shares (the whole epoch when 1)
             epoch += 1
 
     def __iter__(self) -> Iterator[list[int]]:

@@ -73,10 +73,20 @@ class Prepared:
     sample_data: bool
     device: torch.device
     model: torch.nn.Module | None
+    denv: Any = None  # distributed (profiler/distributed): this rank under torchrun, else None
+    backend: str | None = None  # distributed: the process group's backend
 
 
 def prepare(c: RunConfig, on_sample_progress: Callable[[int, int], None] | None = None) -> Prepared:
     c.validate()
+    # --- distributed (profiler/distributed): under torchrun, one device per rank -------------------------------
+    from ..distributed import ddp as _ddp
+    from ..distributed import detect
+
+    denv = detect()
+    if denv is not None:
+        c.device = _ddp.rank_device(c.device, denv)
+    # --- end distributed ---------------------------------------------------------------------------------------
     device = resolve_device(c.device)
     normalize_model_name(c.model)  # an unknown name fails here, before any data work
     if c.data:
@@ -93,7 +103,12 @@ def prepare(c: RunConfig, on_sample_progress: Callable[[int, int], None] | None 
     if device.type == "cuda":
         # Events, synchronize and peak-memory calls act on the *current* device: make it the one asked for.
         torch.cuda.set_device(device)
-    return Prepared(c, index, sample, device, model)
+    backend = None
+    if denv is not None:  # distributed: join the process group (left again at the end of execute, or by the CLI)
+        if len(index.files) < denv.world_size:
+            raise UserError(f"{len(index.files)} images cannot be shared among {denv.world_size} ranks")
+        backend = _ddp.init_group(device)
+    return Prepared(c, index, sample, device, model, denv, backend)
 
 
 def _storage_setup(p: Prepared) -> tuple[dict[str, Any], Any, Any]:
@@ -146,13 +161,19 @@ def execute(p: Prepared, on_step: Callable | None = None) -> RunRecord:
     storage, throttle_ctx, read_hook = _storage_setup(p)
     env, gpu_index = _environment(p.device, storage)
     dataset = ImageDataset(p.index.files, p.index.labels, build_transform(c.augment, c.image_size), read_hook=read_hook)
+    rank, world = (p.denv.rank, p.denv.world_size) if p.denv is not None else (0, 1)  # distributed: this share
     loader = DataLoader(
-        dataset, batch_sampler=StreamBatchSampler(len(dataset), c.batch_size, c.warmup + c.steps, seed=c.seed),
+        dataset, batch_sampler=StreamBatchSampler(len(dataset), c.batch_size, c.warmup + c.steps, seed=c.seed,
+                                                  rank=rank, world_size=world),
         num_workers=c.workers, collate_fn=collate_skipping, pin_memory=bool(c.pin_memory) and p.device.type == "cuda",
         prefetch_factor=c.prefetch_factor if c.workers > 0 else None, worker_init_fn=seed_worker,
     )
     torch.manual_seed(c.seed)
-    step_fn = make_step_fn(p.model, c.mode, p.device, c.amp)
+    model, timer = p.model, None
+    if p.denv is not None and model is not None and c.mode == "train":  # distributed: DDP + the all-reduce timer
+        from ..distributed.ddp import wrap_model
+        model, timer = wrap_model(model, p.device, p.backend or "gloo")
+    step_fn = make_step_fn(model, c.mode, p.device, c.amp)
     disk = (storage.get("device") or {}).get("disk")
     sampler = Sampler(t0_ns=t0, interval_s=c.sample_interval_s, gpu_index=gpu_index, disk=disk)
     session = Session(c.warmup, c.steps, then="exit", t0_ns=t0, on_step=on_step,
@@ -163,6 +184,9 @@ def execute(p: Prepared, on_step: Callable | None = None) -> RunRecord:
     finally:
         if read_hook is not None:
             read_hook.close()
+        if p.denv is not None:  # distributed: leave the group, also on errors
+            from ..distributed.ddp import destroy_group
+            destroy_group()
     storage["residency_end"] = _residency(p.index.files, c.seed)
     memory = _memory_section(p, outcome.oom, session.peak_device_memory_bytes)
     rec = build_record(session, outcome, JobSpec("builtin", then="exit"), config=c.to_dict(), environment=env,
@@ -170,6 +194,8 @@ def execute(p: Prepared, on_step: Callable | None = None) -> RunRecord:
                                                                                  "sample": p.sample_data},
                        storage=storage, memory=memory, extra_skipped=list(p.index.skipped))
     rec.outcome = outcome  # type: ignore[attr-defined]  # not serialised: the CLI's exit status
+    rec.t0_ns = t0  # type: ignore[attr-defined]  # not serialised: distributed's CLOCK_MONOTONIC anchor
+    rec.ddp = {"backend": p.backend, "collectives": timer.section(t0) if timer else None}  # type: ignore[attr-defined]
     return rec
 
 

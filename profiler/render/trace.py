@@ -373,7 +373,12 @@ def build_trace(rec: Any, plan: DetailPlan | None = None) -> dict[str, Any]:
     other = {"tool": "profiler", "record_created_utc": printable(rec.created_utc), "time_zero": "run start (ts 0)",
              "verdict": printable((rec.verdict or {}).get("summary", "")), "detail": detail,
              "detail_rule": asdict(plan), "partial": rec.partial}
-    return {"traceEvents": meta + marks + ev + counters, "displayTimeUnit": "ms", "otherData": other}
+    out = {"traceEvents": meta + marks + ev + counters, "displayTimeUnit": "ms", "otherData": other}
+    dist = (getattr(rec, "extra", None) or {}).get("distributed")  # distributed: one rank of a torchrun job
+    if isinstance(dist, dict):  # HTA reads the rank from here, as from the PyTorch profiler's traces
+        out["distributedInfo"] = {"backend": dist.get("backend"), "rank": dist.get("rank"),
+                                  "world_size": dist.get("world_size")}
+    return out
 
 
 def write_trace(rec: Any, path: str | Path, plan: DetailPlan | None = None) -> Path:
