@@ -82,7 +82,11 @@ def boot_id() -> str | None:
 
 
 def hostname() -> str:
-    return socket.gethostname()
+    """Which machine, as a short hash of its host name: enough to tell ranks on one machine from ranks on several,
+    without writing the name itself into records that people share."""
+    import hashlib
+
+    return "host-" + hashlib.sha1(socket.gethostname().encode()).hexdigest()[:10]
 
 
 def rank_section(denv: RankEnv, t0_ns: int, backend: str | None, run_folder: str) -> dict:

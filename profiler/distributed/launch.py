@@ -33,7 +33,7 @@ def attach(rec: Any, denv: RankEnv, rank_folder: Path, t0_ns: int | None = None)
     t0 = t0_ns if t0_ns is not None else getattr(rec, "t0_ns", 0)
     sec = rank_section(denv, t0, backend, str(Path(rank_folder).parent.resolve()))
     sec["collectives"] = ddp.get("collectives")
-    rec.extra["distributed"] = sec
+    rec.distributed = sec
 
 
 def finish(denv: RankEnv, rank_folder: Path, console: Any, plots: bool, timeout_s: float = RANK_WAIT_S) -> None:

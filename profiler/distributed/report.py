@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .. import record
 from ..errors import UserError
 from .layout import find_ranks
 from .merge import merge
@@ -24,7 +25,6 @@ RANK_PID_STRIDE = 1000  # rank k's trace processes: pid + (k + 1) * 1000 (a trac
 def load_ranks(folder: Path) -> tuple[dict[int, Any], dict[int, str]]:
     """rank → analysed RunRecord (None where its run.json is missing or unreadable), and why it is missing."""
     from ..analysis import analyze
-    from ..errors import UserError
 
     recs: dict[int, Any] = {}
     why: dict[int, str] = {}
@@ -33,31 +33,10 @@ def load_ranks(folder: Path) -> tuple[dict[int, Any], dict[int, str]]:
             recs[r], why[r] = None, "no run.json (the rank died or was killed before writing it)"
             continue
         try:
-            recs[r] = analyze(_load(d / "run.json"))
+            recs[r] = analyze(record.load(d / "run.json"))
         except UserError as e:
             recs[r], why[r] = None, f"unreadable run.json ({e})"
     return recs, why
-
-
-def _load(path: Path) -> Any:
-    """record.load, and one workaround (for the lead to remove): a script's record writes config.workers /
-    batch_size / model as null, which the schema-2 validator refuses ('config.workers' is null), so no script record
-    could be re-read. For a script, job.loader is the truth; the null config keys are dropped and the load retried."""
-    from .. import record
-
-    try:
-        return record.load(path)
-    except UserError as e:
-        if "'config." not in str(e):
-            raise
-        d = json.loads(Path(path).read_text())
-        if not isinstance(d, dict) or not isinstance(d.get("config"), dict):
-            raise
-        d["config"] = {k: v for k, v in d["config"].items() if v is not None}
-        try:
-            return record.RunRecord.from_dict(d)
-        except UserError as e2:
-            raise UserError(f"{path}: {e2}") from None
 
 
 def merged_view(folder: Path, states: dict[int, str] | None = None) -> tuple[dict[str, Any], dict[int, Any]]:
@@ -65,7 +44,7 @@ def merged_view(folder: Path, states: dict[int, str] | None = None) -> tuple[dic
     st = dict(states or {})
     for r, w in why.items():
         st[r] = f"{st[r]}; {w}" if r in st and st[r] not in ("record",) else w
-    dicts = {r: ({**rec.to_dict(), "distributed": rec.extra.get("distributed")} if rec is not None else None)
+    dicts = {r: (rec.to_dict() if rec is not None else None)
              for r, rec in recs.items()}
     view = merge(dicts, states={r: s for r, s in st.items() if s != "record"})
     return view, recs
@@ -109,7 +88,7 @@ def build_trace(recs: dict[int, Any], view: dict[str, Any]) -> dict[str, Any]:
     for r, rec in sorted(recs.items()):
         if rec is None:
             continue
-        backend = backend or (rec.extra.get("distributed") or {}).get("backend")
+        backend = backend or (rec.distributed or {}).get("backend")
         try:
             t = rank_trace(rec)
         except Exception as e:  # noqa: BLE001 - the rank's detail trace failed: keep its main loop at least
@@ -130,7 +109,7 @@ def build_trace(recs: dict[int, Any], view: dict[str, Any]) -> dict[str, Any]:
             if "id" in e:
                 e["id"] = f"r{r}-{e['id']}"
             events.append(e)
-        col = (rec.extra.get("distributed") or {}).get("collectives") or {}
+        col = (rec.distributed or {}).get("collectives") or {}
         if col.get("start"):
             tid = 9
             events.append({"ph": "M", "name": "thread_name", "pid": base + MAIN_PID, "tid": tid,

@@ -28,6 +28,7 @@ from .schema import (
     ComputeDevice,
     Config,
     Dataset,
+    Distributed,
     Environment,
     Finding,
     Job,
@@ -70,6 +71,7 @@ class RunRecord:
     storage: Storage | None = None
     memory: Memory | None = None
     job: Job | None = None
+    distributed: Distributed | None = None  # one rank of a torchrun job (profiler/distributed/)
     partial: bool = False
     partial_reason: str | None = None
     schema_version: int = SCHEMA_VERSION

@@ -392,6 +392,32 @@ class Ram(TypedDict, total=False):
     projection_error: str
 
 
+class Collectives(TypedDict, total=False):
+    method: str  # how the collective wait was measured (a DDP communication hook) or derived
+    kind: str  # "all_reduce"
+    start: list[Time]
+    end: list[Time]
+
+
+class Distributed(TypedDict, total=False):
+    """One rank of a torchrun job (absent for a single process)."""
+    rank: Count
+    local_rank: Count
+    world_size: Count
+    local_world_size: Count | None
+    group_rank: Count | None
+    backend: str | None  # "gloo" | "nccl" | null (a user's script: its own process group)
+    hostname: str  # a hash of the host name ("host-…"), never the name itself
+    boot_id: str | None  # ranks with one boot id share CLOCK_MONOTONIC
+    pid: Count
+    clock: str  # "CLOCK_MONOTONIC"
+    t0_monotonic_ns: Count  # the run start all of this rank's times are relative to
+    run_id: str | None
+    restart_count: Count | None
+    run_folder: str
+    collectives: Collectives | None
+
+
 class Record(TypedDict, total=False):
     """The whole run.json object: what ``validate`` checks the top level against."""
     schema_version: Required[int]
@@ -410,6 +436,7 @@ class Record(TypedDict, total=False):
     skipped: Skipped
     storage: Storage | None
     memory: Memory | None
+    distributed: Distributed | None
     throughput: Throughput
     stages: dict[str, StageStats]
     stall: Stall
@@ -440,5 +467,6 @@ SAME_LENGTH: dict[type, tuple[str, ...]] = {
 }
 
 RAW_SECTIONS = ("schema_version", "tool", "created_utc", "partial", "partial_reason", "job", "config", "environment",
-                "compute_device", "window", "timeline", "samples", "dataset", "skipped", "storage", "memory")
+                "compute_device", "window", "timeline", "samples", "dataset", "skipped", "storage", "memory",
+                "distributed")
 DERIVED_SECTIONS = ("throughput", "stages", "stall", "verdict", "findings", "ram")

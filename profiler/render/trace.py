@@ -374,7 +374,7 @@ def build_trace(rec: Any, plan: DetailPlan | None = None) -> dict[str, Any]:
              "verdict": printable((rec.verdict or {}).get("summary", "")), "detail": detail,
              "detail_rule": asdict(plan), "partial": rec.partial}
     out = {"traceEvents": meta + marks + ev + counters, "displayTimeUnit": "ms", "otherData": other}
-    dist = (getattr(rec, "extra", None) or {}).get("distributed")  # distributed: one rank of a torchrun job
+    dist = getattr(rec, "distributed", None)  # distributed: one rank of a torchrun job
     if isinstance(dist, dict):  # HTA reads the rank from here, as from the PyTorch profiler's traces
         out["distributedInfo"] = {"backend": dist.get("backend"), "rank": dist.get("rank"),
                                   "world_size": dist.get("world_size")}
