@@ -1,8 +1,29 @@
+"""``python -m profiler``: the command line (profiler/cli.py), with the two ways a shell can end it cleanly.
+
+- Ctrl-C while Python is still importing torch (a second or two): one line and 130, not a traceback.
+- stdout closed early (``... | head``): the run's exit status, not a BrokenPipeError traceback and 1.
+"""
 from __future__ import annotations
 
+import os
 import sys
 
-from .cli import main
+
+def _run() -> int:
+    try:
+        from .cli import main
+    except KeyboardInterrupt:
+        print("profiler: interrupted while starting", file=sys.stderr)
+        return 130
+    try:
+        code = main()
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        # Python flushes stdout again at exit: point it at /dev/null so that flush cannot fail a second time.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_run())

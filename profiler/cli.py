@@ -163,13 +163,31 @@ def _write_outputs(rec, out: Path, args: argparse.Namespace, console) -> list[st
     from .render.terminal import print_report
 
     with signals.deferred():
+        path = _save_somewhere(rec, out / "run.json")  # the raw record first: safe before the expensive work
         analyze(rec)
-        rec.save(out / "run.json")
-        files = [str(out / "run.json")]
-        if not args.no_plots:
+        path = _save_somewhere(rec, path)
+        files = [str(path)]
+        if not args.no_plots and path.parent == out:
             files += [str(f) for f in write_reports(rec, out)]
     print_report(rec, console, files)
     return files
+
+
+def _save_somewhere(rec, path: Path) -> Path:
+    """Save run.json at ``path``; if that fails (disk full, folder gone), keep the measurement in the temp folder and
+    say where, rather than lose it."""
+    import tempfile
+
+    try:
+        return rec.save(path)
+    except OSError as e:
+        fallback = Path(tempfile.gettempdir()) / f"profiler-{os.getpid()}-run.json"
+        try:
+            rec.save(fallback)
+        except OSError:
+            raise UserError(f"could not save the record to {path} ({e.strerror or e}) nor to {fallback}") from None
+        print(f"profiler: could not save {path} ({e.strerror or e}); the record is in {fallback}", file=sys.stderr)
+        return fallback
 
 
 def _out_dir(args: argparse.Namespace, c: RunConfig, script: str | None) -> Path:
@@ -359,9 +377,20 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line; SIGTERM/SIGHUP become exceptions while it runs (and the process's own handlers come back
+    after, for callers that run it in-process)."""
     from . import signals
 
-    signals.install()
+    taken = signals.install()
+    try:
+        return _main(argv)
+    finally:
+        signals.restore(taken)
+
+
+def _main(argv: list[str] | None) -> int:
+    from . import signals
+
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     target, is_module, script_args = None, False, []

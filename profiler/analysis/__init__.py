@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..thresholds import SERVED_FROM_RAM_FROM
-from .attribution import attribute, has_kernel_accounting
+from .attribution import attribute, extend_to_tail, has_kernel_accounting
 from .context import Context, build_context
 from .io import fits_in_page_cache, io_totals, memory_advice
 from .patterns import pattern_findings
@@ -28,6 +28,7 @@ def analyze(rec: Any) -> Any:
     stages = stage_stats(t)
     stall = attribute(t, window_s, rec.compute_device.get("timing", "host clocks"),
                       kernel=has_kernel_accounting(rec.timeline, t))
+    stall = extend_to_tail(stall, t.tail, window_s)
     stall["method"] = ("device-timeline gaps (CUDA events), split by what the producing worker was doing"
                        if rec.compute_device.get("timing") == "cuda events"
                        else "main-thread wait for the next batch, split by what the producing worker was doing")

@@ -203,6 +203,29 @@ def attribute(t: Tables, window_s: float, device_timing: str = "host clocks",
     }
 
 
+def extend_to_tail(stall: dict[str, Any], tail: dict[str, Any] | None, window_s: float) -> dict[str, Any]:
+    """Add the idle time of the measured steps beyond the detail (their exact total), split in the proportions the
+    detailed steps measured — the one assumption, stated in ``stall.tail``. ``per_step`` stays the detail's."""
+    if not tail or not tail.get("steps"):
+        return stall
+    extra = float(tail.get("idle_s", 0.0))
+    base = float(stall["seconds"])
+    for key in ("by_cause", "by_kind", "by_stage"):
+        parts = stall[key]
+        if base > 0:
+            scaled = {k: round(v + extra * v / base, 6) for k, v in parts.items()}
+        else:
+            scaled = {**parts, "other": round(parts.get("other", 0.0) + extra, 6)}
+        stall[key] = _exact(scaled, round(base + extra, 6))
+    stall["seconds"] = round(sum(stall["by_cause"].values()), 6)
+    stall["fraction"] = round(stall["seconds"] / window_s, 6) if window_s > 0 else 0.0
+    secs = stall["seconds"]
+    stall["share_by_cause"] = {k: (round(v / secs, 4) if secs > 0 else 0.0) for k, v in stall["by_cause"].items()}
+    stall["tail"] = {"steps": int(tail["steps"]), "idle_s": round(extra, 6),
+                     "method": "exact idle total; split in the shares of the steps kept in detail"}
+    return stall
+
+
 def _exact(parts: dict[str, float], total: float) -> dict[str, float]:
     """Put the rounding residue into ``other`` so the parts sum to ``total`` exactly."""
     rest = round(total - sum(v for k, v in parts.items() if k != "other"), 6)

@@ -116,6 +116,9 @@ def build_context(rec: Any, t: Tables, stages: dict[str, Any]) -> Context:
     window_s = float(win.get("seconds", 0.0))
     samples = int(np.sum(t.steps["samples"])) if "samples" in t.steps else 0
     steps = int(t.steps["wait_start"].size) if "wait_start" in t.steps else 0
+    if t.tail:  # measured steps beyond the detail: exact counts (timeline.tail)
+        samples += int(t.tail.get("samples", 0))
+        steps += int(t.tail.get("steps", 0))
     loader = loader_settings(rec, samples, steps)
     sp = t.spans
     sel = np.isin(sp["batch"], t.measured_batches) if sp.get("batch") is not None and sp["batch"].size else None

@@ -31,6 +31,7 @@ class Tables:
     span_stages: dict[str, np.ndarray]  # named sub-stage self seconds per dataset call
     epochs: dict[str, np.ndarray]
     measured_batches: np.ndarray  # batch numbers received in measured steps
+    tail: dict[str, Any] | None = None  # exact totals of the measured steps beyond the detail (timeline.tail)
 
 
 def tables(timeline: dict[str, Any]) -> Tables:
@@ -45,7 +46,7 @@ def tables(timeline: dict[str, Any]) -> Tables:
     sp = {k: np.asarray(v) for k, v in raw_spans.items()}
     ss = {k: np.asarray(v, dtype=float) for k, v in stages.items()}
     ep = {k: np.asarray(v) for k, v in (timeline.get("epochs") or {}).items()}
-    return Tables(st, bt, sp, ss, ep, st.get("batch", np.array([], dtype=np.int64)))
+    return Tables(st, bt, sp, ss, ep, st.get("batch", np.array([], dtype=np.int64)), timeline.get("tail") or None)
 
 
 def _asked_at(t: Tables, bt: dict[str, np.ndarray]) -> np.ndarray:
@@ -115,6 +116,17 @@ def stage_durations(t: Tables) -> dict[str, np.ndarray]:
 def stage_stats(t: Tables) -> dict[str, dict[str, Any]]:
     durations = stage_durations(t)
     out = {k: describe(v, vocab.stage(k).per) for k, v in durations.items()}
+    if t.tail and t.tail.get("steps"):
+        # Main-loop stages: count and total are exact over every measured step; the percentiles (and every worker
+        # stage) describe the steps kept in detail.
+        n = int(t.tail["steps"])
+        for k, key in (("wait", "wait_s"), ("h2d", "h2d_s"), ("compute", "compute_s")):
+            if k in out:
+                s = out[k]
+                s["count"] += n
+                s["total_s"] = round(s["total_s"] + float(t.tail.get(key, 0.0)), 6)
+                s["mean_ms"] = round(s["total_s"] / s["count"] * 1e3, 4) if s["count"] else 0.0
+                s["percentiles_over"] = f"the first {int(t.tail.get('detail_steps', 0))} measured steps"
     sp = t.spans
     if "read" in out and sp.get("rchar") is not None and sp["rchar"].size:
         out["read"]["bytes"] = int(sp["rchar"][np.isin(sp["batch"], t.measured_batches)].sum())

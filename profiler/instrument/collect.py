@@ -87,8 +87,17 @@ def timeline(s: Session) -> dict[str, Any]:
     epochs = {"epoch": [e.epoch for e in s.epochs], "iter_start": _sec([e.iter_start_ns for e in s.epochs], t0),
               "iter_end": _sec([e.iter_end_ns for e in s.epochs], t0),
               "first_batch": _sec([e.first_batch_ns or e.iter_end_ns for e in s.epochs], t0)}
-    return {"steps": steps, "batches": batches, "sample_spans": spans, "epochs": epochs,
-            "accounting": s.accounting, "time_unit": "s since run start"}
+    out = {"steps": steps, "batches": batches, "sample_spans": spans, "epochs": epochs,
+           "accounting": s.accounting, "time_unit": "s since run start"}
+    if s.tail.steps:
+        tl = s.tail
+        out["tail"] = {"steps": tl.steps, "samples": tl.samples, "wait_s": round(tl.wait_ns / 1e9, 6),
+                       "idle_s": round(tl.idle_ns / 1e9, 6), "h2d_s": round(tl.h2d_ns / 1e9, 6),
+                       "compute_s": round(tl.compute_ns / 1e9, 6), "main_runq_s": round(tl.main_runq_ns / 1e9, 6),
+                       "start_s": round((tl.first_ns - t0) / 1e9, 6), "end_s": round((tl.last_ns - t0) / 1e9, 6),
+                       "detail_steps": s.detail_steps,
+                       "hist_us_log2": {k: list(v) for k, v in tl.hist.items()}}
+    return out
 
 
 def window(s: Session) -> dict[str, Any]:
@@ -96,7 +105,8 @@ def window(s: Session) -> dict[str, Any]:
     return {"start_s": round((s.window_start_ns - s.t0_ns) / 1e9, 6),
             "end_s": round((s.window_end_ns - s.t0_ns) / 1e9, 6),
             "seconds": round(max(0, s.window_end_ns - s.window_start_ns) / 1e9, 6),
-            "steps": len(measured), "samples": sum(r.n_samples for r in measured), "warmup_steps": s.warmup}
+            "steps": len(measured) + s.tail.steps, "samples": sum(r.n_samples for r in measured) + s.tail.samples,
+            "warmup_steps": s.warmup}
 
 
 def skipped(s: Session, extra: list[tuple[str, str]] | None = None) -> dict[str, Any]:
@@ -106,4 +116,6 @@ def skipped(s: Session, extra: list[tuple[str, str]] | None = None) -> dict[str,
     for m in s.metas:
         for _, path, reason in m.skipped:
             seen.setdefault(path, reason)
+    for _, path, reason in s.tail_skipped:
+        seen.setdefault(path, reason)
     return {"count": len(seen), "files": [{"path": k, "reason": v} for k, v in sorted(seen.items())]}

@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from . import clocks, substages, torch_hooks
@@ -31,6 +31,44 @@ from .worker import BatchMeta, Instrumented
 RESOLVE_EVERY = 32
 # Distinct folders the record names as where the data was read from (the most-opened are kept).
 MAX_FOLDERS = 256
+# Measured steps kept in full detail (every step, batch and dataset call). Beyond, each step is folded into exact
+# running totals (Tail) and dropped, so memory and run.json stay bounded however long the run: 2,000 steps at batch
+# 32 are ~64k dataset calls, ~5 MB of record — enough for stable percentiles and attribution shares.
+DETAIL_STEPS = 2000
+# Skipped files listed from the tail steps (the detail's are all listed): a folder of bad files must not grow the
+# record without bound either.
+MAX_TAIL_SKIPPED = 1000
+# Log2 histogram of per-step times beyond the detail (µs): bin k holds [2^k, 2^(k+1)) µs, 0..2^40 µs (12 days).
+HIST_BINS = 40
+
+
+@dataclass
+class Tail:
+    """Exact totals of the measured steps beyond DETAIL_STEPS (their details are not kept)."""
+    steps: int = 0
+    samples: int = 0
+    wait_ns: int = 0
+    idle_ns: int = 0
+    h2d_ns: int = 0
+    compute_ns: int = 0
+    main_runq_ns: int = 0
+    first_ns: int = 0
+    last_ns: int = 0
+    hist: dict[str, list[int]] = field(default_factory=lambda: {k: [0] * HIST_BINS for k in ("wait", "compute")})
+
+    def add(self, r: "StepRow") -> None:
+        wait, compute = r.wait_end_ns - r.wait_start_ns, max(0, r.compute_end_ns - r.h2d_end_ns)
+        self.steps += 1
+        self.samples += r.n_samples
+        self.wait_ns += wait
+        self.idle_ns += r.idle_ns
+        self.h2d_ns += max(0, r.h2d_end_ns - r.h2d_start_ns)
+        self.compute_ns += compute
+        self.main_runq_ns += r.main_runq_ns
+        self.first_ns = self.first_ns or r.wait_start_ns
+        self.last_ns = max(self.last_ns, r.compute_end_ns)
+        for k, v in (("wait", wait), ("compute", compute)):
+            self.hist[k][min(HIST_BINS - 1, max(0, int(v // 1000)).bit_length())] += 1
 
 
 class WindowClosed(BaseException):
@@ -57,6 +95,7 @@ class StepRow:
     compute_end_ns: int = 0
     idle_ns: int = 0
     batch: int = -1
+    tail: bool = False  # beyond DETAIL_STEPS: folded into Session.tail once it has ended, then dropped
 
 
 @dataclass
@@ -142,6 +181,7 @@ class _CudaTimeline:
         self.last_ns = float(self.anchor_ns)
         self.queue: list[tuple[Any, StepRow, str]] = []  # (event, row, which) in record order
         self.device = torch.cuda.current_device()
+        self.on_step_done: Callable[[StepRow], None] | None = None  # called when a step's last event resolves
 
     def mark(self, row: StepRow, which: str) -> None:
         ev = self.torch.cuda.Event(enable_timing=True)
@@ -159,6 +199,8 @@ class _CudaTimeline:
             self.last = ev
             setattr(row, which, int(self.last_ns))
             done += 1
+            if which == "compute_end_ns" and self.on_step_done is not None:
+                self.on_step_done(row)
         del self.queue[:done]
 
 
@@ -168,8 +210,13 @@ class Session:
     def __init__(self, warmup: int, steps: int, then: str = "exit",
                  on_step: Callable[[StepRow, bool], None] | None = None,
                  on_window_closed: Callable[["Session"], None] | None = None,
-                 on_first_pid: Callable[[int, int], None] | None = None, t0_ns: int | None = None):
+                 on_first_pid: Callable[[int, int], None] | None = None, t0_ns: int | None = None,
+                 detail_steps: int | None = None):
         self.warmup, self.steps, self.then = warmup, steps, then
+        self.detail_steps = DETAIL_STEPS if detail_steps is None else detail_steps
+        self.tail = Tail()
+        self._n_steps = 0
+        self._measured_done = 0
         self.on_step, self.on_window_closed, self.on_first_pid = on_step, on_window_closed, on_first_pid
         self.t0_ns = t0_ns or 0
         self.samples: dict = {}
@@ -193,6 +240,7 @@ class Session:
         self._main_thread = threading.main_thread()
         self.peak_device_memory_bytes: int | None = None
         self.read_from: dict[str, int] = {}  # folder -> files the profiled loader's dataset opened there
+        self.tail_skipped: list[tuple[int, str, str]] = []  # skipped files reported in tail steps (bounded)
 
     # --- lifecycle ------------------------------------------------------------------------------------------------
     def start(self) -> "Session":
@@ -213,7 +261,8 @@ class Session:
 
     @property
     def measured_steps(self) -> int:
-        return sum(1 for r in self.rows if r.measured and r.compute_end_ns)
+        """Measured steps that have ended (detail and tail)."""
+        return self._measured_done
 
     @property
     def other_loaders(self) -> int:
@@ -267,18 +316,17 @@ class Session:
             if self.then == "exit":
                 raise WindowClosed()
             return torch_hooks.unwrap(orig(it))
-        step = len(self.rows)
+        step = self._n_steps  # taken only once a batch arrives (an epoch's StopIteration is no step)
         measured = step >= self.warmup
         if measured and not self.window_start_ns:
             self._open_window()
             t0 = time.perf_counter_ns() if self.cuda is not None else t0
-        row = StepRow(step, max(0, len(self.epochs) - 1), -1, os.getpid(), 0, t0, 0, 0, 0, measured)
+        row = StepRow(step, max(0, len(self.epochs) - 1), -1, os.getpid(), 0, t0, 0, 0, 0, measured,
+                      tail=measured and step - self.warmup >= self.detail_steps)
         if self.cuda is not None and measured:
             self.cuda.mark(row, "wait_start_dev")
-        try:
-            data = orig(it)
-        except StopIteration:
-            raise
+        data = orig(it)
+        self._n_steps += 1
         s1 = clocks.snapshot(end=True)
         row.wait_end_ns, row.main_cpu_ns, row.main_runq_ns = s1[0], s1[1] - s0[1], s1[2] - s0[2]
         if self.cuda is not None and measured:
@@ -288,8 +336,11 @@ class Session:
             meta, batch = data.meta, data.batch
             row.worker_id, row.pid = meta.worker_id, meta.pid
             row.n_samples = max(0, meta.items - len(meta.skipped))
-            row.batch = len(self.metas)
-            self.metas.append(meta)
+            if row.tail:  # its spans are not kept; what the record lists of it is kept here
+                self.tail_skipped.extend(meta.skipped[:MAX_TAIL_SKIPPED - len(self.tail_skipped)])
+            else:
+                row.batch = len(self.metas)
+                self.metas.append(meta)
             for folder, n in meta.opened.items():
                 if folder in self.read_from or len(self.read_from) < MAX_FOLDERS:
                     self.read_from[folder] = self.read_from.get(folder, 0) + n
@@ -300,7 +351,8 @@ class Session:
         ep = self.epochs[-1] if self.epochs else None
         if ep is not None and not ep.first_batch_ns:
             ep.first_batch_ns = row.wait_end_ns
-        self.rows.append(row)
+        if not row.tail:
+            self.rows.append(row)
         self._open_row = row
         if self.cuda is not None and step % RESOLVE_EVERY == 0:
             self.cuda.resolve()
@@ -314,6 +366,7 @@ class Session:
 
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             self.cuda = _CudaTimeline()
+            self.cuda.on_step_done = self._device_step_done
             self.device_timing = "cuda events"
             torch.cuda.reset_peak_memory_stats()
         self.window_start_ns = time.perf_counter_ns()
@@ -326,6 +379,11 @@ class Session:
         if not row.h2d_start_ns:
             row.h2d_start_ns = row.h2d_end_ns = row.wait_end_ns
         row.compute_end_ns = t_ns  # host figure; on CUDA replaced by the device's once resolved
+        if row.measured:
+            self._measured_done += 1
+        if row.tail and self.cuda is None:
+            row.idle_ns = row.wait_end_ns - row.wait_start_ns
+            self.tail.add(row)
 
     def _close(self, t_ns: int) -> None:
         """Close the window at host time ``t_ns``: end the open step, resolve device time, freeze the figures."""
@@ -346,9 +404,26 @@ class Session:
                 r.idle_ns = r.wait_end_ns - r.wait_start_ns
         if not self.window_start_ns:
             self.window_start_ns = t_ns
-        self.window_end_ns = max([t_ns] + [r.compute_end_ns for r in measured])
+        self.window_end_ns = max([t_ns, self.tail.last_ns] + [r.compute_end_ns for r in measured])
         if self.on_window_closed is not None:
             self.on_window_closed(self)
+
+    def _device_step_done(self, r: StepRow) -> None:
+        """A tail step's device times are known: its idle by the device's clock, then into the totals."""
+        if r.tail:
+            self._device_idle(r)
+            self.tail.add(r)
+
+    @staticmethod
+    def _device_idle(r: StepRow) -> bool:
+        ws, we = getattr(r, "wait_start_dev", 0), getattr(r, "wait_end_dev", 0)
+        if not (ws and we and r.compute_end_ns):
+            r.idle_ns = r.wait_end_ns - r.wait_start_ns
+            return False
+        if not getattr(r, "h2d_seen", False):  # no h2d stage: the device's step starts when the batch is in hand
+            r.h2d_start_ns = r.h2d_end_ns = we
+        r.idle_ns = max(0, we - ws) + max(0, r.h2d_end_ns - r.h2d_start_ns)
+        return True
 
     def _resolve_device(self) -> None:
         import torch
@@ -359,17 +434,14 @@ class Session:
             cuda.resolve(force=True)
             self.peak_device_memory_bytes = int(torch.cuda.max_memory_allocated())
         except Exception:  # noqa: BLE001 - after an OOM or a sticky error: unresolved steps keep host figures
+            for ev, r, which in cuda.queue:  # tail steps whose events never resolved: host figures
+                if which == "compute_end_ns" and r.tail:
+                    r.idle_ns = r.wait_end_ns - r.wait_start_ns
+                    self.tail.add(r)
             return
         for r in self.rows:
-            if not r.measured:
-                continue
-            ws, we = getattr(r, "wait_start_dev", 0), getattr(r, "wait_end_dev", 0)
-            if not (ws and we and r.compute_end_ns):
-                continue
-            if not getattr(r, "h2d_seen", False):  # no h2d stage: the device's step starts when the batch is in hand
-                r.h2d_start_ns = r.h2d_end_ns = we
-            r.idle_ns = max(0, we - ws) + max(0, r.h2d_end_ns - r.h2d_start_ns)
-            r.device_ok = True  # type: ignore[attr-defined]
+            if r.measured and self._device_idle(r):
+                r.device_ok = True  # type: ignore[attr-defined]
 
 
 _created_map: weakref.WeakKeyDictionary | None = None

@@ -191,6 +191,21 @@ class Accounting(TypedDict, total=False):
     absent: dict[str, str]  # facility -> why it is missing
 
 
+class TailTotals(TypedDict, total=False):
+    """Exact totals of the measured steps beyond the detail cap (their rows, batches and spans are not kept)."""
+    steps: Count
+    samples: Count
+    wait_s: Seconds
+    idle_s: Seconds
+    h2d_s: Seconds
+    compute_s: Seconds
+    main_runq_s: Seconds
+    start_s: Time
+    end_s: Time
+    detail_steps: Count  # how many measured steps were kept in detail
+    hist_us_log2: dict[str, list[Count]]  # {wait, compute}: steps per bin k = [2^k, 2^(k+1)) µs
+
+
 class Timeline(TypedDict, total=False):
     steps: Required[StepsTable]
     batches: Required[BatchesTable]
@@ -198,6 +213,7 @@ class Timeline(TypedDict, total=False):
     epochs: Required[EpochsTable]
     accounting: Required[Accounting]
     time_unit: str
+    tail: TailTotals
 
 
 class ProcessSeries(TypedDict, total=False):
@@ -351,6 +367,7 @@ class StageStats(TypedDict, total=False):
     p99_ms: float
     max_ms: float
     bytes: Count
+    percentiles_over: str  # a run longer than the detail cap: which steps the percentiles describe
 
 
 class Stall(TypedDict, total=False):
@@ -362,6 +379,7 @@ class Stall(TypedDict, total=False):
     by_kind: dict[str, float]
     per_step: dict[str, list[float]]
     method: str
+    tail: dict[str, Any]  # {steps, idle_s, method}: how the steps beyond the detail were added
 
 
 class Recommendation(TypedDict, total=False):

@@ -1,0 +1,71 @@
+"""How the profiler's own cost grows with the length of a run: main-process RSS and run.json size per 1,000 steps.
+
+    python scripts/bench_long_run.py [--steps 5000,40000]
+
+Runs the built-in pipeline on a cheap configuration (64 tiny PNGs, batch 1, no model, 1 worker: ~1 ms per step, so
+the profiler's bookkeeping is most of the work) for each step count, polling the main process's RSS, and prints per
+point the peak RSS and run.json size. The record keeps the first 2,000 measured steps in full detail and folds the
+rest into exact totals (docs/run_json.md, `timeline.tail`), so beyond the cap both should stop growing.
+
+Last line: ``bytes_per_1k_steps: X`` — run.json growth per 1,000 steps between the smallest and largest step count
+(goal ~0). The line before gives the same for peak RSS.
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+
+def run(data: Path, out: Path, steps: int) -> tuple[int, int, float]:
+    cmd = [sys.executable, "-m", "profiler", "run", "--no-progress", "--no-plots", "--data", str(data),
+           "--workers", "1", "--batch-size", "1", "--image-size", "16", "--augment", "none", "--model", "none",
+           "--device", "cpu", "--warmup", "5", "--steps", str(steps), "--out", str(out)]
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = psutil.Process(p.pid)
+    peak = 0
+    while p.poll() is None:
+        try:
+            peak = max(peak, proc.memory_info().rss)
+        except psutil.Error:
+            break
+        time.sleep(0.1)
+    if p.wait() != 0:
+        raise SystemExit(f"run failed: {p.stderr.read().decode()[-2000:]}")
+    return peak, (out / "run.json").stat().st_size, time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", default="5000,40000", help="comma-separated step counts (default 5000,40000)")
+    a = ap.parse_args()
+    counts = sorted(int(s) for s in a.steps.split(","))
+    from PIL import Image
+
+    with tempfile.TemporaryDirectory() as d:
+        data = Path(d) / "data"
+        data.mkdir()
+        rng = np.random.default_rng(0)
+        for i in range(64):
+            Image.fromarray(rng.integers(0, 255, (16, 16, 3), dtype=np.uint8)).save(data / f"{i:02d}.png")
+        points = []
+        for n in counts:
+            rss, size, secs = run(data, Path(d) / f"out{n}", n)
+            points.append((n, rss, size))
+            print(f"{n:>7} steps: peak RSS {rss / 2**20:7.1f} MiB, run.json {size / 2**20:6.2f} MiB, {secs:5.1f} s",
+                  flush=True)
+    (n0, r0, s0), (n1, r1, s1) = points[0], points[-1]
+    k = (n1 - n0) / 1000
+    print(f"rss_bytes_per_1k_steps: {(r1 - r0) / k:.0f}")
+    print(f"bytes_per_1k_steps: {(s1 - s0) / k:.0f}")
+
+
+if __name__ == "__main__":
+    main()
