@@ -422,6 +422,8 @@ def _main(argv: list[str] | None) -> int:
     except KeyboardInterrupt as e:
         print("profiler: interrupted before anything was measured", file=sys.stderr)
         return signals.exit_status(e)
+    except BrokenPipeError:
+        raise  # stdout closed by the reader (| head): __main__ ends quietly with the run's work done
     except Exception:  # noqa: BLE001 - the last line of defence: a hint, and the traceback for the bug report
         traceback.print_exc()
         print("profiler: internal error; please report it with the traceback above", file=sys.stderr)
