@@ -141,6 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("runs", nargs="+", metavar="RUN", help="run.json files or their folders; two or more")
     p.add_argument("--out", metavar="DIR", help="output folder (default: reports/compare-<time>)")
     p.add_argument("--force", action="store_true", help="compare runs of different model or batch size anyway")
+    # sweep (issue 10): its own argv splitting (profiler/sweep.py); this parser only lists it in --help.
+    sub.add_parser("sweep", help="several profiled runs over --workers/--batch-size/--storage/--cache lists: "
+                                 "measured vs predicted, best setting", add_help=False)
     p = sub.add_parser("fit", help="will it fit? device memory breakdown and the largest batch size")
     from .fit.command import add_fit_arguments
     add_fit_arguments(p)
@@ -325,6 +328,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     target, is_module, script_args = None, False, []
+    if argv and argv[0] == "sweep":  # sweep (issue 10): lists, then everything else passed to each run
+        from .sweep import run_sweep
+
+        try:
+            return run_sweep(argv[1:], parser.run_parser)
+        except UserError as e:
+            print(f"profiler: error: {e}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt as e:
+            return signals.exit_status(e)
     try:
         if argv and argv[0] == "run":
             ours, target, is_module, script_args = split_run_argv(argv[1:], parser.run_parser)

@@ -299,3 +299,46 @@ def analyse(r: Rates) -> tuple[dict[str, Any], dict[str, Any]]:
 def with_rates(r: Rates, **change: Any) -> Rates:
     """A copy of ``r`` with fields changed (tests and the sweep build hypothetical runs this way)."""
     return replace(r, **change)
+
+
+def rates_from_dict(d: dict[str, Any]) -> Rates:
+    """Rebuild the Rates a ``whatif.inputs`` section was made from (the sweep predicts from a saved first point)."""
+    from dataclasses import fields
+
+    names = {f.name for f in fields(Rates)}
+    return Rates(**{k: v for k, v in d.items() if k in names})
+
+
+def predict_setting(r: Rates, workers: int | None = None, batch_size: int | None = None, storage: str | None = None,
+                    cache: str | None = None) -> dict[str, Any]:
+    """Samples/s predicted for one changed setting (any of workers, batch size, a --storage preset, a cache mode),
+    with the stage that would bind and the assumptions it rests on."""
+    m = Model(r)
+    change: dict[str, Any] = {}
+    notes = [f"per-sample costs as measured at workers={r.workers}"]
+    warm_blocked = max(r.blocked_s - r.read_blocked_s, 0.0)
+    if batch_size is not None and batch_size != round(r.batch):
+        k = batch_size / max(r.batch, 1.0)
+        change.update(batch=float(batch_size), compute=m.compute1 * k, h2d=r.h2d_s * k)
+        notes.append(f"batch {batch_size}: compute and H2D per step scale with the batch (x{k:.2f})")
+    if storage not in (None, "", "none"):
+        spec = STORAGE_PRESETS[storage]
+        d = {**spec.to_dict(), "mechanism": "userspace"}
+        cost = r.rchar / spec.bytes_per_s + 1.0 / spec.iops if r.rchar > 0 else 0.0
+        change.update(blocked=warm_blocked + cost, storage_cap=storage_cap(r.rchar, 1.0, d))
+        notes.append(f"--storage {storage}: every file from a {spec.describe()} single-queue device")
+    elif cache == "warm":
+        change.update(blocked=warm_blocked, storage_cap=None)
+        notes.append("cache warm: reads cost nothing beyond the page-cache copy")
+    elif cache == "cold":
+        cold = _cold_read_s(r)
+        if cold is not None:
+            per_read, why, spec = cold
+            change.update(blocked=warm_blocked + per_read, storage_cap=storage_cap(r.rchar, 1.0, spec) if spec
+                          else None)
+            notes.append("cache cold: " + why)
+        else:
+            notes.append("cache cold: device rate unknown (this run read from the page cache); predicted as measured")
+    x, binds = m.predict(workers, **change)
+    return {"samples_per_s": round(x, 3), "binds": binds, "assumption": "; ".join(notes),
+            "calibration": round(m.kappa * m.storage_kappa, 4)}
