@@ -77,6 +77,11 @@ def _add_run(sub) -> argparse.ArgumentParser:
     g.add_argument("--out", metavar="DIR", help="output folder (default reports/<time>_<model|script>...)")
     g.add_argument("--no-progress", action="store_true", help="no live progress bar")
     g.add_argument("--no-plots", action="store_true", help="write run.json and the terminal summary only")
+    # issue 10 (sweep of a script): change the profiled loader's settings without editing the script.
+    g.add_argument("--override-workers", type=int, metavar="N", help="script: run its profiled DataLoader with N "
+                   "workers instead of its own num_workers (what `sweep --workers` uses)")
+    g.add_argument("--override-batch-size", type=int, metavar="B", help="script: run its profiled DataLoader with "
+                   "batch size B (a loader built with batch_size=...; what `sweep --batch-size` uses)")
     b = p.add_argument_group("built-in pipeline only")
     b.add_argument("--workers", type=int, metavar="N", help=f"DataLoader workers (default {D.workers})")
     b.add_argument("--batch-size", type=int, metavar="B", help=f"default {D.batch_size}")
@@ -184,7 +189,24 @@ def _out_dir(args: argparse.Namespace, c: RunConfig, script: str | None) -> Path
     return outdir.create_run_dir(c.out, default_run_name(c, script))
 
 
+def _override(args: argparse.Namespace) -> dict[str, int]:
+    """--override-workers / --override-batch-size as Session(override=...) (issue 10); checked here, one line."""
+    out = {}
+    for key, flag, low in (("num_workers", "override_workers", 0), ("batch_size", "override_batch_size", 1)):
+        v = getattr(args, flag, None)
+        if v is None:
+            continue
+        if v < low or v > 1024:
+            raise UserError(f"--{flag.replace('_', '-')} {v}: out of range ({low}..1024)")
+        out[key] = v
+    if out and args.target is None:
+        raise UserError("--override-workers/--override-batch-size apply to a script; the built-in pipeline takes "
+                        "--workers/--batch-size")
+    return out
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    _override(args)
     if args.target is not None:
         return cmd_run_script(args)
     from rich.console import Console
@@ -268,6 +290,7 @@ def cmd_run_script(args: argparse.Namespace) -> int:
 
         run = ExternalRun(spec, c.warmup, c.steps, config, data=args.data, storage=storage,
                           sample_interval_s=c.sample_interval_s, on_step=live.on_step, on_window_closed=on_closed)
+        run.session.override = _override(args)  # issue 10: sweep's per-point loader settings
         console.print(f"Profiling {'-m ' if args.is_module else ''}{target} {' '.join(args.script_args)} "
                       f"({c.warmup} warm-up + {c.steps} measured batches of the first DataLoader it iterates)",
                       markup=False)

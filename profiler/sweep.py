@@ -228,6 +228,8 @@ def run_sweep(tokens: list[str], run_parser: Any) -> int:
               " [--out DIR] [run options] [SCRIPT args | -m MODULE args]\n\n" + SWEEP_EPILOG)
         return 0
     script = bool(target)
+    if lists and all(len(v) == 1 for v in lists.values()):
+        raise UserError("sweep needs at least two settings to compare (e.g. --workers 1,2)")
     for k in [k for k, v in lists.items() if len(v) == 1]:  # one value: the same for every point, not a list
         fwd += run_args({k: lists.pop(k)[0]}, script)
     pts = points_of(lists)

@@ -37,6 +37,9 @@ NO_CHANGE_BELOW = 0.05
 PINNED_SPEEDUP = 2.0
 # Model speed-ups shown: 2x (mixed precision, a faster card) and 10x (a CPU run moved to a GPU).
 MODEL_SPEEDUPS = (2.0, 10.0)
+# The job is "out of cores" when its own CPU demand reaches this share of the usable cores: the rest is the sampler's,
+# the kernel's and rounding.
+CORES_USED_UP = 0.97
 # External load is never taken as exactly 0: a tiny floor keeps the saturated-share formula defined (a floor this
 # small changes no prediction by more than a fraction of a per cent).
 MIN_EXTERNAL = 0.02
@@ -123,7 +126,7 @@ class Model:
         x = _bisect(f, hi)
         b = self._bounds(n, x, p)
         # The calibration scales the solved pipeline (storage caps were divided by it above, so they stay nominal).
-        if x >= hi * 0.999:
+        if x >= hi * CORES_USED_UP:  # the job's own demand fills the usable cores
             return x * self.kappa, "cores"
         return x * self.kappa, min(b, key=lambda k: b[k])
 

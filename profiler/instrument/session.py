@@ -78,6 +78,7 @@ class LoaderInfo:
     multiprocessing_context: str | None
     collate_fn: str
     sampler: str
+    overridden: dict | None = None  # {setting: [script's value, profiled value]} (run --override-*; issue 10)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -166,8 +167,11 @@ class Session:
     def __init__(self, warmup: int, steps: int, then: str = "exit",
                  on_step: Callable[[StepRow, bool], None] | None = None,
                  on_window_closed: Callable[["Session"], None] | None = None,
-                 on_first_pid: Callable[[int, int], None] | None = None, t0_ns: int | None = None):
+                 on_first_pid: Callable[[int, int], None] | None = None, t0_ns: int | None = None,
+                 override: dict[str, int] | None = None):
         self.warmup, self.steps, self.then = warmup, steps, then
+        # {num_workers, batch_size}: applied to the profiled loader when first iterated (issue 10: sweep a script)
+        self.override = dict(override or {})
         self.on_step, self.on_window_closed, self.on_first_pid = on_step, on_window_closed, on_first_pid
         self.t0_ns = t0_ns or 0
         self.samples: dict = {}
@@ -236,6 +240,9 @@ class Session:
 
     # --- hooks ----------------------------------------------------------------------------------------------------
     def _on_iter(self, loader: Any, orig: Callable[[Any], Any]) -> Any:
+        overridden = None
+        if self.override and self._loader_ref is None and not self.closed:  # the profiled loader, before it starts
+            overridden = torch_hooks.override_loader(loader, **self.override)
         t0 = time.perf_counter_ns()
         it = orig(loader)
         t1 = time.perf_counter_ns()
@@ -244,6 +251,7 @@ class Session:
         if self._loader_ref is None:
             self._loader_ref = weakref.ref(loader)
             self.loader = loader_info(loader, self._created.get(loader), _user_site())
+            self.loader.overridden = overridden or None
         if self._loader_ref() is loader:
             self._iters.add(id(it))
             self.epochs.append(EpochRow(len(self.epochs), t0, t1))

@@ -307,6 +307,7 @@ class LoaderInfo(TypedDict, total=False):
     multiprocessing_context: str | None
     collate_fn: str | None
     sampler: str | None
+    overridden: dict[str, list[Any]] | None  # {num_workers|batch_size: [script's, profiled]} (run --override-*)
 
 
 class Job(TypedDict, total=False):
