@@ -199,7 +199,8 @@ def summarise(points: list[dict[str, Any]]) -> dict[str, Any]:
         for p in done:
             s = p["setting"]
             pred = predict_setting(r, workers=s.get("--workers"), batch_size=s.get("--batch-size"),
-                                   storage=s.get("--storage"), cache=s.get("--cache"))
+                                   storage=s.get("--storage"), cache=s.get("--cache"),
+                                   mechanism=p.get("throttle_mechanism"))
             p["predicted_samples_per_s"] = pred["samples_per_s"]
             p["predicted_binds"] = pred["binds"]
             p["assumption"] = pred["assumption"]
@@ -266,6 +267,12 @@ def run_sweep(tokens: list[str], run_parser: Any) -> int:
                 entry["interval"] = [round(iv[0], 3), round(iv[1], 3)] if iv else None
                 entry["inputs"] = (rec.whatif or {}).get("inputs")
                 entry["bottleneck"] = (rec.verdict or {}).get("bottleneck")
+                # Other load on the cores during this point (whatif's calibration): a prediction cannot know that
+                # the host got busier between points, so a large change here explains a large error.
+                entry["cores_available"] = (rec.whatif or {}).get("cores_available")
+                entry["core_share"] = (rec.whatif or {}).get("core_share")
+                # How this point's --storage was emulated (a setting of the run, not a measurement of its speed).
+                entry["throttle_mechanism"] = ((rec.storage or {}).get("throttle") or {}).get("mechanism")
             else:
                 entry["failed"] = "interrupted" if interrupted else f"exit status {rc}" + (
                     "" if rec is None else " (partial record)")

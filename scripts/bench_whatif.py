@@ -46,7 +46,9 @@ def main() -> int:
         for p in doc["points"]:
             m, pr = p.get("measured_samples_per_s"), p.get("predicted_samples_per_s")
             err = p.get("error")
-            print(f"  {p['label']:12s} measured {m or 0:7.1f}  predicted {pr or 0:7.1f}  "
+            load = p.get("cores_available")
+            print(f"  {p['label']:12s} measured {m or 0:7.1f}  predicted {pr or 0:7.1f}  cores for the job "
+                  f"{load if load is not None else float('nan'):5.1f}  "
                   + ("baseline" if p["index"] == doc.get("baseline") else
                      f"error {err * 100:+6.1f} %  (binds: {p.get('predicted_binds')})" if err is not None
                      else p.get("failed", "")))

@@ -57,14 +57,17 @@ def test_a_throttled_device_caps_every_worker_count():
     assert c["lowest"] == "storage" and c["rows"][0]["basis"] == "derived"
 
 
-def test_other_load_calibrated_from_the_run_queue():
-    # The worker got 50 % of a core on 2 cores while the job used 0.5 core: (2 - 0.5) / 0.5 = 3 other threads.
-    r = rates(cores=2.0, samples_per_s=50.0, share=0.5, runq_s=0.01, job_cores=0.5, worker_cores=0.5)
+def test_other_load_keeps_its_cores():
+    # The worker waited for a core half the time on 2 cores and the job got 0.5 core: others keep 1.5 cores, so a
+    # second worker only splits the job's half core (CPU is shared per session / cgroup first, then per thread).
+    r = rates(cores=2.0, samples_per_s=50.0, share=0.5, runq_s=0.01, job_cores=0.5, worker_cores=0.5,
+              system_busy_cores=2.0)
     m = Model(r)
-    assert m.E == pytest.approx(3.0)
-    two, _ = m.predict(2)
-    # Two workers: share = (2 - 0.01 X) / 3, X = 2 share / 0.01 -> X = 80 (not 100: the others keep their share).
-    assert two == pytest.approx(80.0, rel=0.01)
+    assert m.A == pytest.approx(0.5) and m.others == pytest.approx(1.5)
+    assert m.predict(2)[0] == pytest.approx(50.0, rel=0.01) and m.predict(2)[1] == "cores"
+    # The same run on an otherwise idle host (others used nothing, no run-queue wait): two workers double it.
+    idle = Model(rates(cores=2.0, samples_per_s=50.0, cpu_s=0.02, job_cores=1.0, system_busy_cores=1.0))
+    assert idle.A == pytest.approx(2.0) and idle.predict(2)[0] == pytest.approx(100.0, rel=0.01)
 
 
 def test_on_a_cpu_run_the_models_threads_compete_with_the_workers():

@@ -52,6 +52,7 @@ class Rates:
     throttle: dict[str, Any] | None  # the run's storage throttle (spec + mechanism), if any
     cache_mode: str
     model_alone_s: float | None  # model step on a batch already on the device (harness/ceiling.py), if measured
+    main_sample_cpu_s: float | None = None  # a sample's CPU in the main process (harness/ceiling.py), if measured
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -145,6 +146,9 @@ def measure(rec: Any, t: Tables, stages: dict[str, Any], ctx: Any) -> Rates:
     st_rec = rec.storage or {}
     ma = (getattr(rec, "extra", None) or {}).get("model_alone") or getattr(rec, "model_alone", None)
     ma_s = ma.get("seconds_per_step") if isinstance(ma, dict) else None
+    mp = (getattr(rec, "extra", None) or {}).get("main_process_samples")
+    main_cpu = (mp["cpu_s"] / mp["samples"] if isinstance(mp, dict) and isinstance(mp.get("samples"), int)
+                and mp["samples"] > 0 and isinstance(mp.get("cpu_s"), (int, float)) and mp["cpu_s"] > 0 else None)
     return Rates(
         samples_per_s=ctx.samples_per_s, workers=ctx.workers, batch=samples / steps,
         device_type=ctx.device_type, cores=max(ctx.usable_cores, 1.0),
@@ -158,5 +162,6 @@ def measure(rec: Any, t: Tables, stages: dict[str, Any], ctx: Any) -> Rates:
         job_cores=job, worker_cores=workers_c or 0.0, share=share,
         system_busy_cores=_system_busy(rec, start, end, max(ctx.usable_cores, 1.0)),
         pin_memory=ctx.pin_memory, throttle=st_rec.get("throttle"), cache_mode=str(st_rec.get("cache_mode", "as-is")),
-        model_alone_s=float(ma_s) if isinstance(ma_s, (int, float)) and ma_s > 0 else None, notes=notes,
+        model_alone_s=float(ma_s) if isinstance(ma_s, (int, float)) and ma_s > 0 else None,
+        main_sample_cpu_s=float(main_cpu) if main_cpu else None, notes=notes,
     )

@@ -2,11 +2,11 @@
 
 The model (docs in README "What would help?"; every prediction carries the assumption it rests on):
 
-* Cores are shared by processor sharing. Each runnable thread gets ``phi = min(1, P / R)`` of a core, where P is the
-  usable cores and R the runnable threads: the job's own (its CPU demand ``X * C`` core-seconds per second at
-  throughput X, C = all the job's CPU per sample, stretched by 1/phi) plus E external ones. E is calibrated from the
-  run itself: the share the dataset threads actually got (cpu / (cpu + runq), measured per call in the workers) and
-  the cores the job used give ``E = (P - job cores) / phi``. Saturated, this gives ``phi = (P - X*C) / E``.
+* Cores: the job can use A of the P usable cores. Other load on the host keeps what it took in this run: A = P
+  minus the other processes' measured use, or, when the job's own threads waited for a core (run-queue time measured
+  per call in the workers), A = the cores the job actually got. Why fixed: Linux shares CPU fairly between sessions
+  (autogroup) and cgroups first, then between threads inside one, so more workers do not win the job a bigger share
+  of a busy host. Inside the job, threads share A: each runnable thread gets ``phi = min(1, A / runnable)``.
 * A worker makes a sample in ``cpu/phi + blocked`` seconds (on a core, then waiting for IO): N workers supply
   ``N / (cpu/phi + blocked)`` samples/s. With 0 workers the main process does the same work serially with the step.
 * On a CPU-only run the model's own threads are part of R: the step's compute time grows as 1/phi relative to the
@@ -40,9 +40,9 @@ MODEL_SPEEDUPS = (2.0, 10.0)
 # The job is "out of cores" when its own CPU demand reaches this share of the usable cores: the rest is the sampler's,
 # the kernel's and rounding.
 CORES_USED_UP = 0.97
-# External load is never taken as exactly 0: a tiny floor keeps the saturated-share formula defined (a floor this
-# small changes no prediction by more than a fraction of a per cent).
-MIN_EXTERNAL = 0.02
+# Softness of the capacity bound in the share formula (phi = (A - demand) / SOFT): small, so the bound is all but
+# sharp (it moves no prediction by more than a fraction of a per cent), but it keeps the bisection continuous.
+SOFT = 0.02
 
 
 def _bisect(f, hi: float) -> float:
@@ -78,9 +78,10 @@ class Model:
             # The model's threads spin in their parallel regions: count them as busy for the whole compute.
             threads = min(r.model_threads, int(math.ceil(self.P)))
             self.C_main = max(self.C_main, threads * self.compute1 / max(r.batch, 1.0))
-        ext = (self.P - r.job_cores) / phi_m if r.share < 1.0 else max((r.system_busy_cores or 0.0) - r.job_cores,
-                                                                         0.0)
-        self.E = max(ext, MIN_EXTERNAL)
+        others = max((r.system_busy_cores or 0.0) - r.job_cores, 0.0)
+        # Cores the job can have: all it got when its threads queued for more, else what the others left it.
+        self.A = min(max(r.job_cores, 0.05), self.P) if r.share < 1.0 else max(self.P - others, 0.05)
+        self.others = self.P - self.A
         self.kappa = self.storage_kappa = 1.0
         raw, binds = self._solve(r.workers, self._base())
         k = r.samples_per_s / raw if raw > 0 and r.samples_per_s > 0 else 1.0
@@ -95,19 +96,26 @@ class Model:
         return {"cpu": self.cpu1, "blocked": r.blocked_s, "compute": self.compute1, "h2d": r.h2d_s,
                 "storage_cap": cap, "C_main": self.C_main, "batch": max(r.batch, 1.0)}
 
-    def _phi(self, x: float, p: dict[str, Any]) -> float:
-        demand = x * (p["cpu"] + p["C_main"])
-        return min(1.0, max((self.P - demand) / self.E, 1e-4))
+    def _cpu0(self, p: dict[str, Any]) -> float:
+        """CPU per sample with 0 workers: the dataset then runs in the main process, at its per-sample CPU there
+        when the harness timed it (harness/ceiling.py), else the workers'."""
+        cpu0 = self.r.main_sample_cpu_s if self.r.workers > 0 and self.r.main_sample_cpu_s else self.cpu1
+        return cpu0 * (p["cpu"] / self.cpu1 if self.cpu1 > 0 else 1.0)  # scaled by a what-if that changes CPU cost
+
+    def _phi(self, x: float, p: dict[str, Any], cpu: float | None = None) -> float:
+        demand = x * ((p["cpu"] if cpu is None else cpu) + p["C_main"])
+        return min(1.0, max((self.A - demand) / SOFT, 1e-4))
 
     def _bounds(self, n: int, x: float, p: dict[str, Any]) -> dict[str, float]:
-        phi = self._phi(x, p)
+        cpu0 = self._cpu0(p) if n == 0 else p["cpu"]
+        phi = self._phi(x, p, cpu0)
         b = p["batch"]
         cpu_scale = 1.0 / phi
         compute = p["compute"] * (cpu_scale if self.r.device_type == "cpu" else 1.0)
         step_main = compute + p["h2d"] + self.r.loop_s
         out: dict[str, float] = {}
         if n == 0:
-            per_sample = p["cpu"] * cpu_scale + p["blocked"] + step_main / b
+            per_sample = cpu0 * cpu_scale + p["blocked"] + step_main / b
             out["cpu" if p["cpu"] * cpu_scale >= p["blocked"] else "io"] = 1.0 / per_sample
         else:
             per_sample = p["cpu"] * cpu_scale + p["blocked"]
@@ -118,7 +126,7 @@ class Model:
         return out
 
     def _solve(self, n: int, p: dict[str, Any]) -> tuple[float, str]:
-        hi = self.P / max(p["cpu"] + p["C_main"], 1e-9)
+        hi = self.A / max((self._cpu0(p) if n == 0 else p["cpu"]) + p["C_main"], 1e-9)
 
         def f(x: float) -> float:
             return min(self._bounds(n, x, p).values())
@@ -142,7 +150,8 @@ def storage_cap(bytes_per_sample: float, reads_per_sample: float, spec: dict[str
     bw, iops = spec.get("bytes_per_s"), spec.get("iops")
     t_bw = bytes_per_sample / bw if bw else 0.0
     t_io = reads_per_sample / iops if iops else 0.0
-    cost = max(t_bw, t_io) if str(spec.get("mechanism", "")).startswith("kernel") else t_bw + t_io
+    # The kernel throttle (cgroup io.max / blkio) applies each limit on its own; the userspace one adds them.
+    cost = max(t_bw, t_io) if str(spec.get("mechanism", "")).startswith(("kernel", "cgroup")) else t_bw + t_io
     return 1.0 / cost if cost > 0 else None
 
 
@@ -167,8 +176,8 @@ def whatif(r: Rates) -> dict[str, Any]:
     m = Model(r)
     now = r.samples_per_s
     preds: list[dict[str, Any]] = []
-    core_note = (f"{m.P:g} cores shared with ~{m.E:.1f} other runnable threads (calibrated from this run's run-queue "
-                 f"waits)" if m.E > MIN_EXTERNAL else f"{m.P:g} cores, no other load seen")
+    core_note = (f"the job keeps the {m.A:.2f} of {m.P:g} cores it had (other load took the rest and is assumed "
+                 "to keep it)" if m.others > 0.05 else f"{m.P:g} cores, no other load seen")
     for n in worker_counts(r.cores, r.workers):
         x, b = m.predict(n)
         a = (f"each worker needs {r.cpu_s * 1e3:.1f} ms on a core and {r.blocked_s * 1e3:.1f} ms blocked per sample, "
@@ -177,6 +186,10 @@ def whatif(r: Rates) -> dict[str, Any]:
             a += "; the model's threads share the same cores and slow down as workers take them"
         if n == 0:
             a += "; with 0 workers the main process loads every batch between steps"
+            a += (f", at {r.main_sample_cpu_s * 1e3:.1f} ms of CPU per sample (timed in the main process after the "
+                  "window)" if r.workers > 0 and r.main_sample_cpu_s else
+                  ", at the same CPU per sample (its torch ops then use the main process's threads: not measured)"
+                  if r.workers > 0 else "")
         if r.workers == 0 and n > 0:
             a += "; worker->main transfer not measured (0 workers) and taken as free"
         preds.append(_row("workers", f"workers={n}", x, b, now, a, workers=n, measured=n == r.workers))
@@ -219,7 +232,8 @@ def whatif(r: Rates) -> dict[str, Any]:
                           f"here); H2D {r.h2d_s * 1e3:.2f} ms -> {h2d * 1e3:.2f} ms per step"))
     best = max((p for p in preds if p["kind"] == "workers"), key=lambda p: p["samples_per_s"])
     return {"measured": {"samples_per_s": round(now, 3), "workers": r.workers},
-            "calibration": round(m.kappa, 4), "external_threads": round(m.E, 3), "core_share": round(m.phi_m, 4),
+            "calibration": round(m.kappa, 4), "cores_available": round(m.A, 3),
+            "other_load_cores": round(m.others, 3), "core_share": round(m.phi_m, 4),
             "model": "processor-sharing cores + per-worker supply + single-queue storage + model step; calibrated "
                      "to this run (see profiler/analysis/whatif.py)",
             "predictions": preds, "best_workers": best["workers"], "inputs": r.to_dict()}
@@ -237,6 +251,8 @@ def _cold_read_s(r: Rates) -> tuple[float, str, dict[str, Any] | None] | None:
     if r.throttle:
         bw, iops = r.throttle.get("bytes_per_s"), r.throttle.get("iops")
         cost = (r.rchar / bw if bw else 0.0) + (1.0 / iops if iops else 0.0)
+        if str(r.throttle.get("mechanism", "")).startswith(("kernel", "cgroup")):
+            cost = 0.0  # the kernel throttle delays reads only once the limit is reached (the cap does that)
         return cost, (f"every file from the throttled device ({format_rate(bw) if bw else 'no byte limit'}, "
                       f"{iops or 'no'} IOPS), one queue shared by all workers"), r.throttle
     if r.read_bytes > 0 and r.read_blocked_s > 0 and r.cold_reads > 0:
@@ -313,9 +329,10 @@ def rates_from_dict(d: dict[str, Any]) -> Rates:
 
 
 def predict_setting(r: Rates, workers: int | None = None, batch_size: int | None = None, storage: str | None = None,
-                    cache: str | None = None) -> dict[str, Any]:
+                    cache: str | None = None, mechanism: str | None = None) -> dict[str, Any]:
     """Samples/s predicted for one changed setting (any of workers, batch size, a --storage preset, a cache mode),
-    with the stage that would bind and the assumptions it rests on."""
+    with the stage that would bind and the assumptions it rests on. ``mechanism``: how a --storage preset is
+    emulated ("userspace" charges each read its service time, like a real device; "cgroup-*"/"kernel-*" only caps)."""
     m = Model(r)
     change: dict[str, Any] = {}
     notes = [f"per-sample costs as measured at workers={r.workers}"]
@@ -326,10 +343,14 @@ def predict_setting(r: Rates, workers: int | None = None, batch_size: int | None
         notes.append(f"batch {batch_size}: compute and H2D per step scale with the batch (x{k:.2f})")
     if storage not in (None, "", "none"):
         spec = STORAGE_PRESETS[storage]
-        d = {**spec.to_dict(), "mechanism": "userspace"}
-        cost = r.rchar / spec.bytes_per_s + 1.0 / spec.iops if r.rchar > 0 else 0.0
+        d = {**spec.to_dict(), "mechanism": mechanism or "userspace"}
+        kernel = str(d["mechanism"]).startswith(("kernel", "cgroup"))
+        # A real device (and the userspace emulation) charges every read its service time; the kernel throttle
+        # passes reads at the device's own speed until the rate limit, then queues them (the cap below).
+        cost = 0.0 if kernel else (r.rchar / spec.bytes_per_s + 1.0 / spec.iops if r.rchar > 0 else 0.0)
         change.update(blocked=warm_blocked + cost, storage_cap=storage_cap(r.rchar, 1.0, d))
-        notes.append(f"--storage {storage}: every file from a {spec.describe()} single-queue device")
+        notes.append(f"--storage {storage}: every file from a {spec.describe()} single-queue device"
+                     + (" (kernel throttle: no per-read delay below the limits)" if kernel else ""))
     elif cache == "warm":
         change.update(blocked=warm_blocked, storage_cap=None)
         notes.append("cache warm: reads cost nothing beyond the page-cache copy")

@@ -385,7 +385,8 @@ class WhatIf(TypedDict, total=False):
     """Predicted samples/s for other settings, from this run alone (analysis/whatif.py; issue 10)."""
     measured: dict[str, Any]
     calibration: float
-    external_threads: float
+    cores_available: float
+    other_load_cores: float
     core_share: float
     model: str
     predictions: list[dict[str, Any]]
