@@ -52,7 +52,8 @@ class Rates:
     throttle: dict[str, Any] | None  # the run's storage throttle (spec + mechanism), if any
     cache_mode: str
     model_alone_s: float | None  # model step on a batch already on the device (harness/ceiling.py), if measured
-    main_sample_cpu_s: float | None = None  # a sample's CPU in the main process (harness/ceiling.py), if measured
+    main_sample_cpu_s: float | None = None  # a sample's CPU in the main thread (harness/ceiling.py), if measured
+    main_sample_process_cpu_s: float | None = None  # ... and in all the main process's threads (intra-op pool)
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -92,6 +93,14 @@ def _system_busy(rec: Any, start: float, end: float, cores: float) -> float | No
         return None
     vals = [float(np.mean(r)) for r, ti in zip(rows, t) if r and start <= ti <= end]
     return float(np.mean(vals)) / 100.0 * cores if vals else None
+
+
+def _per_sample(m: Any, key: str) -> float | None:
+    """``m[key] / m["samples"]`` of a raw ceiling measurement, None unless both are sane."""
+    if not isinstance(m, dict) or type(m.get("samples")) is not int or m["samples"] <= 0:
+        return None
+    v = m.get(key)
+    return float(v) / m["samples"] if isinstance(v, (int, float)) and v > 0 else None
 
 
 def measure(rec: Any, t: Tables, stages: dict[str, Any], ctx: Any) -> Rates:
@@ -147,8 +156,7 @@ def measure(rec: Any, t: Tables, stages: dict[str, Any], ctx: Any) -> Rates:
     ma = (getattr(rec, "extra", None) or {}).get("model_alone") or getattr(rec, "model_alone", None)
     ma_s = ma.get("seconds_per_step") if isinstance(ma, dict) else None
     mp = (getattr(rec, "extra", None) or {}).get("main_process_samples")
-    main_cpu = (mp["cpu_s"] / mp["samples"] if isinstance(mp, dict) and isinstance(mp.get("samples"), int)
-                and mp["samples"] > 0 and isinstance(mp.get("cpu_s"), (int, float)) and mp["cpu_s"] > 0 else None)
+    main_cpu, main_proc = _per_sample(mp, "cpu_s"), _per_sample(mp, "process_cpu_s")
     return Rates(
         samples_per_s=ctx.samples_per_s, workers=ctx.workers, batch=samples / steps,
         device_type=ctx.device_type, cores=max(ctx.usable_cores, 1.0),
@@ -163,5 +171,5 @@ def measure(rec: Any, t: Tables, stages: dict[str, Any], ctx: Any) -> Rates:
         system_busy_cores=_system_busy(rec, start, end, max(ctx.usable_cores, 1.0)),
         pin_memory=ctx.pin_memory, throttle=st_rec.get("throttle"), cache_mode=str(st_rec.get("cache_mode", "as-is")),
         model_alone_s=float(ma_s) if isinstance(ma_s, (int, float)) and ma_s > 0 else None,
-        main_sample_cpu_s=float(main_cpu) if main_cpu else None, notes=notes,
+        main_sample_cpu_s=main_cpu, main_sample_process_cpu_s=main_proc, notes=notes,
     )

@@ -3,15 +3,18 @@
 The model (docs in README "What would help?"; every prediction carries the assumption it rests on):
 
 * Cores: the job can use A of the P usable cores. Other load on the host keeps what it took in this run: A = P
-  minus the other processes' measured use, or, when the job's own threads waited for a core (run-queue time measured
-  per call in the workers), A = the cores the job actually got. Why fixed: Linux shares CPU fairly between sessions
-  (autogroup) and cgroups first, then between threads inside one, so more workers do not win the job a bigger share
-  of a busy host. Inside the job, threads share A: each runnable thread gets ``phi = min(1, A / runnable)``.
+  minus the other processes' use (all busy cores in the per-core samples less the job's own processes), which on a
+  saturated host is what the job got (its threads then show run-queue time, measured per call in the workers). Why
+  fixed: Linux shares CPU fairly between sessions (autogroup) and cgroups first, then between threads inside one, so
+  more workers do not win the job a bigger share of a busy host.
+  Inside the job, threads share A: each runnable thread gets ``phi = min(1, A / runnable)``.
 * A worker makes a sample in ``cpu/phi + blocked`` seconds (on a core, then waiting for IO): N workers supply
   ``N / (cpu/phi + blocked)`` samples/s. With 0 workers the main process does the same work serially with the step.
-* On a CPU-only run the model's own threads are part of R: the step's compute time grows as 1/phi relative to the
-  measured run (its threads get less of a core when workers take them), and its CPU demand is part of C. That is why
-  2 workers on 2 cores can be slower than 1.
+* On a CPU-only run the model's own threads (torch num_threads) share A with the workers: their CPU per step (threads
+  x compute time; idle intra-op threads spin) is part of the job's demand, and the step's compute time grows as 1/phi
+  when workers take cores from them. That is why 2 workers on 2 cores can be slower than 1.
+* With 0 workers the dataset runs in the main process, whose torch ops use all its intra-op threads (a worker uses
+  one): its per-sample CPU there is timed after the window (harness/ceiling.py) when the run had workers.
 * Storage is a single queue: a device read costs ``bytes / bandwidth + 1 / IOPS`` (the userspace throttle's model;
   the kernel throttle applies each cap on its own, the larger cost binds), which caps samples/s however many workers.
 * Throughput = the largest X consistent with all of the above (the lowest bound binds); it is solved by bisection.
@@ -78,9 +81,14 @@ class Model:
             # The model's threads spin in their parallel regions: count them as busy for the whole compute.
             threads = min(r.model_threads, int(math.ceil(self.P)))
             self.C_main = max(self.C_main, threads * self.compute1 / max(r.batch, 1.0))
-        others = max((r.system_busy_cores or 0.0) - r.job_cores, 0.0)
-        # Cores the job can have: all it got when its threads queued for more, else what the others left it.
-        self.A = min(max(r.job_cores, 0.05), self.P) if r.share < 1.0 else max(self.P - others, 0.05)
+        # Cores the job can have: what the other processes left it (their use = all busy cores less the job's). On a
+        # saturated host that is exactly what the job got. Without the per-core samples: what it got if its threads
+        # queued for cores, else all of them.
+        if r.system_busy_cores is not None:
+            others = min(max(r.system_busy_cores - r.job_cores, 0.0), self.P)
+            self.A = max(self.P - others, 0.05)
+        else:
+            self.A = min(max(r.job_cores, 0.05), self.P) if r.share < 1.0 else self.P
         self.others = self.P - self.A
         self.kappa = self.storage_kappa = 1.0
         raw, binds = self._solve(r.workers, self._base())
@@ -96,10 +104,13 @@ class Model:
         return {"cpu": self.cpu1, "blocked": r.blocked_s, "compute": self.compute1, "h2d": r.h2d_s,
                 "storage_cap": cap, "C_main": self.C_main, "batch": max(r.batch, 1.0)}
 
-    def _cpu0(self, p: dict[str, Any]) -> float:
+    def _cpu0(self, p: dict[str, Any], demand: bool = False) -> float:
         """CPU per sample with 0 workers: the dataset then runs in the main process, at its per-sample CPU there
-        when the harness timed it (harness/ceiling.py), else the workers'."""
-        cpu0 = self.r.main_sample_cpu_s if self.r.workers > 0 and self.r.main_sample_cpu_s else self.cpu1
+        when the harness timed it (harness/ceiling.py), else the workers'. ``demand``: all the main process's threads
+        (what the cores must supply; its intra-op pool spins alongside), else the main thread's (its latency)."""
+        r = self.r
+        timed = r.main_sample_process_cpu_s if demand and r.main_sample_process_cpu_s else r.main_sample_cpu_s
+        cpu0 = timed if r.workers > 0 and timed else self.cpu1
         return cpu0 * (p["cpu"] / self.cpu1 if self.cpu1 > 0 else 1.0)  # scaled by a what-if that changes CPU cost
 
     def _phi(self, x: float, p: dict[str, Any], cpu: float | None = None) -> float:
@@ -108,7 +119,7 @@ class Model:
 
     def _bounds(self, n: int, x: float, p: dict[str, Any]) -> dict[str, float]:
         cpu0 = self._cpu0(p) if n == 0 else p["cpu"]
-        phi = self._phi(x, p, cpu0)
+        phi = self._phi(x, p, self._cpu0(p, demand=True) if n == 0 else p["cpu"])
         b = p["batch"]
         cpu_scale = 1.0 / phi
         compute = p["compute"] * (cpu_scale if self.r.device_type == "cpu" else 1.0)
@@ -126,7 +137,7 @@ class Model:
         return out
 
     def _solve(self, n: int, p: dict[str, Any]) -> tuple[float, str]:
-        hi = self.A / max((self._cpu0(p) if n == 0 else p["cpu"]) + p["C_main"], 1e-9)
+        hi = self.A / max((self._cpu0(p, demand=True) if n == 0 else p["cpu"]) + p["C_main"], 1e-9)
 
         def f(x: float) -> float:
             return min(self._bounds(n, x, p).values())

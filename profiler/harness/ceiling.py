@@ -46,8 +46,9 @@ MAIN_PROCESS_SAMPLES = 16
 
 
 def measure_main_process_samples(dataset: Any, indices: list[int], n: int = MAIN_PROCESS_SAMPLES) -> dict[str, Any]:
-    """{samples, wall_s, cpu_s, torch_threads, cost_s}: ``dataset[i]`` called in the main process for up to ``n``
-    of ``indices`` (files the window just read, so from the page cache).
+    """{samples, wall_s, cpu_s (main thread), process_cpu_s (all its threads), torch_threads, cost_s}:
+    ``dataset[i]`` called in the main process for up to ``n`` of ``indices`` (files the window just read, so from
+    the page cache).
 
     Why: with 0 workers the dataset runs in the main process, whose torch ops use all its intra-op threads (a worker
     uses one); on shared cores those threads wait for each other, so a sample can cost several times its in-worker
@@ -55,13 +56,14 @@ def measure_main_process_samples(dataset: Any, indices: list[int], n: int = MAIN
     """
     t_start = time.perf_counter()
     picked = [i for i in dict.fromkeys(indices) if i >= 0][:n]
-    wall = cpu = 0.0
+    wall = cpu = proc = 0.0
     done = 0
     for i in picked:
-        c0, w0 = time.thread_time(), time.perf_counter()
+        c0, p0, w0 = time.thread_time(), time.process_time(), time.perf_counter()
         item = dataset[i]
         wall += time.perf_counter() - w0
         cpu += time.thread_time() - c0
+        proc += time.process_time() - p0  # all the process's threads: the intra-op pool spins with the main thread
         done += item is not None
-    return {"samples": done, "wall_s": round(wall, 6), "cpu_s": round(cpu, 6), "torch_threads": torch.get_num_threads(),
-            "cost_s": round(time.perf_counter() - t_start, 4)}
+    return {"samples": done, "wall_s": round(wall, 6), "cpu_s": round(cpu, 6), "process_cpu_s": round(proc, 6),
+            "torch_threads": torch.get_num_threads(), "cost_s": round(time.perf_counter() - t_start, 4)}
