@@ -55,6 +55,10 @@ def test_a_throttled_device_caps_every_worker_count():
     assert four["samples_per_s"] == pytest.approx(100.0, rel=0.02) and four["binds"] == "storage"
     assert pred(w, "cache warm")["samples_per_s"] > 500  # the reads were all it waited for
     assert c["lowest"] == "storage" and c["rows"][0]["basis"] == "derived"
+    rec = {"action": "Raise --workers from 1 to 4 to keep more reads in flight", "reason": "r", "expected_gain": "g",
+           "cause": "io"}
+    assert quote_predictions([rec], w)[0]["expected_gain"].startswith(
+        "4 workers: ≈ 100 samples/s (+10 %), then storage-bound at 1 MB/s")
 
 
 def test_other_load_keeps_its_cores():

@@ -189,12 +189,16 @@ _BINDS = {"cpu": "CPU-bound (decode/augment in the workers)", "io": "bound by re
           "compute": "the model sets the pace", "cores": "out of cores", "storage": "storage-bound"}
 
 
-def _quote(p: dict[str, Any], label: str) -> str:
+def _quote(p: dict[str, Any], label: str, whatif: dict[str, Any]) -> str:
     change = p.get("change")
     pct = f" ({change * 100:+.0f} %)" if change is not None else ""
     then = _BINDS.get(p.get("binds", ""), p.get("binds", ""))
-    if p.get("binds") == "storage" and p.get("storage_cap_samples_per_s"):
-        then += f" at {p['storage_cap_samples_per_s']:.0f} samples/s"
+    if p.get("binds") == "storage":
+        from ..storage.spec import format_rate
+
+        rchar = float(((whatif.get("inputs") or {}).get("rchar")) or 0.0)
+        if rchar > 0:  # the device's rate, as a user buys it
+            then += f" at {format_rate(p['samples_per_s'] * rchar)}"
     return (f"{label}: ≈ {p['samples_per_s']:.0f} samples/s{pct}, then {then} "
             f"(predicted from this run; {p['assumption']})")
 
@@ -236,7 +240,7 @@ def quote_predictions(recs: list[dict[str, str]], whatif: dict[str, Any] | None)
             continue
         if p.get("change") is not None and p["change"] < NO_CHANGE_BELOW:
             continue  # the model says it would not help
-        out.append({**r, "expected_gain": _quote(p, label)})
+        out.append({**r, "expected_gain": _quote(p, label, whatif or {})})
     return out
 # --- end what-if quotes ----------------------------------------------------------------------------------------------
 
