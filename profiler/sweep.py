@@ -151,7 +151,7 @@ def run_args(pt: dict[str, Any], script: bool) -> list[str]:
 
 
 def measured_interval(rec: Any, seed: int = 0) -> tuple[float, float] | None:
-    """95 % bootstrap interval of samples/s over the measured steps (the steps resampled with replacement)."""
+    """95 % interval of samples/s over the measured steps (moving-block bootstrap of consecutive steps)."""
     st = rec.timeline.get("steps") or {}
     m = np.asarray(st.get("measured") or [], dtype=bool)
     if m.size < 3:
@@ -162,8 +162,15 @@ def measured_interval(rec: Any, seed: int = 0) -> tuple[float, float] | None:
     n = np.asarray(st["samples"], dtype=float)[m]
     if period.size < 3 or period.sum() <= 0:
         return None
+    # Moving-block bootstrap: with workers, batches arrive in bursts (a queued batch's step takes ~0 s, the next one
+    # waits for all of them), so single steps are not independent; blocks of ~sqrt(n) consecutive steps keep a burst
+    # together, and resampling single steps would make the interval several times too wide.
     rng = np.random.default_rng(seed)
-    idx = rng.integers(0, period.size, size=(RESAMPLES, period.size))
+    n_steps = period.size
+    block = max(2, min(n_steps, int(round(np.sqrt(n_steps)))))
+    k = -(-n_steps // block)
+    starts = rng.integers(0, n_steps - block + 1, size=(RESAMPLES, k))
+    idx = (starts[:, :, None] + np.arange(block)).reshape(RESAMPLES, k * block)[:, :n_steps]
     rates = n[idx].sum(axis=1) / np.maximum(period[idx].sum(axis=1), 1e-12)
     lo, hi = np.percentile(rates, [(1 - CONFIDENCE) / 2 * 100, (1 + CONFIDENCE) / 2 * 100])
     point = n.sum() / period.sum()
