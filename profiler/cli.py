@@ -77,6 +77,11 @@ def _add_run(sub) -> argparse.ArgumentParser:
     g.add_argument("--out", metavar="DIR", help="output folder (default reports/<time>_<model|script>...)")
     g.add_argument("--no-progress", action="store_true", help="no live progress bar")
     g.add_argument("--no-plots", action="store_true", help="write run.json and the terminal summary only")
+    # issue 10 (sweep of a script): change the profiled loader's settings without editing the script.
+    g.add_argument("--override-workers", type=int, metavar="N", help="script: run its profiled DataLoader with N "
+                   "workers instead of its own num_workers (what `sweep --workers` uses)")
+    g.add_argument("--override-batch-size", type=int, metavar="B", help="script: run its profiled DataLoader with "
+                   "batch size B (a loader built with batch_size=...; what `sweep --batch-size` uses)")
     b = p.add_argument_group("built-in pipeline only")
     b.add_argument("--workers", type=int, metavar="N", help=f"DataLoader workers (default {D.workers})")
     b.add_argument("--batch-size", type=int, metavar="B", help=f"default {D.batch_size}")
@@ -141,6 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("runs", nargs="+", metavar="RUN", help="run.json files or their folders; two or more")
     p.add_argument("--out", metavar="DIR", help="output folder (default: reports/compare-<time>)")
     p.add_argument("--force", action="store_true", help="compare runs of different model or batch size anyway")
+    # sweep (issue 10): its own argv splitting (profiler/sweep.py); this parser only lists it in --help.
+    sub.add_parser("sweep", help="several profiled runs over --workers/--batch-size/--storage/--cache lists: "
+                                 "measured vs predicted, best setting", add_help=False)
     p = sub.add_parser("fit", help="will it fit? device memory breakdown and the largest batch size")
     from .fit.command import add_fit_arguments
     add_fit_arguments(p)
@@ -212,7 +220,24 @@ def _rank_out(args: argparse.Namespace, c: RunConfig, script: str | None):
     return denv, rank_out(denv, args.out, c.out, default_run_name(c, script))
 
 
+def _override(args: argparse.Namespace) -> dict[str, int]:
+    """--override-workers / --override-batch-size as Session(override=...) (issue 10); checked here, one line."""
+    out = {}
+    for key, flag, low in (("num_workers", "override_workers", 0), ("batch_size", "override_batch_size", 1)):
+        v = getattr(args, flag, None)
+        if v is None:
+            continue
+        if v < low or v > 1024:
+            raise UserError(f"--{flag.replace('_', '-')} {v}: out of range ({low}..1024)")
+        out[key] = v
+    if out and args.target is None:
+        raise UserError("--override-workers/--override-batch-size apply to a script; the built-in pipeline takes "
+                        "--workers/--batch-size")
+    return out
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    _override(args)
     if args.target is not None:
         return cmd_run_script(args)
     from rich.console import Console
@@ -308,6 +333,7 @@ def cmd_run_script(args: argparse.Namespace) -> int:
 
         run = ExternalRun(spec, c.warmup, c.steps, config, data=args.data, storage=storage,
                           sample_interval_s=c.sample_interval_s, on_step=live.on_step, on_window_closed=on_closed)
+        run.session.override = _override(args)  # issue 10: sweep's per-point loader settings
         console.print(f"Profiling {'-m ' if args.is_module else ''}{target} {' '.join(args.script_args)} "
                       f"({c.warmup} warm-up + {c.steps} measured batches of the first DataLoader it iterates)",
                       markup=False)
@@ -394,6 +420,16 @@ def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     target, is_module, script_args = None, False, []
+    if argv and argv[0] == "sweep":  # sweep (issue 10): lists, then everything else passed to each run
+        from .sweep import run_sweep
+
+        try:
+            return run_sweep(argv[1:], parser.run_parser)
+        except UserError as e:
+            print(f"profiler: error: {e}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt as e:
+            return signals.exit_status(e)
     try:
         if argv and argv[0] == "run":
             ours, target, is_module, script_args = split_run_argv(argv[1:], parser.run_parser)

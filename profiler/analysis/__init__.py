@@ -38,7 +38,13 @@ def analyze(rec: Any) -> Any:
     ram_note = served_from_ram_note(rec)
     if ram_note:  # said once, in the summary (not again as a finding): it changes how to read the verdict
         verdict["summary"] += " " + ram_note
-    verdict["recommendations"] = recommend(verdict, stall, ctx, rec.memory)
+    # --- what would help (issue 10): stage ceilings and what-if predictions from this run alone ---------------------
+    from .rates import measure
+    from .whatif import analyse as whatif_analyse
+
+    rec.whatif, rec.ceilings = whatif_analyse(measure(rec, t, stages, ctx))
+    # --- end what would help ----------------------------------------------------------------------------------------
+    verdict["recommendations"] = recommend(verdict, stall, ctx, rec.memory, rec.whatif)
     steps = ctx.steps
     rec.throughput = {
         "samples_per_s": round(ctx.samples_per_s, 4),

@@ -17,8 +17,8 @@ def oversubscription(stall: dict[str, Any], ctx: Context) -> dict[str, Any] | No
     """Time the data pipeline spent waiting for a core: the workers (and the main process) outnumber the cores."""
     secs = float(stall.get("seconds", 0.0))
     rq = float((stall.get("by_kind") or {}).get("runqueue", 0.0))
-    if secs <= 0 or rq / secs < th.OVERSUBSCRIBED_FROM:
-        return None
+    if secs <= 0 or rq / secs < th.OVERSUBSCRIBED_FROM or float(stall.get("fraction", 0)) < th.NOT_INPUT_BOUND_BELOW:
+        return None  # (a share of a wait that is itself within noise is not worth a finding)
     return {"kind": "oversubscribed", "runqueue_s": round(rq, 6), "share_of_stall": round(rq / secs, 4),
             "workers": ctx.workers, "usable_cores": ctx.usable_cores,
             "message": (f"Oversubscribed: {rq / secs * 100:.0f} % of the wait ({rq:.2f} s) was threads of the input "

@@ -6,6 +6,7 @@ and what it should give, estimated from the same figures (a ceiling, stated as s
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from .. import thresholds as th
@@ -196,12 +197,77 @@ RULES = {"io": _io_rules, "cpu": _cpu_rules, "transfer": _transfer_rules}
 
 
 def recommend(verdict: dict[str, Any], stall: dict[str, Any], ctx: Context,
-              memory: dict[str, Any] | None = None) -> list[dict[str, str]]:
+              memory: dict[str, Any] | None = None, whatif: dict[str, Any] | None = None) -> list[dict[str, str]]:
     b = verdict.get("bottleneck")
     if b == "memory":
         return list((memory or {}).get("oom_recommendations", []))
     if b == "compute":
-        return _compute_rules(ctx, memory)
+        return quote_predictions(_compute_rules(ctx, memory), whatif)
+    return quote_predictions(_input_rules(b, stall, ctx), whatif)
+
+
+# --- what-if quotes (issue 10): each recommendation with a prediction says what it predicts, or is dropped ---------
+_BINDS = {"cpu": "CPU-bound (decode/augment in the workers)", "io": "bound by read latency",
+          "compute": "the model sets the pace", "cores": "out of cores", "storage": "storage-bound"}
+
+
+def _quote(p: dict[str, Any], label: str, whatif: dict[str, Any]) -> str:
+    change = p.get("change")
+    pct = f" ({change * 100:+.0f} %)" if change is not None else ""
+    then = _BINDS.get(p.get("binds", ""), p.get("binds", ""))
+    if p.get("binds") == "storage":
+        from ..storage.spec import format_rate
+
+        rchar = float(((whatif.get("inputs") or {}).get("rchar")) or 0.0)
+        if rchar > 0:  # the device's rate, as a user buys it
+            then += f" at {format_rate(p['samples_per_s'] * rchar)}"
+    return (f"{label}: ≈ {p['samples_per_s']:.0f} samples/s{pct}, then {then} "
+            f"(predicted from this run; {p['assumption']})")
+
+
+def _prediction_for(action: str, preds: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, str]:
+    """The what-if prediction a recommendation's action corresponds to, and how to name it."""
+    m = re.search(r"--workers (?:from \d+ to |\()?(\d+)", action) or re.search(r"fewer workers \((\d+)\)", action)
+    if m:
+        n = int(m.group(1))
+        return next((p for p in preds if p["kind"] == "workers" and p.get("workers") == n), None), f"{n} workers"
+    if "on a GPU" in action:
+        return next((p for p in preds if p["kind"] == "model" and p.get("speedup") == 10.0), None), \
+            "the model 10x faster"
+    if "mixed precision" in action:
+        return next((p for p in preds if p["kind"] == "model" and p.get("speedup") == 2.0), None), \
+            "the model 2x faster"
+    if "--pin-memory" in action:
+        return next((p for p in preds if p["kind"] == "pin_memory"), None), "pin_memory on"
+    if "faster local storage" in action:
+        return next((p for p in preds if p.get("storage") == "nvme"), None), "on NVMe"
+    if "Serve the dataset from RAM" in action:
+        return next((p for p in preds if p["setting"] == "cache warm"), None), "from the page cache"
+    return None, ""
+
+
+def quote_predictions(recs: list[dict[str, str]], whatif: dict[str, Any] | None) -> list[dict[str, str]]:
+    """Put the what-if prediction into each recommendation it covers; drop one the prediction does not support
+    (a predicted gain under ``NO_CHANGE_BELOW`` is within a shared host's noise: not worth a change)."""
+    from .whatif import NO_CHANGE_BELOW
+
+    preds = (whatif or {}).get("predictions") or []
+    if not preds:
+        return recs
+    out = []
+    for r in recs:
+        p, label = _prediction_for(r["action"], preds)
+        if p is None:
+            out.append(r)
+            continue
+        if p.get("change") is not None and p["change"] < NO_CHANGE_BELOW:
+            continue  # the model says it would not help
+        out.append({**r, "expected_gain": _quote(p, label, whatif or {})})
+    return out
+# --- end what-if quotes ----------------------------------------------------------------------------------------------
+
+
+def _input_rules(b: Any, stall: dict[str, Any], ctx: Context) -> list[dict[str, str]]:
     recs: list[dict[str, str]] = []
     total = float(stall.get("seconds", 0.0)) or 1.0
     by = stall.get("by_cause", {})

@@ -184,6 +184,7 @@ def execute(p: Prepared, on_step: Callable | None = None) -> RunRecord:
     finally:
         if read_hook is not None:
             read_hook.close()
+            dataset.read_hook = None  # issue 10: the main-process sample timing below must not touch a closed hook
         if p.denv is not None:  # distributed: leave the group, also on errors
             from ..distributed.ddp import destroy_group
             destroy_group()
@@ -196,6 +197,24 @@ def execute(p: Prepared, on_step: Callable | None = None) -> RunRecord:
     rec.outcome = outcome  # type: ignore[attr-defined]  # not serialised: the CLI's exit status
     rec.t0_ns = t0  # type: ignore[attr-defined]  # not serialised: distributed's CLOCK_MONOTONIC anchor
     rec.ddp = {"backend": p.backend, "collectives": timer.section(t0) if timer else None}  # type: ignore[attr-defined]
+    # --- issue 10: ceilings measured after the window (raw, top level: `model_alone`, `main_process_samples`) -----
+    if outcome.status == "window closed" and c.workers > 0:
+        from .ceiling import measure_main_process_samples
+
+        try:
+            rec.extra["main_process_samples"] = measure_main_process_samples(
+                dataset, list(rec.timeline["sample_spans"].get("index") or []))
+        except (OSError, RuntimeError, KeyboardInterrupt) as e:  # a bonus figure: never lose the run for it
+            rec.extra["main_process_samples"] = {"error": f"{type(e).__name__}: {e}"}
+    if p.model is not None and outcome.status == "window closed":
+        from .ceiling import measure_model_alone
+
+        try:
+            rec.extra["model_alone"] = measure_model_alone(step_fn, p.device, c.batch_size, c.image_size,
+                                                           len(p.index.classes))
+        except (RuntimeError, KeyboardInterrupt) as e:  # a bonus figure: never lose the run for it
+            rec.extra["model_alone"] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+    # --- end issue 10 ---------------------------------------------------------------------------------------------
     return rec
 
 

@@ -119,6 +119,7 @@ class LoaderInfo:
     multiprocessing_context: str | None
     collate_fn: str
     sampler: str
+    overridden: dict | None = None  # {setting: [script's value, profiled value]} (run --override-*; issue 10)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -211,12 +212,14 @@ class Session:
                  on_step: Callable[[StepRow, bool], None] | None = None,
                  on_window_closed: Callable[["Session"], None] | None = None,
                  on_first_pid: Callable[[int, int], None] | None = None, t0_ns: int | None = None,
-                 detail_steps: int | None = None):
+                 detail_steps: int | None = None, override: dict[str, int] | None = None):
         self.warmup, self.steps, self.then = warmup, steps, then
         self.detail_steps = DETAIL_STEPS if detail_steps is None else detail_steps
         self.tail = Tail()
         self._n_steps = 0
         self._measured_done = 0
+        # {num_workers, batch_size}: applied to the profiled loader when first iterated (issue 10: sweep a script)
+        self.override = dict(override or {})
         self.on_step, self.on_window_closed, self.on_first_pid = on_step, on_window_closed, on_first_pid
         self.t0_ns = t0_ns or 0
         self.samples: dict = {}
@@ -288,6 +291,9 @@ class Session:
 
     # --- hooks ----------------------------------------------------------------------------------------------------
     def _on_iter(self, loader: Any, orig: Callable[[Any], Any]) -> Any:
+        overridden = None
+        if self.override and self._loader_ref is None and not self.closed:  # the profiled loader, before it starts
+            overridden = torch_hooks.override_loader(loader, **self.override)
         t0 = time.perf_counter_ns()
         it = orig(loader)
         t1 = time.perf_counter_ns()
@@ -296,6 +302,7 @@ class Session:
         if self._loader_ref is None:
             self._loader_ref = weakref.ref(loader)
             self.loader = loader_info(loader, self._created.get(loader), _user_site())
+            self.loader.overridden = overridden or None
         if self._loader_ref() is loader:
             self._iters.add(id(it))
             self.epochs.append(EpochRow(len(self.epochs), t0, t1))

@@ -132,3 +132,42 @@ def torch_version() -> str:
     import torch
 
     return torch.__version__
+
+
+# --- loader override (issue 10: `sweep` of a user's script) -------------------------------------------------------
+def override_loader(loader: Any, num_workers: int | None = None, batch_size: int | None = None) -> dict[str, Any]:
+    """Change an existing DataLoader's ``num_workers`` / ``batch_size`` before it is first iterated, so a sweep can run
+    the user's script unchanged at other settings. Returns {setting: [before, after]} for what changed.
+
+    ``DataLoader.__setattr__`` refuses ``batch_size``, ``batch_sampler``, ``sampler`` and ``drop_last`` once the
+    loader is initialised, so those go through ``object.__setattr__``; the BatchSampler is re-created from the
+    loader's own sampler and drop_last exactly as ``DataLoader.__init__`` would have built it. A loader with a
+    custom batch_sampler or ``batch_size=None`` has no batch size to change: a UserError says so.
+    """
+    from torch.utils.data import BatchSampler
+
+    from ..errors import UserError
+
+    changed: dict[str, Any] = {}
+    if num_workers is not None and num_workers != loader.num_workers:
+        before = loader.num_workers
+        loader.num_workers = int(num_workers)  # allowed by DataLoader after init
+        if num_workers == 0:
+            object.__setattr__(loader, "prefetch_factor", None)
+        elif getattr(loader, "prefetch_factor", None) is None:
+            object.__setattr__(loader, "prefetch_factor", 2)  # DataLoader's default with workers
+        if num_workers == 0 and loader.persistent_workers:
+            object.__setattr__(loader, "persistent_workers", False)
+        changed["num_workers"] = [before, int(num_workers)]
+    if batch_size is not None and batch_size != loader.batch_size:
+        if loader.batch_size is None:
+            raise UserError("--override-batch-size: the profiled DataLoader has no batch_size to change (it was built "
+                            "with batch_size=None or its own batch_sampler)")
+        if not isinstance(loader.batch_sampler, BatchSampler):
+            raise UserError("--override-batch-size: the profiled DataLoader's batch sampler is not a plain "
+                            "BatchSampler; change the batch size in the script instead")
+        before = loader.batch_size
+        object.__setattr__(loader, "batch_size", int(batch_size))
+        object.__setattr__(loader, "batch_sampler", BatchSampler(loader.sampler, int(batch_size), loader.drop_last))
+        changed["batch_size"] = [before, int(batch_size)]
+    return changed

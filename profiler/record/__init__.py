@@ -25,6 +25,7 @@ from ..errors import UserError
 from ..fsutil import atomic_write_bytes
 from .migrate import upgrade
 from .schema import (
+    Ceilings,
     ComputeDevice,
     Config,
     Dataset,
@@ -43,6 +44,7 @@ from .schema import (
     Timeline,
     ToolInfo,
     Verdict,
+    WhatIf,
     Window,
 )
 from .validate import RecordError, drop_bad_derived, validate
@@ -84,6 +86,8 @@ class RunRecord:
     verdict: Verdict = field(default_factory=dict)  # type: ignore[assignment]
     findings: list[Finding] = field(default_factory=list)
     ram: Ram = field(default_factory=dict)  # type: ignore[assignment]
+    whatif: WhatIf = field(default_factory=dict)  # type: ignore[assignment]  # analysis/whatif.py (issue 10)
+    ceilings: Ceilings = field(default_factory=dict)  # type: ignore[assignment]  # analysis/whatif.py (issue 10)
     # Top-level keys this version does not know (a newer writer's): kept, and written back at the top level.
     extra: dict[str, Any] = field(default_factory=dict)
 

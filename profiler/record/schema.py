@@ -329,6 +329,7 @@ class LoaderInfo(TypedDict, total=False):
     collate_fn: str | None
     sampler: str | None
     iterated_at: str | None  # "file:line" of the first iter(loader)
+    overridden: dict[str, list[Any]] | None  # {num_workers|batch_size: [script's, profiled]} (run --override-*)
 
 
 class ReadFrom(TypedDict, total=False):
@@ -436,6 +437,27 @@ class Distributed(TypedDict, total=False):
     collectives: Collectives | None
 
 
+class WhatIf(TypedDict, total=False):
+    """Predicted samples/s for other settings, from this run alone (analysis/whatif.py; issue 10)."""
+    measured: dict[str, Any]
+    calibration: float
+    cores_available: float
+    other_load_cores: float
+    core_share: float
+    model: str
+    predictions: list[dict[str, Any]]
+    best_workers: int
+    inputs: dict[str, Any]
+    note: str
+
+
+class Ceilings(TypedDict, total=False):
+    """Samples/s each stage alone could sustain, measured or derived; the lowest sets the pace (issue 10)."""
+    samples_per_s: float
+    rows: list[dict[str, Any]]
+    lowest: str | None
+
+
 class Record(TypedDict, total=False):
     """The whole run.json object: what ``validate`` checks the top level against."""
     schema_version: Required[int]
@@ -461,6 +483,8 @@ class Record(TypedDict, total=False):
     verdict: Verdict
     findings: list[Finding]
     ram: Ram
+    whatif: WhatIf
+    ceilings: Ceilings
 
 
 # Table rules (columnar tables: all values are lists of one length; see profiler.record.validate) -----------------
@@ -487,4 +511,4 @@ SAME_LENGTH: dict[type, tuple[str, ...]] = {
 RAW_SECTIONS = ("schema_version", "tool", "created_utc", "partial", "partial_reason", "job", "config", "environment",
                 "compute_device", "window", "timeline", "samples", "dataset", "skipped", "storage", "memory",
                 "distributed")
-DERIVED_SECTIONS = ("throughput", "stages", "stall", "verdict", "findings", "ram")
+DERIVED_SECTIONS = ("throughput", "stages", "stall", "verdict", "findings", "ram", "whatif", "ceilings")

@@ -40,6 +40,7 @@ REPORT: tuple[Renderer, ...] = (
     Renderer("timeline", "timeline.png", "plots:render_timeline"),
     Renderer("utilisation", "utilisation.png", "plots:render_utilisation"),
     Renderer("latency", "latency.png", "plots:render_latency"),
+    Renderer("what_would_help", "what_would_help.png", "whatif_plot:render"),
     Renderer("trace", "trace.json", "trace:render"),
     Renderer("html", "report.html", "html:render"),
 )

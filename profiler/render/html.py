@@ -52,6 +52,10 @@ FIGURES = {
     "latency": ("Latency distributions",
                 "How long each stage took per observation, on a log scale; vertical lines mark p50, p95 and p99 from "
                 "the analysis. A long right tail in read or decode is what stalls individual steps."),
+    "what_would_help": ("What would help",
+                        "Left: the samples/s each stage could sustain alone (measured or derived), the lowest sets "
+                        "the pace. Right: samples/s predicted from this run for other worker counts (the measured "
+                        "setting marked); each prediction's binding stage and assumption are in the table below."),
 }
 
 
@@ -237,7 +241,8 @@ def report_context(rec: Any, images: dict[str, Any], plan: DetailPlan | None = N
          fmt_value("bytes", r.get("available_bytes")), "yes" if r.get("fits") else "no" if r.get("fits") is False
          else "—", r.get("warning") or "")
         for r in ram.get("projection") or []]
-    sections = [("verdict", "Verdict"), ("recommendations", "Recommendations"), ("plots", "Plots"),
+    sections = [("verdict", "Verdict"), ("recommendations", "Recommendations"), ("whatif", "What would help"),
+                ("plots", "Plots"),
                 ("stages", "Stage statistics"), ("stall", "Idle by cause"), ("config", "Configuration"),
                 ("environment", "Environment"), ("storage", "Storage"), ("memory", "Memory"),
                 ("skipped", "Skipped files"), ("findings", "Findings"), ("files", "Files & detail")]
@@ -264,7 +269,15 @@ def report_context(rec: Any, images: dict[str, Any], plan: DetailPlan | None = N
                          ("timeline.png", f"steps {steps[lo]}–{steps[hi - 1]} of {n:,}" if hi > lo else "no steps")],
         "created": printable(rec.created_utc), "tool_version": printable((rec.tool or {}).get("version", "?")),
         "schema_version": rec.schema_version,
+        **_whatif_context(rec),
     }
+
+
+def _whatif_context(rec: Any) -> dict[str, Any]:
+    """What would help (issue 10): the same rows as the terminal (render/whatif_plot.py)."""
+    from .whatif_plot import ceiling_rows, headline, prediction_rows
+
+    return {"whatif_line": headline(rec), "ceiling_rows": ceiling_rows(rec), "prediction_rows": prediction_rows(rec)}
 
 
 def render_html(rec: Any, images: dict[str, Any], plan: DetailPlan | None = None) -> str:

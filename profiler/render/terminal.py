@@ -124,6 +124,7 @@ def print_report(rec: Any, console: Console | None = None, out_files: list[str] 
                          else "") + ".")
     console.print(stage_table(rec))
     console.print(stall_table(rec))
+    whatif_section(rec, console)
     recs = v.get("recommendations", [])
     if recs:
         console.print("[bold]Recommendations[/]")
@@ -139,3 +140,18 @@ def print_report(rec: Any, console: Console | None = None, out_files: list[str] 
                       f"{markup(first.get('reason', '?'))})")
     if out_files:
         console.print("Wrote: " + ", ".join(markup(f) for f in out_files))
+
+
+def whatif_section(rec: Any, console: Console) -> None:
+    """What would help (issue 10): the ceilings line and the predictions, compact (assumptions are in run.json)."""
+    from .whatif_plot import headline, prediction_rows
+
+    if not (rec.ceilings or {}).get("rows"):
+        return
+    console.print("[bold]What would help[/] " + markup(headline(rec)), highlight=False)
+    t = Table(title="Predicted from this run (assumptions: run.json whatif, report.html)", title_justify="left")
+    for col in ("setting", "samples/s", "change", "then bound by"):
+        t.add_column(col, justify="left" if col in ("setting", "then bound by") else "right")
+    for setting, sps, change, binds, _ in prediction_rows(rec):
+        t.add_row(*(markup(v) for v in (setting, sps, change, binds)))
+    console.print(t)

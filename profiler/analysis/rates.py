@@ -1,0 +1,175 @@
+"""Measured rates of one run, per sample and per step: the inputs of the what-if model (analysis/whatif.py).
+
+Why a separate module: the what-if model must reason only with figures a run measured, each with a name and a unit,
+so that a prediction can say which measurement it rests on. Everything here is read from the v2 timeline (the
+in-worker per-call accounting) and the process samples; nothing is assumed except where a field says so.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .stats import Tables
+
+# Below this share of a core a thread was *waiting* for one, the run is treated as uncontended: the run-queue clock
+# has ~1 ms resolution per call, so a few per cent of runq is measurement noise, not other load.
+UNCONTENDED_SHARE_FROM = 0.95
+
+
+@dataclass
+class Rates:
+    """What one sample, one batch and one step cost in this run. Seconds unless the name says otherwise."""
+
+    samples_per_s: float  # measured throughput of the window
+    workers: int
+    batch: float  # samples per step (mean)
+    device_type: str  # "cpu" | "cuda"
+    cores: float  # usable cores
+    model_threads: int  # torch intra-op threads of the main process (environment.torch.num_threads)
+    # --- per sample, in the process that ran the dataset (workers, or the main process with 0 workers) -------------
+    cpu_s: float  # on a core (dataset call + collate share)
+    runq_s: float  # runnable, waiting for a core
+    blocked_s: float  # neither: blocked on IO, a lock, a sleep (wall - cpu - runq)
+    read_blocked_s: float  # the part of blocked_s inside the read stage (what a warm page cache removes)
+    rchar: float  # bytes the dataset asked to read per sample
+    read_bytes: float  # bytes that came from the block device per sample
+    cold_reads: float  # dataset calls per sample that read from the device (0..1 for one file per sample)
+    # --- per step / batch ---------------------------------------------------------------------------------------
+    collate_s: float  # wall per batch
+    transfer_s: float  # worker -> main per batch (0 with 0 workers: not measured)
+    compute_s: float  # model step per step, as measured in the window (with whatever contention there was)
+    h2d_s: float
+    loop_s: float  # the main loop's own time per step outside wait, H2D and compute
+    main_wait_cpu_s: float  # main thread on a core while waiting for a batch, per step (receive, unpickle)
+    # --- whole job ---------------------------------------------------------------------------------------------
+    job_cores: float  # cores the job's processes used on average in the window (process samples; spans if absent)
+    worker_cores: float  # of which the worker processes (0 with 0 workers)
+    share: float  # share of a core a runnable dataset thread got: cpu / (cpu + runq), 1.0 if uncontended
+    system_busy_cores: float | None  # all processes on the machine, from the per-core samples
+    pin_memory: bool
+    throttle: dict[str, Any] | None  # the run's storage throttle (spec + mechanism), if any
+    cache_mode: str
+    model_alone_s: float | None  # model step on a batch already on the device (harness/ceiling.py), if measured
+    main_sample_cpu_s: float | None = None  # a sample's CPU in the main thread (harness/ceiling.py), if measured
+    main_sample_process_cpu_s: float | None = None  # ... and in all the main process's threads (intra-op pool)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+
+
+def _mean_in_window(t: list, v: list, start: float, end: float) -> float | None:
+    ta = np.asarray(t, dtype=float)
+    va = np.asarray([np.nan if x is None else x for x in v], dtype=float)
+    if ta.size == 0 or ta.size != va.size:
+        return None
+    m = (ta >= start) & (ta <= end) & np.isfinite(va)
+    return float(va[m].mean()) if m.any() else None
+
+
+def _process_cores(rec: Any, start: float, end: float) -> tuple[float | None, float | None]:
+    """Mean cores used by the job's processes (all, workers) in the window, from the sampled cpu_percent."""
+    procs = (rec.samples or {}).get("processes") or []
+    total = workers = 0.0
+    seen = False
+    for p in procs:
+        m = _mean_in_window(p.get("t_s") or [], p.get("cpu_percent") or [], start, end)
+        if m is None:
+            continue
+        seen = True
+        total += m / 100.0
+        if p.get("role") == "worker":
+            workers += m / 100.0
+    return (total, workers) if seen else (None, None)
+
+
+def _system_busy(rec: Any, start: float, end: float, cores: float) -> float | None:
+    s = rec.samples or {}
+    t = np.asarray(s.get("t_s") or [], dtype=float)
+    rows = s.get("cpu_percent_per_core") or []
+    if t.size == 0 or len(rows) != t.size:
+        return None
+    vals = [float(np.mean(r)) for r, ti in zip(rows, t) if r and start <= ti <= end]
+    return float(np.mean(vals)) / 100.0 * cores if vals else None
+
+
+def _per_sample(m: Any, key: str) -> float | None:
+    """``m[key] / m["samples"]`` of a raw ceiling measurement, None unless both are sane."""
+    if not isinstance(m, dict) or type(m.get("samples")) is not int or m["samples"] <= 0:
+        return None
+    v = m.get(key)
+    return float(v) / m["samples"] if isinstance(v, (int, float)) and v > 0 else None
+
+
+def measure(rec: Any, t: Tables, stages: dict[str, Any], ctx: Any) -> Rates:
+    """The rates of ``rec`` (its measured window), from the tables and the context analysis already built."""
+    notes: list[str] = []
+    sp, bt, st = t.spans, t.batches, t.steps
+    win = rec.window or {}
+    start, end = float(win.get("start_s", 0.0)), float(win.get("end_s", 0.0))
+    samples = max(ctx.samples, 1)
+    steps = max(ctx.steps, 1)
+    sel = np.isin(sp["batch"], t.measured_batches) if sp.get("batch") is not None and sp["batch"].size else None
+    if sel is not None and sel.any():
+        items = float(np.maximum(sp.get("items", np.ones_like(sp["batch"]))[sel], 1).sum())
+        wall = float((sp["end"][sel].astype(float) - sp["start"][sel].astype(float)).sum())
+        cpu = float(sp["cpu"][sel].sum()) if "cpu" in sp else 0.0
+        runq = float(sp["runq"][sel].sum()) if "runq" in sp else 0.0
+        read = float(t.span_stages["read"][sel].sum()) if "read" in t.span_stages else 0.0
+        rchar = float(sp["rchar"][sel].sum()) if "rchar" in sp else 0.0
+        rbytes = float(sp["read_bytes"][sel].sum()) if "read_bytes" in sp else 0.0
+        cold = float((sp["read_bytes"][sel] > 0).sum()) if "read_bytes" in sp else 0.0
+    else:
+        items, wall, cpu, runq, read, rchar, rbytes, cold = float(samples), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
+        notes.append("no dataset calls in the window: per-sample costs unknown")
+    acc = (rec.timeline or {}).get("accounting") or {}
+    if cpu <= 0 and wall > 0:  # no per-thread clock (v1 record, or a kernel without schedstat): wall minus reads
+        cpu, runq = max(wall - read, 0.0), 0.0
+        notes.append(f"no per-thread CPU clock ({acc.get('cpu_clock', 'absent')}): CPU per sample = wall minus read")
+    blocked = max(wall - cpu - runq, 0.0)
+    bsel = np.isin(bt["batch"], t.measured_batches) if bt.get("batch") is not None and bt["batch"].size else None
+    collate_cpu = float(bt["collate_cpu"][bsel].sum()) if bsel is not None and "collate_cpu" in bt else 0.0
+    collate_runq = float(bt["collate_runq"][bsel].sum()) if bsel is not None and "collate_runq" in bt else 0.0
+    nb = max(int(bsel.sum()) if bsel is not None else 0, 1)
+    collate_wall = stages.get("collate", {}).get("mean_ms", 0.0) / 1e3
+    if collate_cpu <= 0:
+        collate_cpu = collate_wall * nb
+    per = 1.0 / items
+    cpu_s = (cpu + collate_cpu) * per
+    runq_s = (runq + collate_runq) * per
+    share = cpu_s / (cpu_s + runq_s) if cpu_s + runq_s > 0 else 1.0
+    if share >= UNCONTENDED_SHARE_FROM:
+        share = 1.0
+    job, workers_c = _process_cores(rec, start, end)
+    if job is None:
+        workers_c = cpu_s * ctx.samples_per_s if ctx.workers > 0 else 0.0
+        job = workers_c + float(np.sum(st.get("main_cpu", np.zeros(1)))) / max(ctx.window_s, 1e-9)
+        notes.append("no process CPU samples: job CPU from the in-worker accounting only")
+    loop = 0.0
+    if st.get("wait_start") is not None and st["wait_start"].size > 1:
+        gaps = st["wait_start"][1:].astype(float) - st["compute_end"][:-1].astype(float)
+        loop = float(np.clip(gaps, 0, None).mean())
+    torch_env = (rec.environment or {}).get("torch") or {}
+    st_rec = rec.storage or {}
+    ma = (getattr(rec, "extra", None) or {}).get("model_alone") or getattr(rec, "model_alone", None)
+    ma_s = ma.get("seconds_per_step") if isinstance(ma, dict) else None
+    mp = (getattr(rec, "extra", None) or {}).get("main_process_samples")
+    main_cpu, main_proc = _per_sample(mp, "cpu_s"), _per_sample(mp, "process_cpu_s")
+    return Rates(
+        samples_per_s=ctx.samples_per_s, workers=ctx.workers, batch=samples / steps,
+        device_type=ctx.device_type, cores=max(ctx.usable_cores, 1.0),
+        model_threads=int(torch_env.get("num_threads") or ctx.usable_cores or 1),
+        cpu_s=cpu_s, runq_s=runq_s, blocked_s=blocked * per, read_blocked_s=min(blocked, read) * per,
+        rchar=rchar * per, read_bytes=rbytes * per, cold_reads=cold * per,
+        collate_s=collate_wall, transfer_s=stages.get("transfer", {}).get("mean_ms", 0.0) / 1e3 if ctx.workers else 0.0,
+        compute_s=ctx.compute_ms / 1e3, h2d_s=ctx.h2d_ms / 1e3, loop_s=loop,
+        main_wait_cpu_s=float(np.mean(st["main_cpu"])) if st.get("main_cpu") is not None and st["main_cpu"].size
+        else 0.0,
+        job_cores=job, worker_cores=workers_c or 0.0, share=share,
+        system_busy_cores=_system_busy(rec, start, end, max(ctx.usable_cores, 1.0)),
+        pin_memory=ctx.pin_memory, throttle=st_rec.get("throttle"), cache_mode=str(st_rec.get("cache_mode", "as-is")),
+        model_alone_s=float(ma_s) if isinstance(ma_s, (int, float)) and ma_s > 0 else None,
+        main_sample_cpu_s=main_cpu, main_sample_process_cpu_s=main_proc, notes=notes,
+    )

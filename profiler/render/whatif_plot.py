@@ -1,0 +1,103 @@
+"""what_would_help.png and the display rows of the "What would help" section (terminal and HTML share the rows, so
+they can never disagree on a number). Reads ``rec.ceilings`` and ``rec.whatif`` only.
+
+Left: each stage's ceiling (samples/s it could sustain alone; hatched = derived, solid = measured), the lowest in
+red, this run's samples/s as a line. Right: predicted samples/s per worker count, with the measured point marked.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+
+def _sps(v: float | None) -> str:
+    if v is None:
+        return "—"
+    return f"{v:,.0f}" if v >= 100 else f"{v:.1f}"
+
+
+def ceiling_rows(rec: Any) -> list[tuple[str, str, str, str]]:
+    """(stage, samples/s, measured|derived, how) per ceiling, the lowest marked."""
+    c = rec.ceilings or {}
+    return [(r["stage"] + (" ← sets the pace" if r["stage"] == c.get("lowest") else ""), _sps(r["samples_per_s"]),
+             r["basis"], r["how"]) for r in c.get("rows") or []]
+
+
+def prediction_rows(rec: Any) -> list[tuple[str, str, str, str, str]]:
+    """(setting, samples/s, change, would bind, assumption) per prediction."""
+    rows = []
+    for p in (rec.whatif or {}).get("predictions") or []:
+        ch = p.get("change")
+        rows.append((p["setting"] + (" (this run)" if p.get("measured") else ""), _sps(p["samples_per_s"]),
+                     _change(ch, p), p["binds"], p["assumption"]))
+    return rows
+
+
+def headline(rec: Any) -> str:
+    c = rec.ceilings or {}
+    rows = c.get("rows") or []
+    if not rows:
+        return "No ceilings: this run measured no steps."
+    parts = ", ".join(f"{r['stage']} {_sps(r['samples_per_s'])} ({r['basis']})" for r in rows)
+    return (f"This run: {_sps(c.get('samples_per_s'))} samples/s; alone, {parts} — the lowest ({c.get('lowest')}) "
+            "sets the pace.")
+
+
+def render(rec: Any, out_dir: Path, ctx: dict) -> Path:
+    """Renderer entry (profiler/render/__init__.py): what_would_help.png."""
+    return plot_whatif(rec, Path(out_dir) / "what_would_help.png")
+
+
+def plot_whatif(rec: Any, path: str | Path) -> Path:
+    c, w = rec.ceilings or {}, rec.whatif or {}
+    fig = Figure(figsize=(11, 4), dpi=110)
+    FigureCanvasAgg(fig)
+    ax1, ax2 = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    rows = c.get("rows") or []
+    y = np.arange(len(rows))
+    vals = [r["samples_per_s"] for r in rows]
+    colours = ["#d62728" if r["stage"] == c.get("lowest") else "#1f77b4" for r in rows]
+    bars = ax1.barh(y, vals, color=colours)
+    for b, r in zip(bars, rows):
+        if r["basis"] == "derived":
+            b.set_hatch("//")
+            b.set_alpha(0.7)
+    ax1.set_yticks(y, [r["stage"] for r in rows], fontsize=8)
+    if vals:
+        ax1.set_xscale("log")
+        ax1.axvline(c.get("samples_per_s") or 0, color="black", linestyle="--", linewidth=1, label="this run")
+        ax1.legend(fontsize=8, loc="lower right")
+    ax1.set_xlabel("samples/s (log)")
+    ax1.set_title("Ceilings: each stage alone (hatched = derived)", fontsize=10)
+    preds = [p for p in w.get("predictions") or [] if p["kind"] == "workers"]
+    if preds:
+        n = [p["workers"] for p in preds]
+        x = [p["samples_per_s"] for p in preds]
+        ax2.plot(n, x, marker="o", color="#ff7f0e", label="predicted")
+        meas = w.get("measured") or {}
+        ax2.scatter([meas.get("workers")], [meas.get("samples_per_s")], color="black", zorder=3, s=50,
+                    label="measured (this run)")
+        for p in preds:
+            ax2.annotate(p["binds"], (p["workers"], p["samples_per_s"]), fontsize=7, xytext=(0, 6),
+                         textcoords="offset points", ha="center")
+        ax2.set_xticks(n)
+        ax2.legend(fontsize=8, loc="lower right")
+    ax2.set_xlabel("DataLoader workers")
+    ax2.set_ylabel("samples/s")
+    ax2.set_ylim(bottom=0)
+    ax2.margins(y=0.2)
+    ax2.set_title("What-if: workers (label: the stage that would bind)", fontsize=10)
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out)
+    return out
+
+
+def _change(ch: float | None, p: dict[str, Any]) -> str:
+    if ch is None or p.get("measured"):
+        return "—"
+    return "±0 %" if abs(ch) < 0.005 else f"{ch * 100:+.0f} %"
