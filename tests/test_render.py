@@ -21,7 +21,7 @@ from profiler.config import RunConfig
 from profiler.harness.data import make_sample_dataset
 from profiler.harness.runner import execute, prepare
 from profiler.record import RunRecord, load
-from profiler.render import REPORT_FILES, write_reports
+from profiler.render import PLOT_FILES, REPORT_FILES, write_reports
 from profiler.render import trace as trace_mod
 from profiler.render.html import render_html
 from profiler.render.plots import timeline_lanes
@@ -91,7 +91,7 @@ def test_html_has_verdict_sections_and_no_network_loads(runs):
         assert url.strip("'\" ").startswith("data:"), url
     for href in re.findall(r'\bhref\s*=\s*"([^"]*)"', page, flags=re.I):
         assert "://" not in href and not href.startswith("//"), href
-    assert page.count('src="data:image/png;base64,') == 4
+    assert page.count('src="data:image/png;base64,') == len(PLOT_FILES)  # every plot of the registry, embedded
     # The compute device is the CPU here, and the page says so.
     assert "No GPU: the model ran on the CPU" in page
     # Recommendations with their numbers.
@@ -363,7 +363,7 @@ def test_one_failing_renderer_costs_no_other(runs, tmp_path, capsys):
     assert "could not write utilisation.png" in err and "no_such_function" in err
     page = (tmp_path / "report.html").read_text()
     assert "This plot could not be drawn" in page and "no_such_function" in page
-    assert page.count('src="data:image/png;base64,') == 3
+    assert page.count('src="data:image/png;base64,') == len(PLOT_FILES) - 1
     assert not list(tmp_path.glob("*.tmp"))
 
 

@@ -38,12 +38,15 @@ def analyze(rec: Any) -> Any:
     ram_note = served_from_ram_note(rec)
     if ram_note:  # said once, in the summary (not again as a finding): it changes how to read the verdict
         verdict["summary"] += " " + ram_note
-    # --- what would help (issue 10): stage ceilings and what-if predictions from this run alone ---------------------
+    # What would help: stage ceilings and what-if predictions from this run alone. Advice on top of the verdict: a
+    # record the model cannot read (too few steps, nothing measured per sample) gets none, and says why.
     from .rates import measure
     from .whatif import analyse as whatif_analyse
 
-    rec.whatif, rec.ceilings = whatif_analyse(measure(rec, t, stages, ctx))
-    # --- end what would help ----------------------------------------------------------------------------------------
+    try:
+        rec.whatif, rec.ceilings = whatif_analyse(measure(rec, t, stages, ctx))
+    except (ValueError, ZeroDivisionError, KeyError, IndexError) as e:
+        rec.whatif, rec.ceilings = {"error": f"{type(e).__name__}: {e}"}, {}
     verdict["recommendations"] = recommend(verdict, stall, ctx, rec.memory, rec.whatif)
     steps = ctx.steps
     rec.throughput = {

@@ -153,9 +153,9 @@ def measure(rec: Any, t: Tables, stages: dict[str, Any], ctx: Any) -> Rates:
         loop = float(np.clip(gaps, 0, None).mean())
     torch_env = (rec.environment or {}).get("torch") or {}
     st_rec = rec.storage or {}
-    ma = (getattr(rec, "extra", None) or {}).get("model_alone") or getattr(rec, "model_alone", None)
+    ma = getattr(rec, "model_alone", None) or (getattr(rec, "extra", None) or {}).get("model_alone")
     ma_s = ma.get("seconds_per_step") if isinstance(ma, dict) else None
-    mp = (getattr(rec, "extra", None) or {}).get("main_process_samples")
+    mp = getattr(rec, "main_process_samples", None) or (getattr(rec, "extra", None) or {}).get("main_process_samples")
     main_cpu, main_proc = _per_sample(mp, "cpu_s"), _per_sample(mp, "process_cpu_s")
     return Rates(
         samples_per_s=ctx.samples_per_s, workers=ctx.workers, batch=samples / steps,

@@ -127,10 +127,12 @@ class Model:
         out: dict[str, float] = {}
         if n == 0:
             per_sample = cpu0 * cpu_scale + p["blocked"] + step_main / b
-            out["cpu" if p["cpu"] * cpu_scale >= p["blocked"] else "io"] = 1.0 / per_sample
+            out["cpu" if p["cpu"] * cpu_scale >= p["blocked"] else "io"] = 1.0 / per_sample if per_sample > 0 \
+                else math.inf
         else:
             per_sample = p["cpu"] * cpu_scale + p["blocked"]
-            out["cpu" if p["cpu"] * cpu_scale >= p["blocked"] else "io"] = n / per_sample
+            out["cpu" if p["cpu"] * cpu_scale >= p["blocked"] else "io"] = n / per_sample if per_sample > 0 \
+                else math.inf
             out["compute"] = b / step_main if step_main > 0 else math.inf
         if p["storage_cap"] is not None:
             out["storage"] = p["storage_cap"] * self.storage_kappa / self.kappa

@@ -202,18 +202,22 @@ def execute(p: Prepared, on_step: Callable | None = None) -> RunRecord:
         from .ceiling import measure_main_process_samples
 
         try:
-            rec.extra["main_process_samples"] = measure_main_process_samples(
+            rec.main_process_samples = measure_main_process_samples(
                 dataset, list(rec.timeline["sample_spans"].get("index") or []))
-        except (OSError, RuntimeError, KeyboardInterrupt) as e:  # a bonus figure: never lose the run for it
-            rec.extra["main_process_samples"] = {"error": f"{type(e).__name__}: {e}"}
-    if p.model is not None and outcome.status == "window closed":
+        except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - a bonus figure: never lose the run for it
+            rec.main_process_samples = {"error": f"{type(e).__name__}: {e}"}
+    if p.model is not None and outcome.status == "window closed" and p.denv is not None:
+        # Under torchrun the step's backward all-reduces with the other ranks, and the group is gone by now: a
+        # "model alone" figure would measure the collective, not the model.
+        rec.model_alone = {"error": "not measured under torchrun (the step includes the all-reduce)"}
+    elif p.model is not None and outcome.status == "window closed":
         from .ceiling import measure_model_alone
 
         try:
-            rec.extra["model_alone"] = measure_model_alone(step_fn, p.device, c.batch_size, c.image_size,
+            rec.model_alone = measure_model_alone(step_fn, p.device, c.batch_size, c.image_size,
                                                            len(p.index.classes))
-        except (RuntimeError, KeyboardInterrupt) as e:  # a bonus figure: never lose the run for it
-            rec.extra["model_alone"] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+        except Exception as e:  # noqa: BLE001 - a bonus figure: never lose the run for it
+            rec.model_alone = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
     # --- end issue 10 ---------------------------------------------------------------------------------------------
     return rec
 

@@ -74,6 +74,8 @@ class RunRecord:
     memory: Memory | None = None
     job: Job | None = None
     distributed: Distributed | None = None  # one rank of a torchrun job (profiler/distributed/)
+    model_alone: dict[str, Any] | None = None  # raw ceilings measured after the window (harness/ceiling.py)
+    main_process_samples: dict[str, Any] | None = None
     partial: bool = False
     partial_reason: str | None = None
     schema_version: int = SCHEMA_VERSION

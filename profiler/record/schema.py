@@ -449,6 +449,7 @@ class WhatIf(TypedDict, total=False):
     best_workers: int
     inputs: dict[str, Any]
     note: str
+    error: str  # the model could not read this record (no predictions then)
 
 
 class Ceilings(TypedDict, total=False):
@@ -456,6 +457,26 @@ class Ceilings(TypedDict, total=False):
     samples_per_s: float
     rows: list[dict[str, Any]]
     lowest: str | None
+
+
+class ModelAlone(TypedDict, total=False):
+    """The model step on a batch already on the device, a few steps after the window (harness/ceiling.py)."""
+    steps: Count
+    seconds_per_step: Seconds
+    batch_size: Count
+    cost_s: Seconds
+    error: str  # why it was not measured
+
+
+class MainProcessSamples(TypedDict, total=False):
+    """A few samples loaded in the main process after the window: what 0 workers would cost (harness/ceiling.py)."""
+    samples: Count
+    wall_s: Seconds
+    cpu_s: Seconds
+    process_cpu_s: Seconds
+    torch_threads: Count
+    cost_s: Seconds
+    error: str
 
 
 class Record(TypedDict, total=False):
@@ -477,6 +498,8 @@ class Record(TypedDict, total=False):
     storage: Storage | None
     memory: Memory | None
     distributed: Distributed | None
+    model_alone: ModelAlone | None
+    main_process_samples: MainProcessSamples | None
     throughput: Throughput
     stages: dict[str, StageStats]
     stall: Stall
@@ -510,5 +533,5 @@ SAME_LENGTH: dict[type, tuple[str, ...]] = {
 
 RAW_SECTIONS = ("schema_version", "tool", "created_utc", "partial", "partial_reason", "job", "config", "environment",
                 "compute_device", "window", "timeline", "samples", "dataset", "skipped", "storage", "memory",
-                "distributed")
+                "distributed", "model_alone", "main_process_samples")
 DERIVED_SECTIONS = ("throughput", "stages", "stall", "verdict", "findings", "ram", "whatif", "ceilings")
