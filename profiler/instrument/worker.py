@@ -76,15 +76,15 @@ class _Recorder:
         self.opened: dict[str, int] = {}
 
     def call(self, fn: Any, arg: Any, index: int, items: int) -> Any:
-        s0 = clocks.snapshot()
+        s0 = clocks.call_snapshot()
         substages.begin_sample()
         try:
             return fn(arg)
         finally:
             named = substages.end_sample()
-            s1 = clocks.snapshot(end=True)
-            self.rows.append((s0[0], s1[0], s1[1] - s0[1], s1[2] - s0[2], s1[3] - s0[3], s1[4] - s0[4], index, items,
-                              substages.take_pixels()))
+            s1 = clocks.call_snapshot(end=True)
+            # runq, rchar, read_bytes (columns 3-5) are the batch's, shared out in fetch(): share_batch_counters
+            self.rows.append((s0[0], s1[0], s1[1] - s0[1], 0, 0, 0, index, items, substages.take_pixels()))
             self.stages.append(named)
 
 
@@ -211,6 +211,28 @@ def _self_io() -> tuple[int, int]:
         return -1, -1
 
 
+def _share(total: int, weights: np.ndarray) -> np.ndarray:
+    s = weights.sum()
+    w = weights / s if s > 0 else np.full(len(weights), 1.0 / len(weights))
+    return np.round(total * w).astype(np.int64)
+
+
+def share_batch_counters(rows: np.ndarray, runq: int, rchar: int, read_bytes: int) -> None:
+    """Give each dataset call its share of the batch's run-queue wait (by its off-CPU time: a thread waiting for a
+    core is off it), of the bytes it asked to read (by items) and of the bytes from the block device (by its blocked
+    time, what is off-CPU and not waiting for a core: a thread blocked on a disk read is off it). Reading /proc's
+    schedstat and io around every call would cost ~15 µs a call; around the batch it costs that once."""
+    if not rows.size:
+        return
+    off = np.maximum(rows[:, 1] - rows[:, 0] - rows[:, 2], 0).astype(np.float64)
+    if runq > 0:
+        rows[:, 3] = np.minimum(_share(runq, off), off)
+    if rchar > 0:
+        rows[:, 4] = _share(rchar, rows[:, 7].astype(np.float64))
+    if read_bytes > 0:
+        rows[:, 5] = _share(read_bytes, np.maximum(off - rows[:, 3], 0))
+
+
 def instrument_fetcher(fetcher: Any, worker_id: int) -> Any:
     """Wrap a torch fetcher (see torch_hooks.py for how it is reached) so ``fetch`` returns Instrumented batches."""
     if hasattr(fetcher, "dataset_iter"):  # IterableDataset
@@ -225,13 +247,17 @@ def instrument_fetcher(fetcher: Any, worker_id: int) -> Any:
 
     def fetch(possibly_batched_index: Any) -> Any:
         global _current
+        b0 = clocks.snapshot()
         rec = _current = _Recorder()
         collate.last = (0, 0, 0, 0)
         try:
             batch = inner_fetch(possibly_batched_index)
         finally:
             _current = None
+        b1 = clocks.snapshot(end=True)
         rows = np.array(rec.rows, dtype=np.int64).reshape(-1, len(ROW_COLUMNS))
+        share_batch_counters(rows, runq=b1[2] - b0[2] - collate.last[3], rchar=b1[3] - b0[3],
+                             read_bytes=b1[4] - b0[4])
         stages: dict[str, np.ndarray] = {}
         for i, named in enumerate(rec.stages):
             for name, ns in named.items():
