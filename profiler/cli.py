@@ -25,6 +25,8 @@ MAIN_EPILOG = """examples:
   python -m profiler report reports/hdd/run.json          # re-render everything from a saved run
   python -m profiler compare reports/ssd reports/hdd       # what changed between two runs, and why
   python -m profiler fit --model resnet50 --batch-size 64 --gpu-mem rtx3060-12g
+  python -m profiler sweep --workers 0,1,2,4 --data ./imgs  # what would help: measured vs predicted
+  torchrun --nproc-per-node 2 -m profiler run train.py     # every rank profiled, merged in <out>/
 """
 
 RUN_EPILOG = """examples:

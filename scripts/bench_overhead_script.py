@@ -127,7 +127,7 @@ def direct_costs() -> tuple[float, float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--batches", type=int, default=60)
+    ap.add_argument("--batches", type=int, default=200)
     a = ap.parse_args()
     import numpy as np
 
