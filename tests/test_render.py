@@ -364,7 +364,7 @@ def test_one_failing_renderer_costs_no_other(runs, tmp_path, capsys):
     page = (tmp_path / "report.html").read_text()
     assert "This plot could not be drawn" in page and "no_such_function" in page
     assert page.count('src="data:image/png;base64,') == len(PLOT_FILES) - 1
-    assert not list(tmp_path.glob("*.tmp"))
+    assert not list(tmp_path.glob("*.tmp")) + list(tmp_path.glob(".*.tmp"))
 
 
 def test_html_module_needs_no_matplotlib():
@@ -553,4 +553,4 @@ def test_hostile_strings_render_in_html_and_trace(runs, tmp_path, capsys):
     trace = (tmp_path / "trace.json").read_bytes()
     assert b"\x1b" not in trace
     json.loads(trace)
-    assert not list(tmp_path.glob("*.tmp"))
+    assert not list(tmp_path.glob("*.tmp")) + list(tmp_path.glob(".*.tmp"))

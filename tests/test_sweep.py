@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 # The smallest honest run: no model, tiny images, a few batches.
 TINY = ["--steps", "4", "--warmup", "1", "--batch-size", "4", "--model", "none", "--augment", "none",
-        "--image-size", "32", "--no-progress"]
+        "--image-size", "32", "--no-progress", "--device", "cpu"]
 
 
 @pytest.fixture(scope="module")
