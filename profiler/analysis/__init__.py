@@ -1,7 +1,7 @@
 """Pure analysis: RunRecord -> derived sections (throughput, stages, stall, verdict, findings). No I/O, no drawing."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..thresholds import SERVED_FROM_RAM_FROM
 from .attribution import attribute, extend_to_tail, has_kernel_accounting
@@ -12,8 +12,11 @@ from .recommend import recommend
 from .stats import stage_stats, tables
 from .verdict import decide
 
+if TYPE_CHECKING:  # annotations only: analysis and renderers take the typed record
+    from ..record import RunRecord
 
-def analyze(rec: Any) -> Any:
+
+def analyze(rec: RunRecord) -> Any:
     """Fill ``rec``'s derived sections from its raw ones (idempotent) and return it.
 
     Storage byte counts (``storage.bytes_requested`` / ``bytes_from_device`` / ``page_cache_hit_fraction`` and
@@ -62,14 +65,14 @@ def analyze(rec: Any) -> Any:
     return rec
 
 
-def derive_storage(rec: Any) -> None:
+def derive_storage(rec: RunRecord) -> None:
     """Recompute the storage byte counts from the raw /proc io readings (kept as recorded when there are none)."""
     io = io_totals(rec)
     if io.get("io_source") is not None:
         rec.storage = {**(rec.storage or {}), **io}
 
 
-def derive_memory(rec: Any) -> None:
+def derive_memory(rec: RunRecord) -> None:
     """Recompute the out-of-memory advice from ``memory.breakdown``; a failure is noted, never raised (the advice is
     a bonus on a run that already failed), and a record's own list is then kept."""
     mem = rec.memory
@@ -84,7 +87,7 @@ def derive_memory(rec: Any) -> None:
         mem["oom_recommendations"] = advice
 
 
-def served_from_ram_note(rec: Any) -> str | None:
+def served_from_ram_note(rec: RunRecord) -> str | None:
     """A run meant to measure storage (cold cache or a throttle) whose reads mostly hit the page cache measured RAM."""
     st = rec.storage or {}
     hit = st.get("page_cache_hit_fraction")
@@ -94,7 +97,7 @@ def served_from_ram_note(rec: Any) -> str | None:
             "RAM, not the storage device (use --cache cold).")
 
 
-def dataset_vs_ram(rec: Any, ctx: Context) -> dict[str, Any] | None:
+def dataset_vs_ram(rec: RunRecord, ctx: Context) -> dict[str, Any] | None:
     """Can the page cache hold the dataset? If not, every epoch reads it from the device: say what that costs."""
     size, avail = ctx.dataset_bytes, ctx.ram_available_bytes
     fits = fits_in_page_cache(size, avail)
@@ -118,7 +121,7 @@ def dataset_vs_ram(rec: Any, ctx: Context) -> dict[str, Any] | None:
     return out
 
 
-def ram_section(rec: Any, ctx: Context) -> dict[str, Any]:
+def ram_section(rec: RunRecord, ctx: Context) -> dict[str, Any]:
     """Host RAM: per-process peaks, /dev/shm, copy-on-read growth, and a projection for other worker counts."""
     from .ram import detect_copy_on_read, project_ram
 
@@ -142,7 +145,7 @@ def ram_section(rec: Any, ctx: Context) -> dict[str, Any]:
     return out
 
 
-def findings(rec: Any, ctx: Context) -> list[dict[str, Any]]:
+def findings(rec: RunRecord, ctx: Context) -> list[dict[str, Any]]:
     """Facts worth a line in every report, beyond the verdict (skipped files, RAM, the dataset vs the page cache).
 
     The "measured RAM, not the storage device" caution is not repeated here: it is part of the verdict's summary."""

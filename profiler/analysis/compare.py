@@ -12,7 +12,7 @@ The records must have been through ``profiler.analysis.analyze`` (stall.per_step
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -29,6 +29,9 @@ from ..thresholds import (  # judgment thresholds, with their reasons
     WORTH_MORE_STEPS_OUTSIDE,
 )
 from .stats import stage_durations, tables
+
+if TYPE_CHECKING:  # annotations only: analysis and renderers take the typed record
+    from ..record import RunRecord
 
 SEED = 0
 # Beyond this many observations (a long run's per-sample spans) the interval is computed on a seeded random subsample:
@@ -80,7 +83,7 @@ class Observations:
     stages: dict[str, np.ndarray]  # per sample / batch / step durations, measured window only
 
 
-def observations(rec: Any) -> Observations:
+def observations(rec: RunRecord) -> Observations:
     t = tables(rec.timeline)
     st = t.steps
     n = int(st["wait_start"].size) if "wait_start" in st else 0

@@ -4,12 +4,15 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .. import vocab
 from .stats import Tables
+
+if TYPE_CHECKING:  # annotations only: analysis and renderers take the typed record
+    from ..record import RunRecord
 
 
 @dataclass
@@ -81,7 +84,7 @@ def cpu_util_in_window(samples: dict[str, Any], start_s: float, end_s: float) ->
     return float(np.mean(rows)) / 100.0
 
 
-def loader_settings(rec: Any, samples: int, steps: int) -> dict[str, Any]:
+def loader_settings(rec: RunRecord, samples: int, steps: int) -> dict[str, Any]:
     """workers, batch_size and pin_memory of the profiled loader.
 
     A user's own job (a record with a ``job`` section) says them in ``job.loader``; config then describes only the
@@ -110,7 +113,7 @@ def _sample_cpu_ms(stages: dict[str, Any]) -> float:
     return total
 
 
-def build_context(rec: Any, t: Tables, stages: dict[str, Any]) -> Context:
+def build_context(rec: RunRecord, t: Tables, stages: dict[str, Any]) -> Context:
     cfg, env, win = rec.config, rec.environment, rec.window
     job_kind = str(((getattr(rec, "job", None) or {}).get("kind")) or "builtin")
     window_s = float(win.get("seconds", 0.0))

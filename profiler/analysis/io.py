@@ -8,9 +8,12 @@
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from .. import thresholds as th
+
+if TYPE_CHECKING:  # annotations only: analysis and renderers take the typed record
+    from ..record import RunRecord
 
 
 def _reading_times(batches: dict[str, Any]) -> list[float] | None:
@@ -48,7 +51,7 @@ def _window_totals(batches: dict[str, Any], start_s: float, end_s: float) -> dic
             "worker_processes_with_io": len(inside)}
 
 
-def io_totals(rec: Any) -> dict[str, Any]:
+def io_totals(rec: RunRecord) -> dict[str, Any]:
     """Bytes the workers asked for vs bytes from the block device, and the page-cache hit fraction.
 
     Preferred source: the cumulative /proc/self/io readings each worker attached to its batches
@@ -107,7 +110,7 @@ def _fit_advice() -> Callable[[Any, int], list[dict]]:
     return oom_recommendations
 
 
-def memory_advice(rec: Any) -> list[dict]:
+def memory_advice(rec: RunRecord) -> list[dict]:
     """What to change after a device out-of-memory, recomputed from ``memory.breakdown`` (the fit estimate of this
     model, batch and mode) and the device's size. Empty when the run did not run out of memory or the record lacks
     the breakdown or the device size."""

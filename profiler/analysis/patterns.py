@@ -4,13 +4,16 @@ lock-step sawtooth. Pure functions of the record's raw timeline and the derived 
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .. import thresholds as th
 from .context import Context
 from .stats import Tables
+
+if TYPE_CHECKING:  # annotations only: analysis and renderers take the typed record
+    from ..record import RunRecord
 
 
 def oversubscription(stall: dict[str, Any], ctx: Context) -> dict[str, Any] | None:
@@ -27,7 +30,7 @@ def oversubscription(stall: dict[str, Any], ctx: Context) -> dict[str, Any] | No
                         "threads (torch.set_num_threads) or cheaper samples can.")}
 
 
-def epoch_starts(t: Tables, rec: Any, ctx: Context) -> dict[str, Any] | None:
+def epoch_starts(t: Tables, rec: RunRecord, ctx: Context) -> dict[str, Any] | None:
     """Epochs after the first that paid worker start-up again: ``persistent_workers=True`` saves it."""
     ep = t.epochs
     if ep.get("iter_start") is None or ep["iter_start"].size < 2:
@@ -72,5 +75,5 @@ def sawtooth(t: Tables, stall: dict[str, Any], ctx: Context) -> dict[str, Any] |
                         "free) or cheaper samples; a larger prefetch_factor only delays the same wait.")}
 
 
-def pattern_findings(t: Tables, rec: Any, stall: dict[str, Any], ctx: Context) -> list[dict[str, Any]]:
+def pattern_findings(t: Tables, rec: RunRecord, stall: dict[str, Any], ctx: Context) -> list[dict[str, Any]]:
     return [f for f in (oversubscription(stall, ctx), epoch_starts(t, rec, ctx), sawtooth(t, stall, ctx)) if f]

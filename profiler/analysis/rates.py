@@ -7,11 +7,14 @@ in-worker per-call accounting) and the process samples; nothing is assumed excep
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .stats import Tables
+
+if TYPE_CHECKING:  # annotations only: analysis and renderers take the typed record
+    from ..record import RunRecord
 
 # Below this share of a core a thread was *waiting* for one, the run is treated as uncontended: the run-queue clock
 # has ~1 ms resolution per call, so a few per cent of runq is measurement noise, not other load.
@@ -69,7 +72,7 @@ def _mean_in_window(t: list, v: list, start: float, end: float) -> float | None:
     return float(va[m].mean()) if m.any() else None
 
 
-def _process_cores(rec: Any, start: float, end: float) -> tuple[float | None, float | None]:
+def _process_cores(rec: RunRecord, start: float, end: float) -> tuple[float | None, float | None]:
     """Mean cores used by the job's processes (all, workers) in the window, from the sampled cpu_percent."""
     procs = (rec.samples or {}).get("processes") or []
     total = workers = 0.0
@@ -85,7 +88,7 @@ def _process_cores(rec: Any, start: float, end: float) -> tuple[float | None, fl
     return (total, workers) if seen else (None, None)
 
 
-def _system_busy(rec: Any, start: float, end: float, cores: float) -> float | None:
+def _system_busy(rec: RunRecord, start: float, end: float, cores: float) -> float | None:
     s = rec.samples or {}
     t = np.asarray(s.get("t_s") or [], dtype=float)
     rows = s.get("cpu_percent_per_core") or []
@@ -103,7 +106,7 @@ def _per_sample(m: Any, key: str) -> float | None:
     return float(v) / m["samples"] if isinstance(v, (int, float)) and v > 0 else None
 
 
-def measure(rec: Any, t: Tables, stages: dict[str, Any], ctx: Any) -> Rates:
+def measure(rec: RunRecord, t: Tables, stages: dict[str, Any], ctx: Any) -> Rates:
     """The rates of ``rec`` (its measured window), from the tables and the context analysis already built."""
     notes: list[str] = []
     sp, bt, st = t.spans, t.batches, t.steps

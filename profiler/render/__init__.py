@@ -16,7 +16,10 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # annotations only: analysis and renderers take the typed record
+    from ..record import RunRecord
 
 RenderFn = Callable[[Any, Path, dict], Path]
 
@@ -87,7 +90,7 @@ def render_all(renderers: tuple[Renderer, ...], obj: Any, out_dir: str | Path, c
     return written
 
 
-def write_reports(rec: Any, out_dir: str | Path) -> list[Path]:
+def write_reports(rec: RunRecord, out_dir: str | Path) -> list[Path]:
     """Write every report file for ``rec`` (analysed) into ``out_dir``; returns the paths written."""
     return render_all(REPORT, rec, out_dir)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import vocab
 from .jinja import environment
@@ -22,6 +22,9 @@ from .trace import DetailPlan, plan_detail
 from .units import ms as _ms
 from .units import nbytes, printable, stage_colour, stage_label, stage_order
 from .units import pct as _pct
+
+if TYPE_CHECKING:  # annotations only: analysis and renderers take the typed record
+    from ..record import RunRecord
 
 # Verdict colour by bottleneck: red for input stalls the user can fix in the loader, amber for transfer, green when
 # the model itself is the limit (the input keeps up), magenta for "does not fit".
@@ -113,7 +116,7 @@ def flatten(d: Any, prefix: str = "", skip: tuple[str, ...] = ()) -> list[tuple[
     return rows
 
 
-def _device_line(rec: Any) -> str:
+def _device_line(rec: RunRecord) -> str:
     dev = rec.compute_device or {}
     if dev.get("type") == "cpu":
         return printable(f"No GPU: the model ran on the CPU ({dev.get('name') or 'CPU'}); idle time is the main "
@@ -123,7 +126,7 @@ def _device_line(rec: Any) -> str:
                      f"{dev.get('timing') or 'host clocks'}.")
 
 
-def _numbers(rec: Any) -> list[dict[str, str]]:
+def _numbers(rec: RunRecord) -> list[dict[str, str]]:
     tp, win, st, c = rec.throughput or {}, rec.window or {}, rec.stall or {}, rec.config or {}
     return [
         {"value": f"{tp.get('samples_per_s', 0):,.1f}", "label": "samples/s (measured window)"},
@@ -135,7 +138,7 @@ def _numbers(rec: Any) -> list[dict[str, str]]:
     ]
 
 
-def _stage_rows(rec: Any) -> list[dict[str, Any]]:
+def _stage_rows(rec: RunRecord) -> list[dict[str, Any]]:
     rows = []
     stages = rec.stages or {}
     for name in stage_order(stages):
@@ -150,7 +153,7 @@ def _stage_rows(rec: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def _stall_rows(rec: Any) -> tuple[list[dict], list[dict], list[dict], str]:
+def _stall_rows(rec: RunRecord) -> tuple[list[dict], list[dict], list[dict], str]:
     st = rec.stall or {}
     idle, window = float(st.get("seconds", 0.0)), float((rec.window or {}).get("seconds", 0.0))
     by_cause, by_stage = st.get("by_cause") or {}, st.get("by_stage") or {}
@@ -170,7 +173,7 @@ def _stall_rows(rec: Any) -> tuple[list[dict], list[dict], list[dict], str]:
     return causes, detail, kinds, line
 
 
-def _findings(rec: Any) -> list[dict[str, str]]:
+def _findings(rec: RunRecord) -> list[dict[str, str]]:
     """Each finding as kind + one message; a finding without a message shows its fields instead of nothing."""
     out = []
     for f in rec.findings or []:
@@ -201,7 +204,7 @@ def _figures(images: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _job_rows(rec: Any) -> list[tuple[str, str]]:
+def _job_rows(rec: RunRecord) -> list[tuple[str, str]]:
     """What the profiled job was (run.json v2 ``job``): the script and the loader it iterated, when recorded."""
     job = getattr(rec, "job", None) or (getattr(rec, "extra", None) or {}).get("job")
     if not isinstance(job, dict) or not job:
@@ -213,7 +216,7 @@ def _job_rows(rec: Any) -> list[tuple[str, str]]:
     return flatten({"job": head}) + flatten({"job.loader": {**facts, **rest}})
 
 
-def report_context(rec: Any, images: dict[str, Any], plan: DetailPlan | None = None) -> dict[str, Any]:
+def report_context(rec: RunRecord, images: dict[str, Any], plan: DetailPlan | None = None) -> dict[str, Any]:
     """Everything the template shows, as plain strings and lists."""
     plan = plan or plan_detail(rec)
     steps = [int(x) for x in rec.timeline["steps"]["step"]]
@@ -273,23 +276,23 @@ def report_context(rec: Any, images: dict[str, Any], plan: DetailPlan | None = N
     }
 
 
-def _whatif_context(rec: Any) -> dict[str, Any]:
+def _whatif_context(rec: RunRecord) -> dict[str, Any]:
     """What would help (issue 10): the same rows as the terminal (render/whatif_plot.py)."""
     from .whatif_plot import ceiling_rows, headline, prediction_rows
 
     return {"whatif_line": headline(rec), "ceiling_rows": ceiling_rows(rec), "prediction_rows": prediction_rows(rec)}
 
 
-def render_html(rec: Any, images: dict[str, Any], plan: DetailPlan | None = None) -> str:
+def render_html(rec: RunRecord, images: dict[str, Any], plan: DetailPlan | None = None) -> str:
     """The page as a string. ``images`` maps figure key → PNG path (or an error string when drawing failed)."""
     return environment().get_template("report.html.j2").render(**report_context(rec, images, plan))
 
 
-def write_html(rec: Any, path: str | Path, images: dict[str, Any], plan: DetailPlan | None = None) -> Path:
+def write_html(rec: RunRecord, path: str | Path, images: dict[str, Any], plan: DetailPlan | None = None) -> Path:
     return write_atomic(path, render_html(rec, images, plan))
 
 
-def render(rec: Any, out_dir: Path, ctx: dict[str, Any]) -> Path:
+def render(rec: RunRecord, out_dir: Path, ctx: dict[str, Any]) -> Path:
     """The registry's entry point: report.html, inlining the plots written before it (``ctx["results"]``)."""
     if "plan" not in ctx:
         ctx["plan"] = plan_detail(rec)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import matplotlib
 
@@ -32,6 +32,9 @@ from .units import mpl, stage_colour, stage_order  # noqa: E402
 from .units import ms as _ms  # noqa: E402
 from .units import pct as _pct  # noqa: E402
 from .units import stage_label as _stage_label  # noqa: E402
+
+if TYPE_CHECKING:  # annotations only: analysis and renderers take the typed record
+    from ..record import RunRecord
 
 
 def stage_label(name: str) -> str:
@@ -67,13 +70,13 @@ def _savefig(fig, path: Path) -> Path:
 # --------------------------------------------------------------------------------------------------------------------
 # Per-observation durations (the analysis keeps aggregates only; histograms need the observations).
 # --------------------------------------------------------------------------------------------------------------------
-def stage_durations(rec: Any) -> dict[str, np.ndarray]:
+def stage_durations(rec: RunRecord) -> dict[str, np.ndarray]:
     """Seconds per observation of each stage in the measured window: analysis.stats' one definition, read from a v2
     timeline (a v1 one converted as the migration defines, see spans.py)."""
     return analysis_stage_durations(tables(spans_mod.v2_timeline(rec.timeline)))
 
 
-def latency_stages(rec: Any) -> list[str]:
+def latency_stages(rec: RunRecord) -> list[str]:
     """Stages latency.png draws: those the analysis reports (rec.stages), registry order, then user-named ones."""
     names = [k for k, v in (rec.stages or {}).items()
              if isinstance(v, dict) and v.get("per", vocab.stage(k).per) in LATENCY_PER and k not in LATENCY_SKIP]
@@ -118,7 +121,7 @@ def _stacked(ax, parts: list[tuple[str, float, str, str, str | None]], total: fl
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(0, -0.5), ncol=3, fontsize=9, frameon=False)
 
 
-def plot_where_time_went(rec: Any, path: Path) -> Path:
+def plot_where_time_went(rec: RunRecord, path: Path) -> Path:
     """Stacked bars: the measured window split into busy + idle by cause; the idle part split by stage (what the
     producing worker was doing); and, when the record has the kernel's view (stall.by_kind), the idle part by kind."""
     window = float(rec.window.get("seconds", 0.0))
@@ -173,14 +176,14 @@ def _lane_name(w: int) -> str:
     return "main process\n(workers=0)" if w < 0 else f"worker {w}"
 
 
-def timeline_lanes(rec: Any) -> list[str]:
+def timeline_lanes(rec: RunRecord) -> list[str]:
     """Lane labels of the Gantt, top to bottom: main loop, idle strip, then one per worker (worker -1 = loading in
     the main process, workers=0)."""
     ws = sorted({int(w) for w in rec.timeline.get("batches", {}).get("worker", [])})
     return ["main loop", "idle by cause"] + [_lane_name(w) for w in ws]
 
 
-def plot_timeline(rec: Any, path: Path) -> Path:
+def plot_timeline(rec: RunRecord, path: Path) -> Path:
     """Gantt: main loop (wait / H2D / compute), idle-by-cause strip, and one lane per worker (each sample span split
     into its sub-stages: read / decode / augment / user stages, the rest as getitem; collate per batch; batch
     outlines). Shows which worker the device waited for."""
@@ -323,7 +326,7 @@ def plot_timeline(rec: Any, path: Path) -> Path:
 # --------------------------------------------------------------------------------------------------------------------
 # c. utilisation
 # --------------------------------------------------------------------------------------------------------------------
-def plot_utilisation(rec: Any, path: Path) -> Path:
+def plot_utilisation(rec: RunRecord, path: Path) -> Path:
     """CPU per core and mean, CPU per process, disk read MB/s, RAM GB, and GPU panels when sampled."""
     s = rec.samples or {}
     t = np.asarray(s.get("t_s", []), dtype=float)
@@ -426,7 +429,7 @@ def plot_utilisation(rec: Any, path: Path) -> Path:
 # --------------------------------------------------------------------------------------------------------------------
 # d. latency distributions
 # --------------------------------------------------------------------------------------------------------------------
-def plot_latency(rec: Any, path: Path) -> Path:
+def plot_latency(rec: RunRecord, path: Path) -> Path:
     """Histogram per stage on log-spaced bins (ms), with p50/p95/p99 from the analysis marked."""
     durs = stage_durations(rec)
     names = latency_stages(rec)
@@ -486,17 +489,17 @@ def plot_latency(rec: Any, path: Path) -> Path:
 # --------------------------------------------------------------------------------------------------------------------
 # The registry's entry points (profiler.render.REPORT): render(rec, out_dir, ctx) -> path.
 # --------------------------------------------------------------------------------------------------------------------
-def render_where_time_went(rec: Any, out_dir: Path, ctx: dict) -> Path:
+def render_where_time_went(rec: RunRecord, out_dir: Path, ctx: dict) -> Path:
     return plot_where_time_went(rec, Path(out_dir) / "where_time_went.png")
 
 
-def render_timeline(rec: Any, out_dir: Path, ctx: dict) -> Path:
+def render_timeline(rec: RunRecord, out_dir: Path, ctx: dict) -> Path:
     return plot_timeline(rec, Path(out_dir) / "timeline.png")
 
 
-def render_utilisation(rec: Any, out_dir: Path, ctx: dict) -> Path:
+def render_utilisation(rec: RunRecord, out_dir: Path, ctx: dict) -> Path:
     return plot_utilisation(rec, Path(out_dir) / "utilisation.png")
 
 
-def render_latency(rec: Any, out_dir: Path, ctx: dict) -> Path:
+def render_latency(rec: RunRecord, out_dir: Path, ctx: dict) -> Path:
     return plot_latency(rec, Path(out_dir) / "latency.png")

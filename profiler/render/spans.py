@@ -11,11 +11,14 @@ draw records saved before v2 and records the loader has not migrated alike. Noth
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .units import stage_order
+
+if TYPE_CHECKING:  # annotations only: analysis and renderers take the typed record
+    from ..record import RunRecord
 
 _V1_TIMES = ("read_start", "read_end", "decode_end", "augment_end")
 # Timeline plot: warm-up plus this many measured steps. 30 shows the steady-state pattern (which worker, how regular)
@@ -24,7 +27,7 @@ _V1_TIMES = ("read_start", "read_end", "decode_end", "augment_end")
 TIMELINE_MEASURED_STEPS = 30
 
 
-def timeline_steps(rec: Any) -> tuple[int, int]:
+def timeline_steps(rec: RunRecord) -> tuple[int, int]:
     """Rows [0, n) of timeline.steps the Gantt shows: warm-up plus the first TIMELINE_MEASURED_STEPS measured."""
     steps = rec.timeline["steps"]
     measured = np.asarray(steps.get("measured", [True] * len(steps["wait_start"])), dtype=bool)

@@ -5,7 +5,7 @@ Works from a RunRecord alone (after analysis); measures nothing.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.panel import Panel
@@ -14,6 +14,9 @@ from rich.table import Table
 from rich.text import Text
 
 from .units import markup, ms, nbytes, pct, printable, stage_label, stage_order
+
+if TYPE_CHECKING:  # annotations only: analysis and renderers take the typed record
+    from ..record import RunRecord
 
 BOTTLENECK_STYLE = {"compute": "green", "io": "red", "cpu": "red", "transfer": "yellow", "memory": "magenta"}
 
@@ -56,7 +59,7 @@ class LiveProgress:
             self.progress.update(self.task, advance=1)
 
 
-def stage_table(rec: Any) -> Table:
+def stage_table(rec: RunRecord) -> Table:
     t = Table(title="Stages (measured window; worker stages per sample or batch, main-loop stages per step)",
               title_justify="left")
     for col in ("stage", "per", "count", "total s", "mean ms", "p50 ms", "p95 ms", "p99 ms"):
@@ -72,7 +75,7 @@ def stage_table(rec: Any) -> Table:
     return t
 
 
-def stall_table(rec: Any) -> Table:
+def stall_table(rec: RunRecord) -> Table:
     st = rec.stall
     t = Table(title=f"Idle compute device by cause ({st.get('seconds', 0):.2f} s = "
                     f"{100 * st.get('fraction', 0):.1f} % of {rec.window.get('seconds', 0):.2f} s)",
@@ -85,7 +88,7 @@ def stall_table(rec: Any) -> Table:
     return t
 
 
-def print_report(rec: Any, console: Console | None = None, out_files: list[str] | None = None) -> None:
+def print_report(rec: RunRecord, console: Console | None = None, out_files: list[str] | None = None) -> None:
     console = console or Console()
     v = rec.verdict
     style = BOTTLENECK_STYLE.get(v.get("bottleneck", ""), "white")
@@ -142,7 +145,7 @@ def print_report(rec: Any, console: Console | None = None, out_files: list[str] 
         console.print("Wrote: " + ", ".join(markup(f) for f in out_files))
 
 
-def whatif_section(rec: Any, console: Console) -> None:
+def whatif_section(rec: RunRecord, console: Console) -> None:
     """What would help (issue 10): the ceilings line and the predictions, compact (assumptions are in run.json)."""
     from .whatif_plot import headline, prediction_rows
 

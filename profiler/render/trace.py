@@ -24,13 +24,16 @@ import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import spans as spans_mod
 from .output import write_atomic
 from .units import printable
+
+if TYPE_CHECKING:  # annotations only: analysis and renderers take the typed record
+    from ..record import RunRecord
 
 # Budgets. A Chrome-trace JSON event costs ~110-170 bytes, so ~120k events is ~15 MB: under the 20 MiB a browser
 # tab loads comfortably (chrome://tracing slows down badly past a few hundred MB, and people attach these files to
@@ -110,7 +113,7 @@ def _select(total: int, per_step: float, budget: int) -> Selection:
     return Selection(total, first, stride)
 
 
-def plan_detail(rec: Any) -> DetailPlan:
+def plan_detail(rec: RunRecord) -> DetailPlan:
     """The downsampling rule, from the record's sizes alone (so HTML and trace agree)."""
     steps = rec.timeline["steps"]
     n = len(steps["wait_start"])
@@ -143,7 +146,7 @@ def _meta(kind: str, pid: int, tid: int, name: str | int) -> dict:
     return {"ph": "M", "name": kind, "pid": pid, "tid": tid, "args": {key: name}}
 
 
-def _main_events(rec: Any, rows: np.ndarray, cuda: bool) -> list[dict]:
+def _main_events(rec: RunRecord, rows: np.ndarray, cuda: bool) -> list[dict]:
     st = rec.timeline["steps"]
     ev: list[dict] = []
     measured = st.get("measured") or [True] * len(st["wait_start"])
@@ -190,7 +193,7 @@ def _sample_events(sp: spans_mod.Spans, idx: list[int], b: int, pid: int, tid: i
     return ev
 
 
-def _worker_events(rec: Any, rows: np.ndarray, flow_batches: set[int]) -> tuple[list[dict], set[int]]:
+def _worker_events(rec: RunRecord, rows: np.ndarray, flow_batches: set[int]) -> tuple[list[dict], set[int]]:
     tl = rec.timeline
     st, bt = tl["steps"], tl.get("batches", {})
     sp = spans_mod.sample_spans(tl)
@@ -225,7 +228,7 @@ def _worker_events(rec: Any, rows: np.ndarray, flow_batches: set[int]) -> tuple[
     return ev, workers
 
 
-def _epoch_events(rec: Any) -> list[dict]:
+def _epoch_events(rec: RunRecord) -> list[dict]:
     """``epoch N`` from iter(loader) to its last step's end, enclosing ``epoch start`` (until the first batch
     arrived) and, inside that, the ``iter(loader)`` call itself."""
     tl = rec.timeline
@@ -272,7 +275,7 @@ def _counter(name: str, pid: int, ts: float, args: dict[str, float | None]) -> d
     return {"ph": "C", "name": name, "pid": pid, "tid": 0, "ts": _us(ts), "args": clean}
 
 
-def _counter_events(rec: Any, stride: int, worker_pids: dict[int, int]) -> list[dict]:
+def _counter_events(rec: RunRecord, stride: int, worker_pids: dict[int, int]) -> list[dict]:
     s = rec.samples or {}
     t = s.get("t_s") or []
     ev: list[dict | None] = []
@@ -323,7 +326,7 @@ def _counter_events(rec: Any, stride: int, worker_pids: dict[int, int]) -> list[
     return [e for e in ev if e is not None]
 
 
-def build_trace(rec: Any, plan: DetailPlan | None = None) -> dict[str, Any]:
+def build_trace(rec: RunRecord, plan: DetailPlan | None = None) -> dict[str, Any]:
     """The trace as a dict ({"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}})."""
     plan = plan or plan_detail(rec)
     st = rec.timeline["steps"]
@@ -381,14 +384,14 @@ def build_trace(rec: Any, plan: DetailPlan | None = None) -> dict[str, Any]:
     return out
 
 
-def write_trace(rec: Any, path: str | Path, plan: DetailPlan | None = None) -> Path:
+def write_trace(rec: RunRecord, path: str | Path, plan: DetailPlan | None = None) -> Path:
     trace = build_trace(rec, plan)
     # dumps, not dump: dump streams through the pure-Python encoder, several times slower on 10^5 events.
     # ensure_ascii (the default): any control character or undecodable name in a string is a \u escape in the file.
     return write_atomic(path, json.dumps(trace, separators=(",", ":"), allow_nan=False, default=_json_default))
 
 
-def render(rec: Any, out_dir: Path, ctx: dict[str, Any]) -> Path:
+def render(rec: RunRecord, out_dir: Path, ctx: dict[str, Any]) -> Path:
     """The registry's entry point: trace.json, with the detail plan shared with the HTML (``ctx["plan"]``)."""
     if "plan" not in ctx:
         ctx["plan"] = plan_detail(rec)

@@ -7,11 +7,14 @@ red, this run's samples/s as a line. Right: predicted samples/s per worker count
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+
+if TYPE_CHECKING:  # annotations only: analysis and renderers take the typed record
+    from ..record import RunRecord
 
 
 def _sps(v: float | None) -> str:
@@ -20,14 +23,14 @@ def _sps(v: float | None) -> str:
     return f"{v:,.0f}" if v >= 100 else f"{v:.1f}"
 
 
-def ceiling_rows(rec: Any) -> list[tuple[str, str, str, str]]:
+def ceiling_rows(rec: RunRecord) -> list[tuple[str, str, str, str]]:
     """(stage, samples/s, measured|derived, how) per ceiling, the lowest marked."""
     c = rec.ceilings or {}
     return [(r["stage"] + (" ← sets the pace" if r["stage"] == c.get("lowest") else ""), _sps(r["samples_per_s"]),
              r["basis"], r["how"]) for r in c.get("rows") or []]
 
 
-def prediction_rows(rec: Any) -> list[tuple[str, str, str, str, str]]:
+def prediction_rows(rec: RunRecord) -> list[tuple[str, str, str, str, str]]:
     """(setting, samples/s, change, would bind, assumption) per prediction."""
     rows = []
     for p in (rec.whatif or {}).get("predictions") or []:
@@ -37,7 +40,7 @@ def prediction_rows(rec: Any) -> list[tuple[str, str, str, str, str]]:
     return rows
 
 
-def headline(rec: Any) -> str:
+def headline(rec: RunRecord) -> str:
     c = rec.ceilings or {}
     rows = c.get("rows") or []
     if not rows:
@@ -47,12 +50,12 @@ def headline(rec: Any) -> str:
             "sets the pace.")
 
 
-def render(rec: Any, out_dir: Path, ctx: dict) -> Path:
+def render(rec: RunRecord, out_dir: Path, ctx: dict) -> Path:
     """Renderer entry (profiler/render/__init__.py): what_would_help.png."""
     return plot_whatif(rec, Path(out_dir) / "what_would_help.png")
 
 
-def plot_whatif(rec: Any, path: str | Path) -> Path:
+def plot_whatif(rec: RunRecord, path: str | Path) -> Path:
     c, w = rec.ceilings or {}, rec.whatif or {}
     fig = Figure(figsize=(11, 4), dpi=110)
     FigureCanvasAgg(fig)
