@@ -85,10 +85,11 @@ def test_report_renders_with_verdict_no_console_errors_no_network(report, tmp_pa
 def test_report_screenshot_is_a_real_page(report, tmp_path):
     page, _ = report
     shot = tmp_path / "shot.png"
-    r = chromium(page.as_uri(), tmp_path, f"--screenshot={shot}", "--window-size=1280,2000")
+    # 4,000 px: the verdict, recommendations and the what-would-help tables come before the first plot
+    r = chromium(page.as_uri(), tmp_path, f"--screenshot={shot}", "--window-size=1280,4000")
     assert r.returncode == 0, r.stderr[-2000:]
     with Image.open(shot) as im:
-        assert im.format == "PNG" and im.size == (1280, 2000)
+        assert im.format == "PNG" and im.size == (1280, 4000)
         rgb = np.asarray(im.convert("RGB"), dtype=np.int16)
     non_white = (rgb.min(axis=2) < 235).mean()
     assert non_white > 0.05, f"screenshot is nearly blank ({non_white:.1%} non-white)"
