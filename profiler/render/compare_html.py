@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import base64
 import json
-import math
 from pathlib import Path
 from typing import Any
 
+from ..record import json_safe
 from .compare_rows import GROUP_TITLES, groups, rows
 from .jinja import environment
 from .output import write_atomic
@@ -32,19 +32,6 @@ def render(comparison: dict[str, Any], out_dir: Path, ctx: dict[str, Any]) -> Pa
     return write_atomic(Path(out_dir) / "compare.html", render_html(comparison, png))
 
 
-def _plain(o: Any) -> Any:
-    """JSON-safe copy: NaN/inf become null, numpy scalars Python numbers, tuples lists."""
-    if isinstance(o, dict):
-        return {str(k): _plain(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_plain(v) for v in o]
-    if isinstance(o, float):
-        return o if math.isfinite(o) else None
-    if hasattr(o, "item") and callable(o.item):
-        return _plain(o.item())
-    return o
-
-
 def render_json(comparison: dict[str, Any], out_dir: Path, ctx: dict[str, Any]) -> Path:
     """compare.json: the whole comparison, for scripts."""
-    return write_atomic(Path(out_dir) / "compare.json", json.dumps(_plain(comparison), indent=1, allow_nan=False))
+    return write_atomic(Path(out_dir) / "compare.json", json.dumps(json_safe(comparison), indent=1, allow_nan=False))
