@@ -90,7 +90,10 @@ def partial_reason(outcome: Outcome, session: Session) -> str | None:
     if outcome.status == "window closed":
         return None
     if outcome.status == "interrupted":
-        sig = getattr(outcome.error, "signame", None) or "Ctrl-C"
+        from .. import signals
+
+        num = signals.signal_number(outcome.error)
+        sig = signals.describe(num) if num is not None else "Ctrl-C"
         return f"interrupted ({sig}) after {n} of {want} measured steps"
     if outcome.status == "oom":
         return f"CUDA out of memory at step {outcome.oom['step'] if outcome.oom else '?'}"
