@@ -69,6 +69,9 @@ def run_session(job: Callable[[], Any], session: Session, sampler: Any = None,
     except OutOfDeviceMemory as e:
         outcome = Outcome("oom", e, oom={"step": e.step, "message": str(e)})
     except KeyboardInterrupt as e:  # signals.Terminated (SIGTERM/SIGHUP) is a KeyboardInterrupt too
+        # Drop the frames: they hold the DataLoader iterator, whose workers (signalled too) would otherwise be
+        # reported by torch's SIGCHLD handler in the middle of writing the record.
+        e.__traceback__ = None
         outcome = Outcome("interrupted", e)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)

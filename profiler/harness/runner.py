@@ -188,7 +188,11 @@ def execute(p: Prepared, on_step: Callable | None = None) -> RunRecord:
         if p.denv is not None:  # distributed: leave the group, also on errors
             from ..distributed.ddp import destroy_group
             destroy_group()
-    storage["residency_end"] = _residency(p.index.files, c.seed)
+    try:  # a fact for the report: an interrupted run must still write its record without it
+        storage["residency_end"] = _residency(p.index.files, c.seed) if outcome.status != "interrupted" else None
+    except Exception as e:  # noqa: BLE001
+        storage["residency_end"] = None
+        storage["residency_end_error"] = f"{type(e).__name__}: {e}"
     memory = _memory_section(p, outcome.oom, session.peak_device_memory_bytes)
     rec = build_record(session, outcome, JobSpec("builtin", then="exit"), config=c.to_dict(), environment=env,
                        compute_device=_compute_device(p.device, env), dataset={**p.index.to_dict(),
