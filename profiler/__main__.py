@@ -1,6 +1,8 @@
 """``python -m profiler``: the command line (profiler/cli.py), with the two ways a shell can end it cleanly.
 
-- Ctrl-C while Python is still importing torch (a second or two): one line and 130, not a traceback.
+- Ctrl-C (or SIGTERM/SIGHUP) while Python is still importing torch or building the parser (a second or two): one
+  line and 128 + the signal, not a traceback. A signal after that is the command's to handle; one that still escapes
+  it is reported here the same way.
 - stdout closed early (``... | head``): the run's exit status, not a BrokenPipeError traceback and 1.
 """
 from __future__ import annotations
@@ -19,6 +21,11 @@ def _run() -> int:
         code = main()
         sys.stdout.flush()
         return code
+    except KeyboardInterrupt as e:  # signals.Terminated included: raised before the command could catch it
+        from .signals import exit_status
+
+        print("profiler: interrupted while starting", file=sys.stderr)
+        return exit_status(e)
     except BrokenPipeError:
         # Python flushes stdout again at exit: point it at /dev/null so that flush cannot fail a second time.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -411,6 +411,8 @@ def main(argv: list[str] | None = None) -> int:
 
     taken = signals.install()
     try:
+        with signals.holding():  # torch's C start-up clears exceptions raised in it: hold a signal until it is done
+            import torch  # noqa: F401
         return _main(argv)
     finally:
         signals.restore(taken)

@@ -13,6 +13,13 @@ record is written) must not throw away what the first one is saving. Once an int
 signals are remembered, not raised, and ``deferred()`` holds even the first one during a critical section (writing
 the record and reports), raising it after. The user keeps a way out: the ``FORCE_AFTER``-th signal is raised anyway.
 
+"Being handled" is checked, not assumed: C code that calls back into Python can clear an exception raised there
+(torch's C start-up clears a failed numpy import, so a SIGTERM in the first second of ``import torch`` vanished and
+every later one was held as "still saving"). A later signal is held only while the raised interrupt is still
+propagating or being handled (it is in ``sys.exc_info()``'s chain) or once a handler of ours took it
+(``acknowledge``); otherwise the earlier one was lost and the new one is raised as a first. ``holding()`` keeps
+signals out of such C code altogether (``import torch``) and raises the first one after it.
+
 Exit status: ``exit_status(exc)`` is 128 + the signal number (130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP), the
 shell convention for "ended by signal N".
 """
@@ -20,6 +27,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -81,6 +89,8 @@ class _State:
     raised: bool = False  # an interrupt has been raised: the run is already stopping
     depth: int = 0  # nesting of deferred()
     noted: bool = False  # the "still saving" line was printed
+    in_flight: int | None = None  # id() of the interrupt raised last (not a reference: it would keep its frames)
+    acknowledged: bool = False  # a handler of ours took the interrupt: the run is stopping under our control
 
 
 _state = _State()
@@ -105,17 +115,39 @@ def interrupt(signum: int) -> KeyboardInterrupt:
     return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
 
 
+def _raise(st: _State, signum: int) -> None:
+    exc = interrupt(signum)
+    st.raised, st.in_flight = True, id(exc)
+    raise exc
+
+
+def _in_hand(st: _State) -> bool:
+    """Is the interrupt we raised still on its way (in an ``except``/``finally``/``__exit__`` now running, or the
+    context of an exception raised there)? False when C code cleared it or a caller swallowed it."""
+    exc = sys.exc_info()[1]
+    seen = 0
+    while exc is not None and seen < 16:
+        if id(exc) == st.in_flight and isinstance(exc, KeyboardInterrupt):
+            return True
+        exc, seen = exc.__context__, seen + 1
+    return False
+
+
 def _handler(signum: int, frame: FrameType | None) -> None:
     st = _state
     st.received.append(signum)
     if len(st.received) >= FORCE_AFTER:
-        st.raised = True
-        raise interrupt(signum)
-    if st.depth > 0 or st.raised:
+        _raise(st, signum)
+    if st.depth > 0 or (st.raised and (st.acknowledged or _in_hand(st))):
         _note(st)
         return
-    st.raised = True
-    raise interrupt(signum)
+    _raise(st, signum)
+
+
+def acknowledge() -> None:
+    """A handler of ours caught the interrupt and is saving what was measured: from now on further signals are held
+    (the ``FORCE_AFTER``-th still ends the process)."""
+    _state.acknowledged = True
 
 
 def _is_default(handler: object, signum: int) -> bool:
@@ -211,5 +243,16 @@ def _marked() -> Iterator[None]:
         st.depth -= 1
     # Reached only when the block ended normally: an exception from it propagates instead of this.
     if st.depth == 0 and st.received and not st.raised:
-        st.raised = True
-        raise interrupt(st.received[0])
+        _raise(st, st.received[0])
+
+
+@contextmanager
+def holding() -> Iterator[None]:
+    """Hold signals across code that may clear an exception raised inside it (C extensions importing Python
+    modules, ``import torch`` above all), then raise the first one. With our handlers installed this is
+    ``deferred()``; without them it does nothing (the default actions stay the process's own)."""
+    if _installed and threading.current_thread() is threading.main_thread():
+        with deferred():
+            yield
+    else:
+        yield

@@ -364,6 +364,95 @@ def test_the_third_signal_forces_the_exit():
     assert r.returncode != 0
 
 
+_SWALLOWED_CHILD = """
+import os, signal, sys, time
+from profiler import signals
+signals.install()
+try:  # what C code calling back into Python can do (torch's start-up clears a failed numpy import): drop it
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(10)
+except KeyboardInterrupt:
+    pass
+print("swallowed", flush=True)
+try:
+    os.kill(os.getpid(), signal.SIGTERM)  # nobody is saving anything: this one must not be held as "still saving"
+    time.sleep(10)
+    print("held")
+except KeyboardInterrupt as e:
+    print("raised again", signals.signal_number(e))
+    sys.exit(signals.exit_status(e))
+"""
+
+
+def test_an_interrupt_that_nobody_handled_does_not_make_the_next_one_held():
+    r = _py(_SWALLOWED_CHILD, timeout=30)
+    assert r.stdout.split("\n")[:2] == ["swallowed", "raised again 15"], r.stderr
+    assert r.returncode == 143 and "still saving" not in r.stderr
+
+
+_ACKNOWLEDGED_CHILD = """
+import os, signal, sys, time
+from profiler import signals
+signals.install()
+try:
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(10)
+except KeyboardInterrupt as e:
+    signals.acknowledge()  # the run's handler took it: it saves the record after this block
+    status = signals.exit_status(e)
+os.kill(os.getpid(), signal.SIGINT)  # outside any except block now, but the run is stopping: held
+time.sleep(0.05)
+print("record written", flush=True)
+sys.exit(status)
+"""
+
+
+def test_after_acknowledge_a_second_signal_is_held_outside_the_except_block():
+    r = _py(_ACKNOWLEDGED_CHILD, timeout=30)
+    assert r.stdout.strip() == "record written", r.stderr
+    assert r.returncode == 143 and "still saving" in r.stderr
+
+
+_HOLDING_CHILD = """
+import os, signal, sys, time
+from profiler import signals
+signals.install()
+try:
+    with signals.holding():  # e.g. import torch: a signal in there would be cleared by C code
+        os.kill(os.getpid(), signal.SIGHUP)
+        time.sleep(0.05)
+        print("import finished", flush=True)
+except KeyboardInterrupt as e:
+    print("raised after", signals.signal_number(e))
+    sys.exit(signals.exit_status(e))
+"""
+
+
+def test_holding_raises_the_signal_after_the_block():
+    r = _py(_HOLDING_CHILD, timeout=30)
+    assert r.stdout.split("\n")[:2] == ["import finished", f"raised after {int(signal.SIGHUP)}"], r.stderr
+    assert r.returncode == 129
+
+
+@pytest.mark.parametrize("delay", [0.4, 0.9, 1.6, 3.0])
+def test_sigterm_during_start_up_is_one_line_at_any_moment(tmp_path, delay):
+    """From the first instruction to the first measured step a SIGTERM ends the run with 143 and one line (a record
+    only if steps were measured): never a traceback, never a run that goes on (torch's import once swallowed it)."""
+    p = subprocess.Popen([sys.executable, "-m", "profiler", "run", "--model", "none", "--steps", "3000",
+                          "--no-plots", "--out", str(tmp_path / "out")], cwd=REPO, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    time.sleep(delay)
+    p.send_signal(signal.SIGTERM)
+    try:
+        out, err = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        pytest.fail(f"SIGTERM after {delay} s was lost: the run went on")
+    assert p.returncode == 143, err
+    assert "Traceback" not in err
+    assert "interrupted" in err or "PARTIAL RUN" in out, (out, err)
+
+
 _DEFERRED_FIRST_CHILD = """
 import os, signal, sys, time
 from profiler import signals

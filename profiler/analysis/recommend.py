@@ -12,6 +12,7 @@ from typing import Any
 from .. import thresholds as th
 from .context import Context
 from .io import fits_in_page_cache
+from .verdict import NOTHING_MEASURED
 
 
 def _rec(action: str, reason: str, gain: str, cause: str) -> dict[str, str]:
@@ -199,6 +200,8 @@ RULES = {"io": _io_rules, "cpu": _cpu_rules, "transfer": _transfer_rules}
 def recommend(verdict: dict[str, Any], stall: dict[str, Any], ctx: Context,
               memory: dict[str, Any] | None = None, whatif: dict[str, Any] | None = None) -> list[dict[str, str]]:
     b = verdict.get("bottleneck")
+    if b == NOTHING_MEASURED:
+        return []
     if b == "memory":
         return list((memory or {}).get("oom_recommendations", []))
     if b == "compute":

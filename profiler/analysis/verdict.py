@@ -10,6 +10,9 @@ from .context import Context
 # The causes a verdict can name: every idle cause the registry has except "other", which explains nothing.
 VERDICT_CAUSES = tuple(c for c in vocab.CAUSE_NAMES if c != "other")
 
+#: The verdict of a record with no measured step (a run stopped during warm-up): no judgement from nothing.
+NOTHING_MEASURED = "none"
+
 
 def severity(fraction: float) -> str:
     if fraction < th.NOT_INPUT_BOUND_BELOW:
@@ -31,6 +34,10 @@ def decide(stall: dict[str, Any], ctx: Context, oom: dict[str, Any] | None = Non
             "summary": (f"Out of device memory at step {oom.get('step')}: the model at batch size {ctx.batch_size} "
                         f"does not fit in {ctx.device_name or 'the device'}; see the memory recommendations."),
         }
+    if ctx.steps <= 0:
+        return {"bottleneck": NOTHING_MEASURED, "severity": "nothing measured",
+                "summary": "No verdict: the run ended before its first measured step, so nothing was measured to "
+                           "judge. Run it again and let it reach the measured steps (after --warmup)."}
     frac = float(stall.get("fraction", 0.0))
     sev = severity(frac)
     by = stall.get("by_cause", {})

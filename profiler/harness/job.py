@@ -72,6 +72,9 @@ def run_session(job: Callable[[], Any], session: Session, sampler: Any = None,
         # Drop the frames: they hold the DataLoader iterator, whose workers (signalled too) would otherwise be
         # reported by torch's SIGCHLD handler in the middle of writing the record.
         e.__traceback__ = None
+        from .. import signals
+
+        signals.acknowledge()
         outcome = Outcome("interrupted", e)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
