@@ -249,3 +249,22 @@ def test_oom_advice_is_recomputed_from_the_breakdown():
 def test_verdict_names_causes_in_the_registry_words():
     v = decide(CPU_STALL, BASE)
     assert vocab.CAUSE["cpu"].words in v["summary"]
+
+
+def test_no_measured_step_gives_no_verdict_and_no_advice():
+    """A run stopped during warm-up measured nothing: the record says so instead of judging from zeros."""
+    from _records import record_v2
+
+    from profiler.record import RunRecord
+
+    d = record_v2()
+    d["timeline"]["steps"]["measured"] = [False] * len(d["timeline"]["steps"]["measured"])
+    d["window"]["steps"] = 0
+    d.update(partial=True, partial_reason="interrupted (Ctrl-C) after 0 of 10 measured steps")
+    rec = analyze(RunRecord.from_dict(d))
+    assert rec.verdict["bottleneck"] == "none" and rec.verdict["severity"] == "nothing measured"
+    assert "No verdict" in rec.verdict["summary"] and rec.verdict["recommendations"] == []
+    assert rec.throughput["steps"] == 0
+    # the same record with its steps measured is judged as usual
+    full = analyze(RunRecord.from_dict(record_v2()))
+    assert full.verdict["bottleneck"] != "none" and full.throughput["steps"] > 0
