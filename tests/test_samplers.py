@@ -352,3 +352,42 @@ def test_environment_probe_on_the_cpu_has_no_gpu_index_mixup() -> None:
         assert env["gpu"] is None
     else:
         assert env["gpu"]["cuda_index"] == 0
+
+
+# -- a long run keeps the series bounded ----------------------------------------------------------------------------
+
+def test_halve_pairs_by_meaning():
+    from profiler.samplers.thinning import halve, halve_rows
+
+    assert halve([0.1, 0.2, 0.3, 0.4, 0.5], "last") == [0.2, 0.4, 0.5]
+    assert halve([10.0, 30.0, 50.0, 50.0], "mean") == [20.0, 50.0]
+    assert halve([5, 9, 7, 2], "max") == [9, 7] and halve([5, 9, 7, 2], "min") == [5, 2]
+    assert halve([None, 4, None, None, 6], "max") == [4, None, 6]  # a missing reading never wins
+    assert halve_rows([[0.0, 100.0], [50.0, 0.0], [10.0, 10.0]]) == [[25.0, 50.0], [10.0, 10.0]]
+    with pytest.raises(ValueError):
+        halve([1, 2], "median")
+
+
+def test_a_long_run_halves_the_series_and_the_rate_keeping_peaks():
+    """A sampler allowed 8 points that runs for ~40 ticks keeps < 8 evenly spaced points over the whole run, ticks
+    less often, and its RSS series still holds the peak of a memory spike it saw (max, not every other point)."""
+    sampler = Sampler(time.perf_counter_ns(), interval_s=0.01, max_ticks=8)
+    sampler.start()
+    time.sleep(0.15)
+    spike = bytearray(200 * 2**20)  # 200 MiB, touched: resident while a few ticks read it
+    for i in range(0, len(spike), 4096):
+        spike[i] = 1
+    time.sleep(0.1)
+    del spike
+    time.sleep(0.4)
+    s = sampler.stop()
+    assert s["halvings"] >= 2 and s["interval_s"] == pytest.approx(0.01 * 2 ** s["halvings"])
+    n = len(s["t_s"])
+    assert 2 <= n < 8 and s["sampler_overhead"]["ticks"] > n
+    assert s["t_s"] == sorted(s["t_s"]) and s["t_s"][-1] > 0.5
+    for key in SYSTEM_SERIES:
+        assert len(s[key]) == n, key
+    main = next(p for p in s["processes"] if p["role"] == "main")
+    assert len(main["rss_bytes"]) == len(main["t_s"]) == len(main["cpu_percent"])
+    assert max(main["rss_bytes"]) - min(main["rss_bytes"]) > 150 * 2**20  # the spike survived the halvings
+    json.dumps(s)

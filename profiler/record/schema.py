@@ -263,6 +263,7 @@ class Samples(TypedDict, total=False):
     processes: list[ProcessSeries]
     gpu: GpuSeries | None
     absent: dict[str, str]
+    halvings: Count  # times the series were halved (samplers/thinning.py); interval_s is the final spacing
     sampler_overhead: SamplerOverhead
 
 

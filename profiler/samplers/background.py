@@ -32,6 +32,7 @@ import psutil
 from profiler.samplers.gpu import GpuSampler
 from profiler.samplers.process_tracker import ProcessTracker
 from profiler.samplers.system import SystemReader
+from profiler.samplers.thinning import MAX_TICKS, halve, halve_rows
 
 # 10 Hz resolves the ~0.1-1 s phases of a data pipeline (a batch, a stall) at < 1 % of one core.
 DEFAULT_INTERVAL_S = 0.1
@@ -55,11 +56,15 @@ class Sampler:
     def __init__(self, t0_ns: int, interval_s: float = DEFAULT_INTERVAL_S, root_pid: int | None = None,
                  gpu_index: int | None = None, disk: str | None = None,
                  full_memory_every: int = DEFAULT_FULL_MEMORY_EVERY,
-                 children_every: int = DEFAULT_CHILDREN_EVERY) -> None:
+                 children_every: int = DEFAULT_CHILDREN_EVERY, max_ticks: int = MAX_TICKS) -> None:
         if interval_s <= 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s}")
+        if max_ticks < 2:
+            raise ValueError(f"max_ticks must be >= 2, got {max_ticks}")
         self.t0_ns = t0_ns
         self.interval_s = float(interval_s)
+        self.max_ticks = int(max_ticks)
+        self.halvings = 0  # times the series were halved (thinning.py): a long run keeps at most max_ticks points
         self.root_pid = os.getpid() if root_pid is None else root_pid
         self._disk_arg = disk
         self._lock = threading.Lock()
@@ -160,12 +165,29 @@ class Sampler:
                 self._shm.append(sysv.shm_used_bytes)
                 self._gpu.append(t_s, gpu)
                 self._tracker.tick(index, t_s)
+                if len(self._t_s) >= self.max_ticks:
+                    self._halve()
         except Exception as exc:  # never let sampling break the run; say so once
             self._absent.setdefault("sampler_error", f"tick {index} failed: {exc!r}")
         self._ticks += 1
         spent = time.thread_time() - cpu0
         self._thread_cpu_s += spent
         self._worst_tick_s = max(self._worst_tick_s, spent)
+
+    def _halve(self) -> None:
+        """Every series at half the resolution, and ticks half as often from now on (thinning.py says why and
+        how). Called under the lock, so every series of one tick is halved together."""
+        self._t_s = halve(self._t_s, "last")
+        self._per_core = halve_rows(self._per_core, "mean")
+        self._ram_used = halve(self._ram_used, "max")
+        self._ram_avail = halve(self._ram_avail, "min")
+        self._cache = halve(self._cache, "max")
+        self._disk_rate = halve(self._disk_rate, "mean")
+        self._shm = halve(self._shm, "max")
+        self._gpu.halve()
+        self._tracker.halve()
+        self.interval_s *= 2
+        self.halvings += 1
 
     # ---- output -------------------------------------------------------------------------------------------------
     def _build(self) -> dict:
@@ -195,6 +217,7 @@ class Sampler:
             "processes": self._tracker.to_list(),
             "gpu": self._gpu.to_dict(),
             "absent": absent,
+            "halvings": self.halvings,
             "sampler_overhead": {
                 "ticks": self._ticks,
                 "thread_cpu_s": round(self._thread_cpu_s, 6),

@@ -26,6 +26,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from profiler.samplers.thinning import halve
+
 # nvmlDeviceGetPcieThroughput measures over a ~20 ms window and blocks the calling thread for that long; at one
 # reading per second the sampler thread spends ~2 % of its wall time there (GIL released, so the job is not held).
 # Ticks in between get None in the PCIe series.
@@ -392,6 +394,14 @@ class GpuSampler:
         self.pcie_rx.append(rx)
         self.pcie_tx.append(tx)
         self.last_util = util
+
+    def halve(self) -> None:
+        """Half the resolution (thinning.py): rates and utilisation averaged over each pair, memory at its peak."""
+        self.t_s = halve(self.t_s, "last")
+        self.util_percent = halve(self.util_percent, "mean")
+        self.mem_used_bytes = halve(self.mem_used_bytes, "max")
+        self.pcie_rx = halve(self.pcie_rx, "mean")
+        self.pcie_tx = halve(self.pcie_tx, "mean")
 
     def close(self) -> None:
         """Release NVML; idempotent."""

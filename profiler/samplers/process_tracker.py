@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from profiler.samplers.proc_readers import PidReader, ProcessGone
+from profiler.samplers.thinning import halve
 
 ROLES = ("main", "worker", "child")
 # Share of one core that PSS/USS reads may use on average (see the module notes): 0.3 % keeps the whole sampler
@@ -87,6 +88,14 @@ class ProcessSeries:
         if self.reader is not None:
             self.reader.close()
         self.reader = self.proc = None
+
+    def halve(self) -> None:
+        """Half the resolution (thinning.py): CPU % averaged over each pair of readings, memory at its peak."""
+        self.t_s = halve(self.t_s, "last")
+        self.cpu_percent = halve(self.cpu_percent, "mean")
+        self.rss_bytes = halve(self.rss_bytes, "max")
+        self.pss_bytes = halve(self.pss_bytes, "max")
+        self.uss_bytes = halve(self.uss_bytes, "max")
 
     def to_dict(self, full_memory: bool) -> dict:
         return {
@@ -217,6 +226,11 @@ class ProcessTracker:
             if not self._sample(entry, t_s, entry is full_for):
                 entry.release()
                 del self._alive[pid]
+
+    def halve(self) -> None:
+        """Every process's series at half the resolution (the sampler's thinning, thinning.py)."""
+        for entry in self.series:
+            entry.halve()
 
     def close(self) -> None:
         """Release kept-open descriptors (end of run); entries keep their data."""
