@@ -381,12 +381,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     from .render.terminal import print_report
 
     if is_ranks_folder(Path(args.run_json)):  # distributed: a torchrun run folder (rank<k>/run.json): merge them
-        from .distributed.report import print_merged, write_merged
+        from .distributed.report import write_merged
+        from .render.ranks_terminal import print_ranks
 
         if args.out:
             raise UserError("report RUN_FOLDER of several ranks writes next to the records; leave out --out")
         view, files = write_merged(Path(args.run_json))
-        print_merged(view, Console(), [str(f) for f in files])
+        print_ranks(view, Console(), [str(f) for f in files])
         return 0
     rec = analyze(record.load(args.run_json))
     src = Path(args.run_json)

@@ -10,7 +10,8 @@ import torch
 
 from profiler.errors import UserError
 from profiler.fit.advice import oom_recommendations
-from profiler.fit.command import NO_GPU_NOTE, add_fit_arguments, run_fit
+from profiler.fit.check import NO_GPU_NOTE
+from profiler.fit.command import add_fit_arguments, run_fit
 from profiler.fit.estimate import (
     CUDA_CONTEXT_BYTES,
     FRAGMENTATION_FRACTION,

@@ -5,7 +5,8 @@
   channel beyond what torchrun gives, and rank 0's wait for the others' records.
 - ``ddp``: the built-in pipeline under DDP (process group, sharded sampler, all-reduce timing hook).
 - ``merge``: pure; rank records -> the merged ``ranks`` view (per-rank figures, skew, collective wait, straggler).
-- ``report``: the merged report files (ranks.json, ranks.png, report.html, trace.json) and the terminal summary.
+- ``report``: the merged view of a run folder, and writing its files (profiler/render ``RANKS``: ranks.json,
+  ranks.png, trace.json, report.html); the terminal summary is profiler/render/ranks_terminal.py.
 """
 from __future__ import annotations
 

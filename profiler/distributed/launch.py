@@ -43,15 +43,16 @@ def finish(denv: RankEnv, rank_folder: Path, console: Any, plots: bool, timeout_
     """
     if not denv.is_main:
         return
+    from ..render.ranks_terminal import print_ranks
     from .layout import wait_for_ranks
-    from .report import print_merged, write_merged
+    from .report import write_merged
 
     folder = Path(rank_folder).parent
     try:
         states = wait_for_ranks(folder, denv.world_size, denv.rank, timeout_s)
         with signals.deferred():
             view, files = write_merged(folder, states, plots=plots)
-        print_merged(view, console, [str(f) for f in files])
+        print_ranks(view, console, [str(f) for f in files])
     except KeyboardInterrupt:
         print(f"profiler: interrupted while merging the ranks; run `python -m profiler report {folder}`",
               file=sys.stderr)

@@ -8,21 +8,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from pathlib import Path
 
 from profiler.errors import UserError
-from profiler.fit.advice import oom_recommendations
-from profiler.fit.estimate import (
-    MAX_IMAGE_SIZE,
-    MODES,
-    OPTIMIZER_STATES,
-    PRECISIONS,
-    MemoryBreakdown,
-    breakdown_max_batch,
-    estimate_memory,
-)
-from profiler.fit.sizes import GPU_PRESETS, format_bytes, resolve_gpu_mem
+from profiler.fit.check import fit_result as check
+from profiler.fit.estimate import MAX_IMAGE_SIZE, MODES, OPTIMIZER_STATES, PRECISIONS
+from profiler.fit.sizes import GPU_PRESETS
 
 FIT_EPILOG = """examples:
   python -m profiler fit --model resnet50 --batch-size 64 --gpu-mem rtx3060-12g
@@ -36,8 +27,6 @@ at two small batch sizes (on the GPU when there is one, else on the CPU) and ext
 # Largest --num-classes: ImageNet-21k has 21,841 classes and the largest public label sets ~10^6; the head's
 # parameters (classes x features) grow with it, and 10^7 would be a typo costing tens of GiB to build.
 MAX_NUM_CLASSES = 1_000_000
-
-NO_GPU_NOTE = "no GPU detected; give --gpu-mem SIZE_OR_PRESET to check the fit"
 
 
 def add_fit_arguments(parser: argparse.ArgumentParser) -> None:
@@ -66,20 +55,6 @@ def add_fit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="reports", metavar="DIR", help="folder for the PNG (default reports/)")
 
 
-def detect_gpu_mem(device: str = "auto") -> tuple[int, str] | None:
-    """(total bytes, name) of the CUDA device fit measures on (``cuda:N``, else device 0), or None without one."""
-    try:
-        import torch
-
-        if not torch.cuda.is_available() or device == "cpu":
-            return None
-        index = torch.device(device).index if device.startswith("cuda") else None
-        props = torch.cuda.get_device_properties(index or 0)
-        return int(props.total_memory), f"{props.name} ({format_bytes(props.total_memory)}, detected)"
-    except Exception:  # a broken driver is the same as no GPU for this purpose  # noqa: BLE001
-        return None
-
-
 def _check_out_dir(out: Path) -> None:
     """The PNG goes into folder ``out``: refuse a path that is a file (or under one) before measuring anything."""
     for path in (out, *out.parents):
@@ -99,29 +74,9 @@ def fit_result(args: argparse.Namespace) -> dict:
         raise UserError(f"--num-classes must be between 1 and {MAX_NUM_CLASSES:,}, got {args.num_classes}")
     if not args.json:
         _check_out_dir(Path(args.out))
-    if args.gpu_mem is not None:
-        gpu = resolve_gpu_mem(args.gpu_mem)
-    else:
-        gpu = detect_gpu_mem(args.device)
-    bd = estimate_memory(args.model, args.batch_size, mode=args.mode, precision=args.precision, amp=args.amp,
-                         optimizer=args.optimizer, image_size=args.image_size, num_classes=args.num_classes,
-                         device=args.device)
-    result: dict = {"breakdown": bd.to_dict(), "gpu_bytes": None, "gpu_label": None, "fits": None,
-                    "headroom_bytes": None, "max_batch_size": None, "recommendations": [], "notes": list(bd.notes)}
-    if gpu is None:
-        result["notes"].append(NO_GPU_NOTE)
-        return result
-    gpu_bytes, label = gpu
-    result.update(gpu_bytes=gpu_bytes, gpu_label=label, fits=bd.total_bytes <= gpu_bytes,
-                  headroom_bytes=gpu_bytes - bd.total_bytes, max_batch_size=breakdown_max_batch(bd, gpu_bytes),
-                  recommendations=oom_recommendations(bd, gpu_bytes))
-    return result
-
-
-def _plot_name(bd: MemoryBreakdown | dict) -> str:
-    d = bd if isinstance(bd, dict) else bd.to_dict()
-    prec = d["precision"] + ("-amp" if d["amp"] else "")
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"fit_{d['model']}_{d['mode']}_b{d['batch_size']}_{prec}.png")
+    return check(args.model, args.batch_size, mode=args.mode, precision=args.precision, amp=args.amp,
+                 optimizer=args.optimizer, image_size=args.image_size, num_classes=args.num_classes,
+                 gpu_mem=args.gpu_mem, device=args.device)
 
 
 def run_fit(args: argparse.Namespace) -> int:
@@ -130,11 +85,11 @@ def run_fit(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result, sort_keys=True))
         return 0
-    from profiler.render.fit_plot import plot_fit
+    from profiler.render import write_fit
     from profiler.render.fit_terminal import print_fit
 
     try:
-        png = plot_fit(result["breakdown"], result["gpu_bytes"], Path(args.out) / _plot_name(result["breakdown"]))
+        png = write_fit(result, Path(args.out))[0]
     except OSError as exc:
         raise UserError(f"cannot write the plot into --out {args.out}: {exc.strerror or exc}") from None
     print_fit(result, png)
