@@ -252,7 +252,7 @@ def test_renderers_measure_nothing(runs, tmp_path):
             f"for m in {sorted(banned)!r}: sys.modules[m] = None\n"
             "from pathlib import Path\n"
             "from profiler.record import load\nfrom profiler.analysis import analyze\n"
-            "from profiler.analysis.compare import compare\nfrom profiler.distributed.report import merged_view\n"
+            "from profiler.analysis.compare import compare\nfrom profiler.distributed.view import merged_view\n"
             "from profiler import render\n"
             f"out = Path({str(tmp_path)!r})\n"
             f"a, b = (analyze(load(p)) for p in ({str(runs[2]['dir'] / 'run.json')!r}, "

@@ -1,9 +1,6 @@
-"""The merged report of a torchrun job: from the ranks' records to the merged view, and the registry's ``RANKS`` files
-(ranks.json, ranks.png, trace.json, report.html; profiler/render) in the run folder. The terminal summary (rank 0
-only) is profiler/render/ranks_terminal.py.
-
-Used by rank 0 at the end of a run (after waiting for the others' records, files only, no barrier) and by
-``python -m profiler report <run folder>`` (from the records alone).
+"""A torchrun job's run folder → the merged ``ranks`` view: each rank's record loaded and analysed (a missing or
+unreadable one named, not fatal), then merged (``merge``, pure). The files and the terminal view of that view are
+renderers (profiler/render: ``RANKS``, ranks_terminal); writing them is the commands' (profiler/commands/ranks.py).
 """
 from __future__ import annotations
 
@@ -34,6 +31,8 @@ def load_ranks(folder: Path) -> tuple[dict[int, Any], dict[int, str]]:
 
 
 def merged_view(folder: Path, states: dict[int, str] | None = None) -> tuple[dict[str, Any], dict[int, Any]]:
+    """(the merged view, rank → analysed record) of the run folder ``folder``; ``states``: what rank 0's wait saw of
+    each rank (profiler/distributed/layout.py ``wait_for_ranks``)."""
     recs, why = load_ranks(folder)
     st = dict(states or {})
     for r, w in why.items():
@@ -42,13 +41,3 @@ def merged_view(folder: Path, states: dict[int, str] | None = None) -> tuple[dic
              for r, rec in recs.items()}
     view = merge(dicts, states={r: s for r, s in st.items() if s != "record"})
     return view, recs
-
-
-def write_merged(folder: Path, states: dict[int, str] | None = None, plots: bool = True) -> tuple[dict, list[Path]]:
-    """Write the merged files into ``folder``; returns (view, files written). A renderer failing costs only itself
-    (ranks.json and the page excepted: they propagate)."""
-    from ..render import write_ranks
-
-    folder = Path(folder)
-    view, recs = merged_view(folder, states)
-    return view, write_ranks(view, recs, folder, plots=plots)

@@ -1,8 +1,8 @@
 """``python -m profiler fit``: will this model, batch size and precision fit in this GPU's memory?
 
-The CLI (profiler/cli.py) owns the sub-command; this module adds its arguments and runs it, so the feature can be
-tested through argparse alone. Output: a rich table and a stacked-bar PNG, or with ``--json`` exactly one JSON
-object on stdout holding every figure (for scripts).
+Orchestration only: check the options, compute the fit (profiler/fit/check.py), then either print it as exactly one
+JSON object on stdout holding every figure (``--json``, for scripts) or write the stacked-bar PNG (the registry's
+``FIT``, profiler/render) and print the table (profiler/render/fit_terminal.py).
 """
 from __future__ import annotations
 
@@ -10,10 +10,9 @@ import argparse
 import json
 from pathlib import Path
 
-from profiler.errors import UserError
-from profiler.fit.check import fit_result as check
-from profiler.fit.estimate import MAX_IMAGE_SIZE, MODES, OPTIMIZER_STATES, PRECISIONS
-from profiler.fit.sizes import GPU_PRESETS
+from ..errors import UserError
+from ..fit.estimate import MAX_IMAGE_SIZE, MODES, OPTIMIZER_STATES, PRECISIONS
+from ..fit.sizes import GPU_PRESETS
 
 FIT_EPILOG = """examples:
   python -m profiler fit --model resnet50 --batch-size 64 --gpu-mem rtx3060-12g
@@ -29,8 +28,8 @@ at two small batch sizes (on the GPU when there is one, else on the CPU) and ext
 MAX_NUM_CLASSES = 1_000_000
 
 
-def add_fit_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the ``fit`` options to ``parser`` (validated in :func:`run_fit`, which raises UserError)."""
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``fit`` options to ``parser`` (validated in :func:`main`, which raises UserError)."""
     if not parser.epilog:
         parser.epilog = FIT_EPILOG
         parser.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -55,7 +54,7 @@ def add_fit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="reports", metavar="DIR", help="folder for the PNG (default reports/)")
 
 
-def _check_out_dir(out: Path) -> None:
+def check_out_dir(out: Path) -> None:
     """The PNG goes into folder ``out``: refuse a path that is a file (or under one) before measuring anything."""
     for path in (out, *out.parents):
         if path.exists():
@@ -65,7 +64,10 @@ def _check_out_dir(out: Path) -> None:
 
 
 def fit_result(args: argparse.Namespace) -> dict:
-    """Every figure of the fit check as one dict (what ``--json`` prints); UserError on bad input."""
+    """Every figure of the fit check for parsed ``args`` as one dict (what ``--json`` prints); UserError on bad
+    input, before anything is measured."""
+    from ..fit.check import fit_result as check
+
     if args.batch_size is None or args.batch_size <= 0:
         raise UserError(f"--batch-size must be a positive integer, got {args.batch_size}")
     if not 8 <= args.image_size <= MAX_IMAGE_SIZE:
@@ -73,20 +75,20 @@ def fit_result(args: argparse.Namespace) -> dict:
     if not 1 <= args.num_classes <= MAX_NUM_CLASSES:
         raise UserError(f"--num-classes must be between 1 and {MAX_NUM_CLASSES:,}, got {args.num_classes}")
     if not args.json:
-        _check_out_dir(Path(args.out))
+        check_out_dir(Path(args.out))
     return check(args.model, args.batch_size, mode=args.mode, precision=args.precision, amp=args.amp,
                  optimizer=args.optimizer, image_size=args.image_size, num_classes=args.num_classes,
                  gpu_mem=args.gpu_mem, device=args.device)
 
 
-def run_fit(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
     """Run the fit check for parsed ``args``; returns the exit status (0). UserError propagates to the CLI."""
     result = fit_result(args)
     if args.json:
         print(json.dumps(result, sort_keys=True))
         return 0
-    from profiler.render import write_fit
-    from profiler.render.fit_terminal import print_fit
+    from ..render import write_fit
+    from ..render.fit_terminal import print_fit
 
     try:
         png = write_fit(result, Path(args.out))[0]

@@ -6,11 +6,14 @@ runs out of memory or is interrupted cannot take the finished points with it, an
 run that ``report`` and ``compare`` read. Ctrl-C: the running point is interrupted (it writes its partial record),
 then sweep.json/png/html are written from the points that finished, and the sweep exits 130.
 
-The figures are profiler/analysis/sweep.py, the files the registry's ``SWEEP`` and the terminal view
-profiler/render/sweep_terminal.py.
+Its own argv: the list options are sweep's, everything else is passed to each ``run`` unchanged, so cli.py hands
+:func:`main` the raw tokens (``args.argv``) and the ``run`` parser (``args.run_parser``, to tell an option that takes
+a value from a flag) instead of parsing them. Orchestration only: the figures are profiler/analysis/sweep.py, the
+files the registry's ``SWEEP`` and the terminal view profiler/render/sweep_terminal.py.
 """
 from __future__ import annotations
 
+import argparse
 import datetime as _dt
 import itertools
 import json
@@ -22,9 +25,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .config import CACHE_MODES
-from .errors import UserError
-from .storage.spec import STORAGE_PRESETS
+from ..config import CACHE_MODES
+from ..errors import UserError
+from ..storage.spec import STORAGE_PRESETS
 
 # The list options of sweep (the rest of the command line is passed to each ``run`` unchanged).
 LIST_OPTIONS = ("--workers", "--batch-size", "--storage", "--cache")
@@ -169,16 +172,21 @@ def _load_point(out: Path) -> Any | None:
                                                     "storage")})
 
 
-def run_sweep(tokens: list[str], run_parser: Any) -> int:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Nothing: sweep splits its own argv (:func:`split_sweep_argv`); its parser only lists it in ``--help``."""
+
+
+def main(args: argparse.Namespace) -> int:
+    """``args.argv``: the tokens after ``sweep``; ``args.run_parser``: the ``run`` sub-command's parser."""
     from rich.console import Console
 
-    from . import outdir
-    from .analysis.sweep import measured_interval, summarise
-    from .render import write_sweep
-    from .render.sweep_terminal import print_sweep
+    from .. import outdir
+    from ..analysis.sweep import measured_interval, summarise
+    from ..render import write_sweep
+    from ..render.sweep_terminal import print_sweep
 
     try:
-        lists, own, fwd, target = split_sweep_argv(tokens, run_parser)
+        lists, own, fwd, target = split_sweep_argv(list(args.argv), args.run_parser)
     except _Help:
         print("usage: python -m profiler sweep [--workers LIST] [--batch-size LIST] [--storage LIST] [--cache LIST]"
               " [--out DIR] [run options] [SCRIPT args | -m MODULE args]\n\n" + SWEEP_EPILOG)
