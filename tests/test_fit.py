@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from profiler.commands.fit import add_arguments as add_fit_arguments
+from profiler.commands.fit import main as run_fit
 from profiler.errors import UserError
 from profiler.fit.advice import oom_recommendations
-from profiler.fit.command import NO_GPU_NOTE, add_fit_arguments, run_fit
+from profiler.fit.check import NO_GPU_NOTE
 from profiler.fit.estimate import (
     CUDA_CONTEXT_BYTES,
     FRAGMENTATION_FRACTION,

@@ -229,6 +229,8 @@ def test_gpu_series_and_cuda_timing_are_drawn_from_the_record(runs, tmp_path):
 
 def test_renderers_measure_nothing(runs, tmp_path):
     """Rendering works with torch, psutil and pynvml unimportable, and no render module imports them."""
+    from profiler import render
+
     banned = {"torch", "psutil", "pynvml", "torchvision"}
     modules = sorted((REPO / "profiler" / "render").glob("*.py"))
     assert len(modules) >= 12
@@ -239,14 +241,37 @@ def test_renderers_measure_nothing(runs, tmp_path):
             mods = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             assert not any(m.split(".")[0] in banned for m in mods), (name, mods)
+    # Every registry, from what its command hands it: a run, a comparison, a sweep, fit's result, the merged ranks.
+    for k, w in enumerate((2, 0)):
+        d = json.loads((runs[w]["dir"] / "run.json").read_text())
+        d["distributed"] = {"rank": k, "world_size": 2, "boot_id": "b", "hostname": "h", "t0_monotonic_ns": 10**9,
+                            "collectives": None, "backend": "gloo"}
+        (tmp_path / "ranks" / f"rank{k}").mkdir(parents=True)
+        (tmp_path / "ranks" / f"rank{k}" / "run.json").write_text(json.dumps(d))
     code = ("import sys\n"
             f"for m in {sorted(banned)!r}: sys.modules[m] = None\n"
+            "from pathlib import Path\n"
             "from profiler.record import load\nfrom profiler.analysis import analyze\n"
-            "from profiler.render import write_reports\n"
-            f"print(len(write_reports(analyze(load({str(runs[2]['dir'] / 'run.json')!r})), {str(tmp_path)!r})))\n")
+            "from profiler.analysis.compare import compare\nfrom profiler.distributed.view import merged_view\n"
+            "from profiler import render\n"
+            f"out = Path({str(tmp_path)!r})\n"
+            f"a, b = (analyze(load(p)) for p in ({str(runs[2]['dir'] / 'run.json')!r}, "
+            f"{str(runs[0]['dir'] / 'run.json')!r}))\n"
+            "print(len(render.write_reports(a, out)))\n"
+            "print(len(render.write_compare(compare([a, b], names=['a', 'b']), out / 'compare')))\n"
+            "pt = {'setting': {}, 'measured_samples_per_s': 10.0, 'interval': [9.0, 11.0], 'error': 0.1}\n"
+            "doc = {'points': [dict(pt, index=i, label=f'workers={i}') for i in range(2)], 'baseline': 0}\n"
+            "print(len(render.write_sweep(doc, out / 'sweep')))\n"
+            "bd = {'model': 'm', 'mode': 'train', 'batch_size': 8, 'precision': 'fp32', 'amp': False,\n"
+            "      'image_size': 224, 'weights_bytes': 2**30, 'total_bytes': 2**30}\n"
+            "print(len(render.write_fit({'breakdown': bd, 'gpu_bytes': 2**33}, out / 'fit')))\n"
+            "view, recs = merged_view(out / 'ranks')\n"
+            "print(len(render.write_ranks(view, recs, out / 'ranks')))\n")
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.strip() == str(len(REPORT_FILES))
+    assert r.stdout.split() == [str(len(reg)) for reg in (REPORT_FILES, render.COMPARE, render.SWEEP, render.FIT,
+                                                           render.RANKS)]
+    assert "could not" not in r.stderr, r.stderr[-2000:]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -349,7 +374,11 @@ def test_report_files_come_from_the_registry():
     assert REPORT_FILES == tuple(r.file for r in render.REPORT)
     assert render.PLOT_FILES == tuple(f for f in REPORT_FILES if f.endswith(".png"))
     assert render.COMPARE_FILES == ("compare.png", "compare.html", "compare.json")
-    assert len({r.name for r in render.REPORT + render.COMPARE}) == len(render.REPORT + render.COMPARE)
+    assert render.SWEEP_FILES == ("sweep.json", "sweep.png", "sweep.html")
+    assert render.RANKS_FILES == ("ranks.json", "ranks.png", "trace.json", "report.html")
+    every = [r for reg in render.REGISTRIES for r in reg]
+    assert len({r.name for r in every}) == len(every)
+    assert all(render.renderer(r.name) is r for r in every)
 
 
 def test_one_failing_renderer_costs_no_other(runs, tmp_path, capsys):

@@ -5,7 +5,11 @@
   channel beyond what torchrun gives, and rank 0's wait for the others' records.
 - ``ddp``: the built-in pipeline under DDP (process group, sharded sampler, all-reduce timing hook).
 - ``merge``: pure; rank records -> the merged ``ranks`` view (per-rank figures, skew, collective wait, straggler).
-- ``report``: the merged report files (ranks.json, ranks.png, report.html, trace.json) and the terminal summary.
+- ``view``: a run folder's records loaded, analysed and merged (a missing rank named, not fatal).
+- ``launch``: a rank's own side: its output folder and its record's ``distributed`` section.
+
+The merged report's files (ranks.json, ranks.png, report.html, trace.json) and terminal summary are renderers
+(profiler/render: ``RANKS``, ranks_*); rank 0's wait-merge-write at the end of a run is profiler/commands/ranks.py.
 """
 from __future__ import annotations
 

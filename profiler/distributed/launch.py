@@ -1,14 +1,12 @@
-"""The CLI's side of a torchrun job: this rank's output folder, its record's ``distributed`` section, and rank 0's
-merge at the end. cli.py calls these four functions (and nothing else of this package) when ``detect()`` finds a rank.
+"""A rank's side of a torchrun job: its output folder and its record's ``distributed`` section. The ``run`` command
+(profiler/commands/run.py) calls these two when ``detect()`` finds a rank; rank 0's merge at the end is
+profiler/commands/ranks.py ``finish``.
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
-from .. import signals
-from ..thresholds import RANK_WAIT_S
 from .env import RankEnv, rank_section
 from .layout import agree_run_folder, write_marker
 
@@ -34,27 +32,3 @@ def attach(rec: Any, denv: RankEnv, rank_folder: Path, t0_ns: int | None = None)
     sec = rank_section(denv, t0, backend, str(Path(rank_folder).parent.resolve()))
     sec["collectives"] = ddp.get("collectives")
     rec.distributed = sec
-
-
-def finish(denv: RankEnv, rank_folder: Path, console: Any, plots: bool, timeout_s: float = RANK_WAIT_S) -> None:
-    """Rank 0: wait for the other ranks' records (files only; a dead rank is not waited for), merge, report.
-
-    Other ranks: nothing. A failure here is reported and never changes the rank's own exit status.
-    """
-    if not denv.is_main:
-        return
-    from .layout import wait_for_ranks
-    from .report import print_merged, write_merged
-
-    folder = Path(rank_folder).parent
-    try:
-        states = wait_for_ranks(folder, denv.world_size, denv.rank, timeout_s)
-        with signals.deferred():
-            view, files = write_merged(folder, states, plots=plots)
-        print_merged(view, console, [str(f) for f in files])
-    except KeyboardInterrupt:
-        print(f"profiler: interrupted while merging the ranks; run `python -m profiler report {folder}`",
-              file=sys.stderr)
-    except Exception as e:  # noqa: BLE001 - each rank's record is safe already; the merge can be redone
-        print(f"profiler: could not merge the ranks ({type(e).__name__}: {e}); run `python -m profiler report "
-              f"{folder}`", file=sys.stderr)

@@ -3,8 +3,9 @@
 Modules, in import order (each imports only those before it, and of the rest of the profiler only
 profiler.harness.models and profiler.errors): sizes (memory sizes and GPU presets), measure (activation bytes as
 a line in batch size, on the CPU or the GPU), estimate (the breakdown and the largest batch), advice (what to change
-when it does not fit), command (the ``fit`` sub-command's arguments and handler). The terminal view and the PNG are
-in profiler/render/fit_terminal.py and fit_plot.py.
+when it does not fit), check (every figure of one check as the dict ``fit --json`` prints). The ``fit`` command's
+arguments and handler are profiler/commands/fit.py; the terminal view and the PNG profiler/render/fit_terminal.py
+and fit_plot.py.
 """
 from __future__ import annotations
 

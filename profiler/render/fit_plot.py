@@ -4,7 +4,9 @@ Reads only the breakdown dict (``MemoryBreakdown.to_dict()``), so a saved JSON r
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -63,3 +65,15 @@ def plot_fit(breakdown: dict, gpu_bytes: int | None, path: str | Path) -> Path:
     finally:
         plt.close(fig)
     return path
+
+
+def plot_name(breakdown: dict) -> str:
+    """The PNG's file name: fit_<model>_<mode>_b<batch>_<precision>[-amp].png, safe as one path component."""
+    prec = breakdown["precision"] + ("-amp" if breakdown["amp"] else "")
+    name = f"fit_{breakdown['model']}_{breakdown['mode']}_b{breakdown['batch_size']}_{prec}.png"
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+
+
+def render(result: dict[str, Any], out_dir: Path, ctx: dict[str, Any]) -> Path:
+    """The registry's entry point: the plot of ``fit``'s result dict (what ``fit --json`` prints) in ``out_dir``."""
+    return plot_fit(result["breakdown"], result["gpu_bytes"], Path(out_dir) / plot_name(result["breakdown"]))

@@ -1,6 +1,6 @@
 """The terminal view of ``python -m profiler fit``: the breakdown table, the verdict against the card, the advice.
 
-Reads only the result dict that ``fit --json`` prints (profiler/fit/command.py ``fit_result``), so the view and the
+Reads only the result dict that ``fit --json`` prints (profiler/fit/check.py ``fit_result``), so the view and the
 JSON can never disagree about a figure.
 """
 from __future__ import annotations

@@ -60,3 +60,8 @@ def plot_ranks(view: dict[str, Any], path: str | Path) -> Path:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def render(view: dict[str, Any], out_dir: Path, ctx: dict[str, Any]) -> Path:
+    """The registry's entry point: ranks.png in ``out_dir``."""
+    return plot_ranks(view, Path(out_dir) / "ranks.png")

@@ -1,10 +1,15 @@
-"""sweep.html: one self-contained page (table + the sweep plot inlined) from the sweep dict."""
+"""sweep.html: one self-contained page (table + the sweep plot inlined) from the sweep dict; and sweep.json, the dict
+itself (for scripts)."""
 from __future__ import annotations
 
 import base64
 import html
+import json
 from pathlib import Path
 from typing import Any
+
+from ..record import json_safe
+from .output import write_atomic
 
 
 def _f(v: Any, fmt: str = "{:.1f}") -> str:
@@ -47,3 +52,14 @@ first point's report states per prediction (run.json <code>whatif</code>).</p></
     out = Path(path)
     out.write_text(page, encoding="utf-8")
     return out
+
+
+def render(doc: dict[str, Any], out_dir: Path, ctx: dict[str, Any]) -> Path:
+    """The registry's entry point: sweep.html, inlining sweep.png when it was drawn before (``ctx["results"]``)."""
+    png = (ctx.get("results") or {}).get("sweep_png")
+    return write_sweep_html(doc, Path(out_dir) / "sweep.html", png if isinstance(png, Path) else None)
+
+
+def render_json(doc: dict[str, Any], out_dir: Path, ctx: dict[str, Any]) -> Path:
+    """sweep.json: every point (setting, measured, predicted, error) and the summary, for scripts."""
+    return write_atomic(Path(out_dir) / "sweep.json", json.dumps(json_safe(doc), indent=1).encode())

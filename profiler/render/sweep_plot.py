@@ -54,3 +54,8 @@ def plot_sweep(doc: dict[str, Any], path: str | Path) -> Path:
     out = Path(path)
     fig.savefig(out)
     return out
+
+
+def render(doc: dict[str, Any], out_dir: Path, ctx: dict[str, Any]) -> Path:
+    """The registry's entry point: sweep.png in ``out_dir``."""
+    return plot_sweep(doc, Path(out_dir) / "sweep.png")

@@ -7,21 +7,27 @@ compare.html, compare.json — the whole comparison, for scripts) to --out, and 
 """
 from __future__ import annotations
 
+import argparse
 import datetime as _dt
 from pathlib import Path
 from typing import Any
 
-from .errors import UserError
-from .render.compare_terminal import print_comparison
-from .render.units import printable
+from ..errors import UserError
+from ..render.units import printable
 
 DEFAULT_OUT_ROOT = "reports"
 
 
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("runs", nargs="+", metavar="RUN", help="run.json files or their folders; two or more")
+    parser.add_argument("--out", metavar="DIR", help="output folder (default: reports/compare-<time>)")
+    parser.add_argument("--force", action="store_true", help="compare runs of different model or batch size anyway")
+
+
 def load_runs(paths: list[str]) -> tuple[list[Any], list[str]]:
     """Load and analyse every run; UserError (one line) for the first that cannot be read."""
-    from . import record
-    from .analysis import analyze
+    from .. import record
+    from ..analysis import analyze
 
     if len(paths) < 2:
         raise UserError(f"compare needs at least two runs (got {len(paths)}): python -m profiler compare RUN_A RUN_B")
@@ -44,12 +50,13 @@ def out_dir(arg: str | None) -> Path:
     return path
 
 
-def run_compare(args: Any) -> int:
+def main(args: argparse.Namespace) -> int:
     """Orchestration only: load, compare, write the registry's compare outputs, print the terminal view."""
     from rich.console import Console
 
-    from .analysis.compare import compare
-    from .render import COMPARE, render_all
+    from ..analysis.compare import compare
+    from ..render import COMPARE, render_all
+    from ..render.compare_terminal import print_comparison
 
     recs, names = load_runs(list(args.runs))
     c = compare(recs, names=names, force=bool(getattr(args, "force", False)))

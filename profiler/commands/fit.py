@@ -1,28 +1,18 @@
 """``python -m profiler fit``: will this model, batch size and precision fit in this GPU's memory?
 
-The CLI (profiler/cli.py) owns the sub-command; this module adds its arguments and runs it, so the feature can be
-tested through argparse alone. Output: a rich table and a stacked-bar PNG, or with ``--json`` exactly one JSON
-object on stdout holding every figure (for scripts).
+Orchestration only: check the options, compute the fit (profiler/fit/check.py), then either print it as exactly one
+JSON object on stdout holding every figure (``--json``, for scripts) or write the stacked-bar PNG (the registry's
+``FIT``, profiler/render) and print the table (profiler/render/fit_terminal.py).
 """
 from __future__ import annotations
 
 import argparse
 import json
-import re
 from pathlib import Path
 
-from profiler.errors import UserError
-from profiler.fit.advice import oom_recommendations
-from profiler.fit.estimate import (
-    MAX_IMAGE_SIZE,
-    MODES,
-    OPTIMIZER_STATES,
-    PRECISIONS,
-    MemoryBreakdown,
-    breakdown_max_batch,
-    estimate_memory,
-)
-from profiler.fit.sizes import GPU_PRESETS, format_bytes, resolve_gpu_mem
+from ..errors import UserError
+from ..fit.estimate import MAX_IMAGE_SIZE, MODES, OPTIMIZER_STATES, PRECISIONS
+from ..fit.sizes import GPU_PRESETS
 
 FIT_EPILOG = """examples:
   python -m profiler fit --model resnet50 --batch-size 64 --gpu-mem rtx3060-12g
@@ -37,11 +27,9 @@ at two small batch sizes (on the GPU when there is one, else on the CPU) and ext
 # parameters (classes x features) grow with it, and 10^7 would be a typo costing tens of GiB to build.
 MAX_NUM_CLASSES = 1_000_000
 
-NO_GPU_NOTE = "no GPU detected; give --gpu-mem SIZE_OR_PRESET to check the fit"
 
-
-def add_fit_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the ``fit`` options to ``parser`` (validated in :func:`run_fit`, which raises UserError)."""
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``fit`` options to ``parser`` (validated in :func:`main`, which raises UserError)."""
     if not parser.epilog:
         parser.epilog = FIT_EPILOG
         parser.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -66,21 +54,7 @@ def add_fit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="reports", metavar="DIR", help="folder for the PNG (default reports/)")
 
 
-def detect_gpu_mem(device: str = "auto") -> tuple[int, str] | None:
-    """(total bytes, name) of the CUDA device fit measures on (``cuda:N``, else device 0), or None without one."""
-    try:
-        import torch
-
-        if not torch.cuda.is_available() or device == "cpu":
-            return None
-        index = torch.device(device).index if device.startswith("cuda") else None
-        props = torch.cuda.get_device_properties(index or 0)
-        return int(props.total_memory), f"{props.name} ({format_bytes(props.total_memory)}, detected)"
-    except Exception:  # a broken driver is the same as no GPU for this purpose  # noqa: BLE001
-        return None
-
-
-def _check_out_dir(out: Path) -> None:
+def check_out_dir(out: Path) -> None:
     """The PNG goes into folder ``out``: refuse a path that is a file (or under one) before measuring anything."""
     for path in (out, *out.parents):
         if path.exists():
@@ -90,7 +64,10 @@ def _check_out_dir(out: Path) -> None:
 
 
 def fit_result(args: argparse.Namespace) -> dict:
-    """Every figure of the fit check as one dict (what ``--json`` prints); UserError on bad input."""
+    """Every figure of the fit check for parsed ``args`` as one dict (what ``--json`` prints); UserError on bad
+    input, before anything is measured."""
+    from ..fit.check import fit_result as check
+
     if args.batch_size is None or args.batch_size <= 0:
         raise UserError(f"--batch-size must be a positive integer, got {args.batch_size}")
     if not 8 <= args.image_size <= MAX_IMAGE_SIZE:
@@ -98,43 +75,23 @@ def fit_result(args: argparse.Namespace) -> dict:
     if not 1 <= args.num_classes <= MAX_NUM_CLASSES:
         raise UserError(f"--num-classes must be between 1 and {MAX_NUM_CLASSES:,}, got {args.num_classes}")
     if not args.json:
-        _check_out_dir(Path(args.out))
-    if args.gpu_mem is not None:
-        gpu = resolve_gpu_mem(args.gpu_mem)
-    else:
-        gpu = detect_gpu_mem(args.device)
-    bd = estimate_memory(args.model, args.batch_size, mode=args.mode, precision=args.precision, amp=args.amp,
-                         optimizer=args.optimizer, image_size=args.image_size, num_classes=args.num_classes,
-                         device=args.device)
-    result: dict = {"breakdown": bd.to_dict(), "gpu_bytes": None, "gpu_label": None, "fits": None,
-                    "headroom_bytes": None, "max_batch_size": None, "recommendations": [], "notes": list(bd.notes)}
-    if gpu is None:
-        result["notes"].append(NO_GPU_NOTE)
-        return result
-    gpu_bytes, label = gpu
-    result.update(gpu_bytes=gpu_bytes, gpu_label=label, fits=bd.total_bytes <= gpu_bytes,
-                  headroom_bytes=gpu_bytes - bd.total_bytes, max_batch_size=breakdown_max_batch(bd, gpu_bytes),
-                  recommendations=oom_recommendations(bd, gpu_bytes))
-    return result
+        check_out_dir(Path(args.out))
+    return check(args.model, args.batch_size, mode=args.mode, precision=args.precision, amp=args.amp,
+                 optimizer=args.optimizer, image_size=args.image_size, num_classes=args.num_classes,
+                 gpu_mem=args.gpu_mem, device=args.device)
 
 
-def _plot_name(bd: MemoryBreakdown | dict) -> str:
-    d = bd if isinstance(bd, dict) else bd.to_dict()
-    prec = d["precision"] + ("-amp" if d["amp"] else "")
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"fit_{d['model']}_{d['mode']}_b{d['batch_size']}_{prec}.png")
-
-
-def run_fit(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
     """Run the fit check for parsed ``args``; returns the exit status (0). UserError propagates to the CLI."""
     result = fit_result(args)
     if args.json:
         print(json.dumps(result, sort_keys=True))
         return 0
-    from profiler.render.fit_plot import plot_fit
-    from profiler.render.fit_terminal import print_fit
+    from ..render import write_fit
+    from ..render.fit_terminal import print_fit
 
     try:
-        png = plot_fit(result["breakdown"], result["gpu_bytes"], Path(args.out) / _plot_name(result["breakdown"]))
+        png = write_fit(result, Path(args.out))[0]
     except OSError as exc:
         raise UserError(f"cannot write the plot into --out {args.out}: {exc.strerror or exc}") from None
     print_fit(result, png)

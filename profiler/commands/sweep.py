@@ -5,9 +5,15 @@ Why subprocesses: each point is an ordinary ``python -m profiler run ... --out D
 runs out of memory or is interrupted cannot take the finished points with it, and every point's folder is a normal
 run that ``report`` and ``compare`` read. Ctrl-C: the running point is interrupted (it writes its partial record),
 then sweep.json/png/html are written from the points that finished, and the sweep exits 130.
+
+Its own argv: the list options are sweep's, everything else is passed to each ``run`` unchanged, so cli.py hands
+:func:`main` the raw tokens (``args.argv``) and the ``run`` parser (``args.run_parser``, to tell an option that takes
+a value from a flag) instead of parsing them. Orchestration only: the figures are profiler/analysis/sweep.py, the
+files the registry's ``SWEEP`` and the terminal view profiler/render/sweep_terminal.py.
 """
 from __future__ import annotations
 
+import argparse
 import datetime as _dt
 import itertools
 import json
@@ -19,12 +25,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from .config import CACHE_MODES
-from .errors import UserError
-from .storage.spec import STORAGE_PRESETS
-from .thresholds import CONFIDENCE, RESAMPLES
+from ..config import CACHE_MODES
+from ..errors import UserError
+from ..storage.spec import STORAGE_PRESETS
 
 # The list options of sweep (the rest of the command line is passed to each ``run`` unchanged).
 LIST_OPTIONS = ("--workers", "--batch-size", "--storage", "--cache")
@@ -150,34 +153,6 @@ def run_args(pt: dict[str, Any], script: bool) -> list[str]:
     return out
 
 
-def measured_interval(rec: Any, seed: int = 0) -> tuple[float, float] | None:
-    """95 % interval of samples/s over the measured steps (moving-block bootstrap of consecutive steps)."""
-    st = rec.timeline.get("steps") or {}
-    m = np.asarray(st.get("measured") or [], dtype=bool)
-    if m.size < 3:
-        return None
-    ws = np.asarray(st["wait_start"], dtype=float)
-    nxt = np.append(ws[1:], np.asarray(st["compute_end"], dtype=float)[-1])
-    period = (nxt - ws)[m]
-    n = np.asarray(st["samples"], dtype=float)[m]
-    if period.size < 3 or period.sum() <= 0:
-        return None
-    # Moving-block bootstrap: with workers, batches arrive in bursts (a queued batch's step takes ~0 s, the next one
-    # waits for all of them), so single steps are not independent; blocks of ~sqrt(n) consecutive steps keep a burst
-    # together, and resampling single steps would make the interval several times too wide.
-    rng = np.random.default_rng(seed)
-    n_steps = period.size
-    block = max(2, min(n_steps, int(round(np.sqrt(n_steps)))))
-    k = -(-n_steps // block)
-    starts = rng.integers(0, n_steps - block + 1, size=(RESAMPLES, k))
-    idx = (starts[:, :, None] + np.arange(block)).reshape(RESAMPLES, k * block)[:, :n_steps]
-    rates = n[idx].sum(axis=1) / np.maximum(period[idx].sum(axis=1), 1e-12)
-    lo, hi = np.percentile(rates, [(1 - CONFIDENCE) / 2 * 100, (1 + CONFIDENCE) / 2 * 100])
-    point = n.sum() / period.sum()
-    x = float((rec.throughput or {}).get("samples_per_s") or point)
-    return float(lo / point * x), float(hi / point * x)  # the interval around the window's own figure
-
-
 def _load_point(out: Path) -> Any | None:
     """The point's run.json as the run wrote it (analysed already), or None if there is none or it is not JSON.
 
@@ -197,46 +172,21 @@ def _load_point(out: Path) -> Any | None:
                                                     "storage")})
 
 
-def summarise(points: list[dict[str, Any]]) -> dict[str, Any]:
-    """Predictions from the first finished point for the others, their errors, and the best setting."""
-    from .analysis.whatif import predict_setting, rates_from_dict
-
-    done = [p for p in points if p.get("measured_samples_per_s")]
-    base = next((p for p in done if p.get("inputs")), None)
-    errors = []
-    if base is not None:
-        r = rates_from_dict(base["inputs"])
-        lo_hi = base.get("interval")
-        rel = ((lo_hi[0] / base["measured_samples_per_s"], lo_hi[1] / base["measured_samples_per_s"])
-               if lo_hi else None)
-        for p in done:
-            s = p["setting"]
-            pred = predict_setting(r, workers=s.get("--workers"), batch_size=s.get("--batch-size"),
-                                   storage=s.get("--storage"), cache=s.get("--cache"),
-                                   mechanism=p.get("throttle_mechanism"))
-            p["predicted_samples_per_s"] = pred["samples_per_s"]
-            p["predicted_binds"] = pred["binds"]
-            p["assumption"] = pred["assumption"]
-            p["predicted_interval"] = [round(pred["samples_per_s"] * rel[0], 3),
-                                       round(pred["samples_per_s"] * rel[1], 3)] if rel else None
-            if p is not base:
-                err = (pred["samples_per_s"] - p["measured_samples_per_s"]) / p["measured_samples_per_s"]
-                p["error"] = round(err, 4)
-                errors.append(abs(err))
-    best = max(done, key=lambda p: p["measured_samples_per_s"]) if done else None
-    return {"baseline": base["index"] if base else None,
-            "median_abs_error": round(float(np.median(errors)), 4) if errors else None,
-            "best": {"index": best["index"], "label": best["label"],
-                     "samples_per_s": best["measured_samples_per_s"]} if best else None}
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Nothing: sweep splits its own argv (:func:`split_sweep_argv`); its parser only lists it in ``--help``."""
 
 
-def run_sweep(tokens: list[str], run_parser: Any) -> int:
+def main(args: argparse.Namespace) -> int:
+    """``args.argv``: the tokens after ``sweep``; ``args.run_parser``: the ``run`` sub-command's parser."""
     from rich.console import Console
 
-    from . import outdir
+    from .. import outdir
+    from ..analysis.sweep import measured_interval, summarise
+    from ..render import write_sweep
+    from ..render.sweep_terminal import print_sweep
 
     try:
-        lists, own, fwd, target = split_sweep_argv(tokens, run_parser)
+        lists, own, fwd, target = split_sweep_argv(list(args.argv), args.run_parser)
     except _Help:
         print("usage: python -m profiler sweep [--workers LIST] [--batch-size LIST] [--storage LIST] [--cache LIST]"
               " [--out DIR] [run options] [SCRIPT args | -m MODULE args]\n\n" + SWEEP_EPILOG)
@@ -300,8 +250,8 @@ def run_sweep(tokens: list[str], run_parser: Any) -> int:
     doc = {"kind": "profiler sweep", "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
            "lists": {k[2:]: v for k, v in lists.items()}, "target": target or None, "run_options": fwd,
            "points": points, "interrupted": status == 130, **summary}
-    files = write_sweep(doc, out, plots=not own["no_plots"])
-    _print_summary(doc, console, files)
+    files = [str(f) for f in write_sweep(doc, out, plots=not own["no_plots"])]
+    print_sweep(doc, console, files)
     return status
 
 
@@ -324,45 +274,3 @@ def _run_point(cmd: list[str], pdir: Path) -> tuple[int, bool]:
                 proc.kill()
                 proc.wait()
             return proc.returncode, True
-
-
-def write_sweep(doc: dict[str, Any], out: Path, plots: bool = True) -> list[str]:
-    from .fsutil import atomic_write_bytes
-    from .record import json_safe
-
-    atomic_write_bytes(out / "sweep.json", json.dumps(json_safe(doc), indent=1).encode())
-    files = [str(out / "sweep.json")]
-    if plots and any(p.get("measured_samples_per_s") for p in doc["points"]):
-        from .render.sweep_html import write_sweep_html
-        from .render.sweep_plot import plot_sweep
-
-        files.append(str(plot_sweep(doc, out / "sweep.png")))
-        files.append(str(write_sweep_html(doc, out / "sweep.html", out / "sweep.png")))
-    return files
-
-
-def _print_summary(doc: dict[str, Any], console: Any, files: list[str]) -> None:
-    from rich.table import Table
-
-    t = Table(title="sweep: measured vs predicted from the first point")
-    for c in ("point", "measured samples/s", "predicted", "error", "would bind"):
-        t.add_column(c)
-    for p in doc["points"]:
-        m = p.get("measured_samples_per_s")
-        iv = p.get("interval")
-        shown = (f"{m:.1f}" + (f" [{iv[0]:.1f}-{iv[1]:.1f}]" if iv else "")) if m else p.get("failed", "")
-        t.add_row(p["label"], shown,
-                  f"{p['predicted_samples_per_s']:.1f}" if p.get("predicted_samples_per_s") else "",
-                  "baseline" if p["index"] == doc.get("baseline") else
-                  (f"{p['error'] * 100:+.0f} %" if p.get("error") is not None else ""),
-                  p.get("predicted_binds", ""))
-    console.print(t)
-    if doc.get("best"):
-        console.print(f"Best setting: {doc['best']['label']} ({doc['best']['samples_per_s']:.1f} samples/s)",
-                      markup=False)
-    if doc.get("median_abs_error") is not None:
-        console.print(f"Median prediction error (from the first point): {doc['median_abs_error'] * 100:.0f} %",
-                      markup=False)
-    if doc.get("interrupted"):
-        console.print("Interrupted: the finished points are kept.", markup=False)
-    console.print("Wrote: " + ", ".join(files), markup=False)

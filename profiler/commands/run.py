@@ -1,0 +1,303 @@
+"""``python -m profiler run``: profile the user's own script (``run SCRIPT args`` / ``run -m MODULE args``, unchanged)
+or the built-in pipeline, then write run.json first, the registry's ``REPORT`` files and the terminal summary.
+
+Orchestration only: the measurement is profiler/harness, the analysis profiler/analysis, the files and the terminal
+views profiler/render. Under torchrun each rank writes into ``<run folder>/rank<k>`` (profiler/distributed/launch.py)
+and rank 0 writes the merged report at the end (profiler/commands/ranks.py).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from ..config import AUGMENTS, CACHE_MODES, MODES, THROTTLE_MECHANISMS, RunConfig
+from ..errors import UserError
+
+D = RunConfig()
+
+RUN_EPILOG = """examples:
+  python -m profiler run train.py --epochs 3 --lr 0.1
+      your own script, unchanged: everything after the script is the script's; profiles the first DataLoader it
+      iterates for --warmup + --steps batches, writes the report, then stops it (--then continue: lets it finish)
+  python -m profiler run --steps 50 --out reports/mine -m mypkg.train --config cfg.yaml
+  python -m profiler run --data ./shards --cache cold --storage hdd train.py
+  python -m profiler run
+      built-in sample dataset (1,000 synthetic ~500x375 JPEGs, made once), tiny CNN, 2 workers
+  python -m profiler run --data ./imgs --workers 4 --model resnet18 --batch-size 64
+  python -m profiler run --data ./imgs --model resnet50 --mode infer --device cuda --pin-memory
+  python -m profiler run --data ./imgs --cache cold --storage hdd      # as if the data lived on a 7,200 rpm disk
+
+--data takes an ImageFolder tree (one sub-folder per class) or any folder of .jpg/.jpeg/.png/.webp/.bmp files.
+--model: none (loader only), tiny (small CNN) or any torchvision classification model name (random weights).
+--augment: none (resize), light (resize + center crop, eval recipe), standard (torchvision ImageNet training recipe:
+RandomResizedCrop, RandomHorizontalFlip, Normalize), heavy (standard + ColorJitter, RandomRotation, GaussianBlur).
+Writes run.json, plots, report.html and trace.json to --out (default: reports/<time>_<model>_w<workers>_b<batch>/).
+"""
+
+
+# Options that describe the built-in pipeline; next to a script they have no meaning (its DataLoader decides).
+BUILTIN_ONLY = ("workers", "batch_size", "model", "mode", "device", "image_size", "augment", "pin_memory", "amp",
+                "prefetch_factor", "seed")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``run`` options (the script or module and its own arguments are split off before parsing: cli.py)."""
+    p.usage = "python -m profiler run [options] [SCRIPT [args...] | -m MODULE [args...]]"
+    p.epilog = RUN_EPILOG
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    g = p.add_argument_group("any job (a script or the built-in pipeline)")
+    g.add_argument("--data", metavar="DIR", help="built-in: image folder (default: the built-in sample dataset); "
+                                                 "script: where its data lives (for --cache, --storage, residency)")
+    g.add_argument("--steps", type=int, default=D.steps, metavar="N",
+                   help=f"measured steps = batches of the profiled loader (default {D.steps})")
+    g.add_argument("--warmup", type=int, default=D.warmup, metavar="N",
+                   help=f"batches run first and excluded from every figure (default {D.warmup})")
+    g.add_argument("--then", choices=("exit", "continue"), default="exit",
+                   help="script: when the window closes, stop it (exit, default) or let it finish unprofiled")
+    g.add_argument("--cache", choices=CACHE_MODES, default=D.cache,
+                   help="page cache before the run: cold evicts the data files, warm reads them in (default as-is)")
+    g.add_argument("--throttle", metavar="RATE[,IOPS]", help="emulate slower storage, e.g. 20MB/s,150iops")
+    g.add_argument("--storage", choices=("hdd", "sata-ssd", "nvme", "nfs"),
+                   help="emulate a storage preset (hdd 20MB/s,150iops; sata-ssd 500MB/s,20k; nvme 3GB/s,200k; "
+                        "nfs 100MB/s,1k)")
+    g.add_argument("--throttle-mechanism", choices=THROTTLE_MECHANISMS, default=D.throttle_mechanism,
+                   help="auto: kernel cgroup throttle when root, else userspace emulation in the read stage "
+                        "(built-in only)")
+    g.add_argument("--out", metavar="DIR", help="output folder (default reports/<time>_<model|script>...)")
+    g.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    g.add_argument("--no-plots", action="store_true", help="write run.json and the terminal summary only")
+    # issue 10 (sweep of a script): change the profiled loader's settings without editing the script.
+    g.add_argument("--override-workers", type=int, metavar="N", help="script: run its profiled DataLoader with N "
+                   "workers instead of its own num_workers (what `sweep --workers` uses)")
+    g.add_argument("--override-batch-size", type=int, metavar="B", help="script: run its profiled DataLoader with "
+                   "batch size B (a loader built with batch_size=...; what `sweep --batch-size` uses)")
+    b = p.add_argument_group("built-in pipeline only")
+    b.add_argument("--workers", type=int, metavar="N", help=f"DataLoader workers (default {D.workers})")
+    b.add_argument("--batch-size", type=int, metavar="B", help=f"default {D.batch_size}")
+    b.add_argument("--model", metavar="NAME", help=f"none, tiny or a torchvision model (default {D.model})")
+    b.add_argument("--mode", choices=MODES, help="train: forward+backward+SGD step; infer: forward "
+                                                 "under inference_mode (default train)")
+    b.add_argument("--device", help="auto, cpu, cuda or cuda:N (default auto)")
+    b.add_argument("--image-size", type=int, metavar="PX", help=f"default {D.image_size}")
+    b.add_argument("--augment", choices=AUGMENTS, help=f"default {D.augment}")
+    b.add_argument("--pin-memory", action=argparse.BooleanOptionalAction, default=None,
+                   help="pin host memory for H2D copies (default: on with CUDA)")
+    b.add_argument("--amp", action="store_true", default=None, help="autocast (bfloat16 where supported, else float16)")
+    b.add_argument("--prefetch-factor", type=int, metavar="N", help=f"batches prefetched per worker "
+                                                                     f"(default {D.prefetch_factor})")
+    b.add_argument("--seed", type=int, help=f"default {D.seed}")
+
+
+def _config_from(args: argparse.Namespace) -> RunConfig:
+    given = {k: getattr(args, k) for k in BUILTIN_ONLY if getattr(args, k, None) is not None}
+    return RunConfig(data=args.data, steps=args.steps, warmup=args.warmup,
+                     out=args.out if args.out is not None else D.out, cache=args.cache, throttle=args.throttle,
+                     storage=args.storage, throttle_mechanism=args.throttle_mechanism, **given)
+
+
+def _write_outputs(rec, out: Path, args: argparse.Namespace, console) -> list[str]:
+    """Analyse, save run.json first (small, safe), then the reports; a signal meanwhile waits until they are done."""
+    from .. import signals
+    from ..analysis import analyze
+    from ..render import write_reports
+    from ..render.terminal import print_report
+
+    with signals.deferred():
+        path = _save_somewhere(rec, out / "run.json")  # the raw record first: safe before the expensive work
+        analyze(rec)
+        path = _save_somewhere(rec, path)
+        files = [str(path)]
+        if not args.no_plots and path.parent == out:
+            files += [str(f) for f in write_reports(rec, out)]
+    print_report(rec, console, files)
+    return files
+
+
+def _save_somewhere(rec, path: Path) -> Path:
+    """Save run.json at ``path``; if that fails (disk full, folder gone), keep the measurement in the temp folder and
+    say where, rather than lose it."""
+    import tempfile
+
+    try:
+        return rec.save(path)
+    except OSError as e:
+        fallback = Path(tempfile.gettempdir()) / f"profiler-{os.getpid()}-run.json"
+        try:
+            rec.save(fallback)
+        except OSError:
+            raise UserError(f"could not save the record to {path} ({e.strerror or e}) nor to {fallback}") from None
+        print(f"profiler: could not save {path} ({e.strerror or e}); the record is in {fallback}", file=sys.stderr)
+        return fallback
+
+
+def _out_dir(args: argparse.Namespace, c: RunConfig, script: str | None) -> Path:
+    from .. import outdir
+    from ..harness.runner import default_run_name
+
+    if args.out is not None:
+        return outdir.prepare_out(args.out)
+    return outdir.create_run_dir(c.out, default_run_name(c, script))
+
+
+def _rank_out(args: argparse.Namespace, c: RunConfig, script: str | None):
+    """distributed (profiler/distributed): under torchrun, (rank, <run folder>/rank<k>); else (None, None)."""
+    from ..distributed import detect
+
+    denv = detect()
+    if denv is None:
+        return None, None
+    from ..distributed.launch import rank_out
+    from ..harness.runner import default_run_name
+
+    return denv, rank_out(denv, args.out, c.out, default_run_name(c, script))
+
+
+def _override(args: argparse.Namespace) -> dict[str, int]:
+    """--override-workers / --override-batch-size as Session(override=...) (issue 10); checked here, one line."""
+    out = {}
+    for key, flag, low in (("num_workers", "override_workers", 0), ("batch_size", "override_batch_size", 1)):
+        v = getattr(args, flag, None)
+        if v is None:
+            continue
+        if v < low or v > 1024:
+            raise UserError(f"--{flag.replace('_', '-')} {v}: out of range ({low}..1024)")
+        out[key] = v
+    if out and args.target is None:
+        raise UserError("--override-workers/--override-batch-size apply to a script; the built-in pipeline takes "
+                        "--workers/--batch-size")
+    return out
+
+
+def main(args: argparse.Namespace) -> int:
+    """``run [options]``: the built-in pipeline; ``run [options] SCRIPT args`` / ``-m MODULE args``: the user's job."""
+    _override(args)
+    if args.target is not None:
+        return run_script(args)
+    from rich.console import Console
+
+    from .. import outdir, signals
+    from ..harness.runner import execute, prepare
+    from ..render.terminal import LiveProgress
+
+    c = _config_from(args)
+    c.validate()
+    denv, out = _rank_out(args, c, None)  # distributed: this rank's folder; terminal output from rank 0 only
+    console = Console(stderr=False, quiet=denv is not None and not denv.is_main)
+    out = out or _out_dir(args, c, None)
+    show = not args.no_progress and console.is_terminal and not console.quiet
+
+    def sample_progress(i: int, n: int) -> None:
+        if i == 1:
+            console.print(f"Making the built-in sample dataset ({n} JPEGs, once)...")
+
+    with outdir.removed_if_unused(out):
+        p = prepare(c, on_sample_progress=sample_progress)
+        console.print(f"Profiling {p.index.root} ({len(p.index.files)} images, {p.index.total_bytes / 1e6:.0f} MB) "
+                      f"with model={c.model} mode={c.mode} workers={c.workers} batch={c.batch_size} on {p.device}",
+                      markup=False)
+        with LiveProgress(c.warmup + c.steps, console=console, enabled=show) as live:
+            rec = execute(p, on_step=live.on_step)
+        if not rec.window.get("steps") and rec.outcome.status == "interrupted":  # type: ignore[attr-defined]
+            print("profiler: interrupted before the first measured step", file=sys.stderr)
+        if denv is not None:  # distributed: the record's rank section
+            from ..distributed.launch import attach
+            attach(rec, denv, out)
+        _write_outputs(rec, out, args, console)
+    if denv is not None:  # distributed: rank 0 merges the ranks' records
+        from .ranks import finish
+        finish(denv, out, console, plots=not args.no_plots)
+    outcome = rec.outcome  # type: ignore[attr-defined]
+    if outcome.status == "interrupted":
+        return signals.exit_status(outcome.error)
+    if outcome.status == "failed":
+        print(f"profiler: the run failed ({rec.partial_reason}); the partial record is in {out / 'run.json'}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def run_script(args: argparse.Namespace) -> int:
+    """``run [options] SCRIPT args`` / ``run [options] -m MODULE args``: the user's job, unchanged."""
+    from rich.console import Console
+
+    from .. import outdir, signals
+    from ..harness.external import ExternalRun, list_files, print_user_traceback, resolve_target, script_job
+    from ..harness.job import JobSpec
+    from ..harness.runner import storage_setup
+    from ..render.terminal import LiveProgress
+
+    given = [k for k in BUILTIN_ONLY if getattr(args, k, None) is not None]
+    if given:
+        flag = "--" + given[0].replace("_", "-")
+        raise UserError(f"{flag} applies to the built-in pipeline only; with a script, its own DataLoader and model "
+                        "decide (pass the script's own options after its name)")
+    target = args.target
+    path = resolve_target(target, args.is_module)
+    c = _config_from(args)
+    c.validate()
+    name = Path(path).name if not args.is_module else target.rsplit(".", 1)[-1]
+    denv, out = _rank_out(args, c, name)  # distributed: this rank's folder; terminal output from rank 0 only
+    console = Console(stderr=False, quiet=denv is not None and not denv.is_main)
+    out = out or _out_dir(args, c, name)
+    show = not args.no_progress and console.is_terminal and not console.quiet
+    with outdir.removed_if_unused(out):
+        storage = None
+        if args.data:
+            files = list_files(args.data)
+            section, ctx, _ = storage_setup(str(Path(args.data).resolve()), files, c, userspace_ok=False)
+            section["files"] = len(files)
+            section["total_bytes"] = sum(os.path.getsize(f) for f in files[:100_000])
+            storage = (section, ctx)
+        elif c.storage or c.throttle or c.cache != "as-is":
+            raise UserError("--cache/--storage/--throttle on a script need --data DIR (where the script's data lives)")
+        spec = JobSpec("module" if args.is_module else "script", target, list(args.script_args), then=args.then)
+        config = {**c.to_dict(), "workers": None, "batch_size": None, "model": None, "then": args.then,
+                  "script": target}
+        written: list[str] = []
+        live = LiveProgress(c.warmup + c.steps, console=console, enabled=show)
+
+        def on_closed(rec) -> None:
+            live.__exit__(None, None, None)
+            if denv is not None:  # distributed: the record's rank section
+                from ..distributed.launch import attach
+                attach(rec, denv, out, run.t0)
+            written.extend(_write_outputs(rec, out, args, console))
+            console.print("Window closed; the script goes on unprofiled.")
+
+        run = ExternalRun(spec, c.warmup, c.steps, config, data=args.data, storage=storage,
+                          sample_interval_s=c.sample_interval_s, on_step=live.on_step, on_window_closed=on_closed)
+        run.session.override = _override(args)  # issue 10: sweep's per-point loader settings
+        console.print(f"Profiling {'-m ' if args.is_module else ''}{target} {' '.join(args.script_args)} "
+                      f"({c.warmup} warm-up + {c.steps} measured batches of the first DataLoader it iterates)",
+                      markup=False)
+        with live:
+            rec, outcome = run.run(script_job(path if not args.is_module else target, list(args.script_args),
+                                              args.is_module))
+        if outcome.status == "failed":
+            print_user_traceback(outcome.error)
+        if rec is None:
+            if outcome.status in ("failed", "interrupted"):
+                return 1 if outcome.status == "failed" else signals.exit_status(outcome.error)
+            if outcome.status == "exit" and outcome.exit_code:
+                return outcome.exit_code
+            raise UserError(f"{target} iterated no DataLoader: nothing to profile (the profiler measures the first "
+                            "torch.utils.data.DataLoader the job iterates)")
+        if not written:
+            if denv is not None:  # distributed: the record's rank section
+                from ..distributed.launch import attach
+                attach(rec, denv, out, run.t0)
+            _write_outputs(rec, out, args, console)
+    if denv is not None:  # distributed: rank 0 merges the ranks' records
+        from .ranks import finish
+        finish(denv, out, console, plots=not args.no_plots)
+    if outcome.status == "interrupted":
+        return signals.exit_status(outcome.error)
+    if outcome.status == "failed":
+        print(f"profiler: the script raised {type(outcome.error).__name__}; the partial record is in "
+              f"{out / 'run.json'}", file=sys.stderr)
+        return 1
+    if outcome.status == "exit":
+        return outcome.exit_code or 0
+    return 0
