@@ -20,8 +20,6 @@ from ..errors import UserError
 from ..record import RunRecord
 from .data import DatasetIndex, ensure_sample_dataset, scan_dataset
 from .job import JobSpec, build_record, run_session
-from .models import build_model, normalize_model_name
-from .transforms import build_transform
 
 # Residency is checked on at most this many files (a seeded sample beyond): mincore on 100k files would take seconds.
 RESIDENCY_MAX_FILES = 2000
@@ -88,6 +86,9 @@ def prepare(c: RunConfig, on_sample_progress: Callable[[int, int], None] | None 
         c.device = _ddp.rank_device(c.device, denv)
     # --- end distributed ---------------------------------------------------------------------------------------
     device = resolve_device(c.device)
+    # torchvision is imported here, not at module level: a user's script needs only storage_setup from this module
+    from .models import build_model, normalize_model_name
+
     normalize_model_name(c.model)  # an unknown name fails here, before any data work
     if c.data:
         index, sample = scan_dataset(c.data), False
@@ -160,6 +161,8 @@ def execute(p: Prepared, on_step: Callable | None = None) -> RunRecord:
     t0 = time.perf_counter_ns()
     storage, throttle_ctx, read_hook = _storage_setup(p)
     env, gpu_index = _environment(p.device, storage)
+    from .transforms import build_transform
+
     dataset = ImageDataset(p.index.files, p.index.labels, build_transform(c.augment, c.image_size), read_hook=read_hook)
     rank, world = (p.denv.rank, p.denv.world_size) if p.denv is not None else (0, 1)  # distributed: this share
     loader = DataLoader(
