@@ -183,7 +183,7 @@ def _validate(c: RunConfig) -> None:
     si = c.sample_interval_s
     if isinstance(si, bool) or not isinstance(si, (int, float)) or not math.isfinite(si) \
             or not MIN_SAMPLE_INTERVAL_S <= si <= MAX_SAMPLE_INTERVAL_S:
-        raise UserError(f"sample interval must be between {MIN_SAMPLE_INTERVAL_S} and {MAX_SAMPLE_INTERVAL_S} s "
+        raise UserError(f"--sample-interval: must be between {MIN_SAMPLE_INTERVAL_S} and {MAX_SAMPLE_INTERVAL_S} s "
                         f"(got {si!r})")
     from .storage.spec import resolve_storage
 

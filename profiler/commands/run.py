@@ -66,6 +66,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="auto: kernel cgroup throttle when root, else userspace emulation in the read stage "
                         "(built-in only)")
     g.add_argument("--out", metavar="DIR", help="output folder (default reports/<time>_<model|script>...)")
+    g.add_argument("--sample-interval", type=float, default=D.sample_interval_s, metavar="SECONDS",
+                   help=f"background sampler period (CPU, RAM, disk, GPU; default {D.sample_interval_s}); a long run "
+                        "halves its series and rate beyond 4,000 points")
     g.add_argument("--no-progress", action="store_true", help="no live progress bar")
     g.add_argument("--no-plots", action="store_true", help="write run.json and the terminal summary only")
     # issue 10 (sweep of a script): change the profiled loader's settings without editing the script.
@@ -94,7 +97,8 @@ def _config_from(args: argparse.Namespace) -> RunConfig:
     given = {k: getattr(args, k) for k in BUILTIN_ONLY if getattr(args, k, None) is not None}
     return RunConfig(data=args.data, steps=args.steps, warmup=args.warmup,
                      out=args.out if args.out is not None else D.out, cache=args.cache, throttle=args.throttle,
-                     storage=args.storage, throttle_mechanism=args.throttle_mechanism, **given)
+                     storage=args.storage, throttle_mechanism=args.throttle_mechanism,
+                     sample_interval_s=args.sample_interval, **given)
 
 
 def _write_outputs(rec, out: Path, args: argparse.Namespace, console) -> list[str]:
