@@ -274,7 +274,7 @@ def _show(v: Any) -> str:
     return str(v)
 
 
-def config_diffs(a: Any, b: Any) -> list[dict[str, Any]]:
+def config_diffs(a: RunRecord, b: RunRecord) -> list[dict[str, Any]]:
     """Settings that differ between two runs, each with a short text such as ``workers 2 → 8``."""
     out: list[dict[str, Any]] = []
 
@@ -415,7 +415,7 @@ def story(lab_a: str, lab_b: str, a: Any, b: Any, oa: Observations, ob: Observat
 
 
 # --- entry point ---------------------------------------------------------------------------------------------------
-def _storage_text(r: Any) -> str:
+def _storage_text(r: RunRecord) -> str:
     """'cold, throttle 2MB/s,50iops (userspace)': the storage conditions a reader needs next to each run."""
     st, cfg = r.storage or {}, r.config or {}
     thr = cfg.get("throttle") or cfg.get("storage")

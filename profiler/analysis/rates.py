@@ -15,6 +15,7 @@ from .stats import Tables
 
 if TYPE_CHECKING:  # annotations only: analysis and renderers take the typed record
     from ..record import RunRecord
+    from .context import Context
 
 # Below this share of a core a thread was *waiting* for one, the run is treated as uncontended: the run-queue clock
 # has ~1 ms resolution per call, so a few per cent of runq is measurement noise, not other load.
@@ -106,7 +107,7 @@ def _per_sample(m: Any, key: str) -> float | None:
     return float(v) / m["samples"] if isinstance(v, (int, float)) and v > 0 else None
 
 
-def measure(rec: RunRecord, t: Tables, stages: dict[str, Any], ctx: Any) -> Rates:
+def measure(rec: RunRecord, t: Tables, stages: dict[str, Any], ctx: Context) -> Rates:
     """The rates of ``rec`` (its measured window), from the tables and the context analysis already built."""
     notes: list[str] = []
     sp, bt, st = t.spans, t.batches, t.steps

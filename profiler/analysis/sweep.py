@@ -7,14 +7,17 @@ runs the points and calls these; the views are in profiler/render (sweep_termina
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..thresholds import CONFIDENCE, RESAMPLES
 
+if TYPE_CHECKING:  # annotations only: analysis takes the typed record
+    from ..record import RunRecord
 
-def measured_interval(rec: Any, seed: int = 0) -> tuple[float, float] | None:
+
+def measured_interval(rec: RunRecord, seed: int = 0) -> tuple[float, float] | None:
     """95 % interval of samples/s over the measured steps (moving-block bootstrap of consecutive steps)."""
     st = rec.timeline.get("steps") or {}
     m = np.asarray(st.get("measured") or [], dtype=bool)

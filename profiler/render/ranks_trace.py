@@ -7,16 +7,19 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .output import write_atomic
 from .trace import MAIN_PID
 from .trace import build_trace as rank_trace
 
+if TYPE_CHECKING:  # annotations only: renderers take the typed record
+    from ..record import RunRecord
+
 RANK_PID_STRIDE = 1000  # rank k's trace processes: pid + (k + 1) * 1000 (a trace's own pids stay below 1000)
 
 
-def build_trace(recs: dict[int, Any], view: dict[str, Any]) -> dict[str, Any]:
+def build_trace(recs: dict[int, RunRecord | None], view: dict[str, Any]) -> dict[str, Any]:
     """One Chrome trace, one process group per rank (pids offset by rank), on the shared clock where there is one."""
     events: list[dict] = []
     offsets = view["clocks"]["offset_s"]
@@ -62,7 +65,7 @@ def build_trace(recs: dict[int, Any], view: dict[str, Any]) -> dict[str, Any]:
                           else "each rank's first measured step"}}
 
 
-def _main_loop_events(rec: Any, pid: int) -> list[dict]:
+def _main_loop_events(rec: RunRecord, pid: int) -> list[dict]:
     """ProfilerStep / wait / compute spans from timeline.steps alone (the fallback when the detail trace fails)."""
     st = rec.timeline.get("steps") or {}
     ev: list[dict] = [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "main process"}},
@@ -76,7 +79,7 @@ def _main_loop_events(rec: Any, pid: int) -> list[dict]:
     return ev
 
 
-def write_trace(recs: dict[int, Any], view: dict[str, Any], path: Path) -> Path:
+def write_trace(recs: dict[int, RunRecord | None], view: dict[str, Any], path: Path) -> Path:
     text = json.dumps(build_trace(recs, view), separators=(",", ":"), default=lambda o: o.item())
     return write_atomic(path, text.encode())
 
