@@ -64,6 +64,11 @@ PAGE_CACHE_SHARE_OF_AVAILABLE = 0.8
 # At or above this share of bytes from the page cache, a run meant to measure storage measured RAM instead: with 90 %
 # of reads free, the device's speed can no longer move the result much.
 SERVED_FROM_RAM_FROM = 0.9
+# A device read rate is taken from a run only when at least this share of the bytes its workers read came from the
+# device. Below it the time blocked in reads is mostly page-cache copies and scheduling, and dividing a few pages by
+# it gives nonsense (a warm 64-file run: 4 KB from the device over 2,000 steps read as a 30 KB/s "device", a storage
+# ceiling of 24 samples/s under a measured 354). Such a run is described by its page-cache reads instead.
+DEVICE_RATE_MIN_SHARE = 0.05
 
 # --- Host RAM (analysis/ram.py) ---------------------------------------------------------------------------------------
 MIB = 1024**2

@@ -16,6 +16,7 @@ Last line: ``bytes_per_1k_steps: X`` — run.json growth per 1,000 steps between
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -23,39 +24,28 @@ import time
 from pathlib import Path
 
 import numpy as np
-import psutil
 
 # Fine enough that the smallest run (5,000 steps, ~40 s) already passes the sampler's 4,000-point cap (see above).
 SAMPLE_INTERVAL_S = 0.005
 
 
-def _hwm(pid: int) -> int | None:
-    """The kernel's own peak RSS of ``pid`` (VmHWM): exact, where polling RSS would miss a short spike."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return None
-
-
 def run(data: Path, out: Path, steps: int) -> tuple[int, int, float]:
+    """(peak RSS of the main process, run.json bytes, seconds). The peak is the kernel's own (``ru_maxrss`` from
+    wait4): exact, including the last moments of the process, which polling would miss or catch by chance."""
     cmd = [sys.executable, "-m", "profiler", "run", "--no-progress", "--no-plots", "--data", str(data),
            "--workers", "1", "--batch-size", "1", "--image-size", "16", "--augment", "none", "--model", "none",
            "--device", "cpu", "--warmup", "5", "--steps", str(steps), "--out", str(out),
            "--sample-interval", str(SAMPLE_INTERVAL_S)]
     t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    proc = psutil.Process(p.pid)
-    peak = 0
-    while p.poll() is None:
-        try:
-            peak = max(peak, _hwm(p.pid) or proc.memory_info().rss)
-        except (psutil.Error, OSError):
-            break
-        time.sleep(0.05)
-    if p.wait() != 0:
-        raise SystemExit(f"run failed: {p.stderr.read().decode()[-2000:]}")
-    return peak, (out / "run.json").stat().st_size, time.perf_counter() - t0
+    with tempfile.TemporaryFile() as err:
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+        _, status, usage = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        if p.returncode != 0:
+            err.seek(0)
+            raise SystemExit(f"run failed ({p.returncode}): {err.read().decode()[-2000:]}")
+    # ru_maxrss is the largest of the process and the children it waited for (its workers are smaller).
+    return int(usage.ru_maxrss) * 1024, (out / "run.json").stat().st_size, time.perf_counter() - t0
 
 
 def main() -> None:

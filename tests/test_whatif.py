@@ -117,3 +117,19 @@ def test_recommendations_quote_the_prediction_or_are_dropped():
               job_cores=2.09, worker_cores=0.19)
     w, _ = analyse(r)
     assert quote_predictions(recs[:1], w) == []
+
+
+def test_a_few_pages_from_the_device_are_not_a_device_rate():
+    """A warm run that read one 4 KB page from the device per 3,000 samples (blocked 0.1 ms per sample, mostly page
+    cache copies) once gave a '30 KB/s device' and a storage ceiling of 24 samples/s under a measured 100: the
+    ceiling now comes from the page-cache reads, and a run that really read from the device keeps its device rate."""
+    from profiler.analysis.whatif import ceilings
+
+    warm = ceilings(rates(read_bytes=1.4, cold_reads=0.0003, read_blocked_s=0.0001))
+    storage = next(row for row in warm["rows"] if row["stage"] == "storage")
+    assert "page cache" in storage["how"] and storage["samples_per_s"] > 100
+    assert warm["lowest"] != "storage"
+    cold = ceilings(rates(read_bytes=10_000.0, cold_reads=1.0, read_blocked_s=0.05))  # 200 KB/s, 10 KB per sample
+    storage = next(row for row in cold["rows"] if row["stage"] == "storage")
+    assert "device reads" in storage["how"] and storage["samples_per_s"] == pytest.approx(20.0)
+    assert cold["lowest"] == "storage"

@@ -27,6 +27,7 @@ import math
 from dataclasses import replace
 from typing import Any
 
+from .. import thresholds as th
 from ..storage.spec import STORAGE_PRESETS, format_rate
 from .rates import Rates
 
@@ -268,11 +269,17 @@ def _cold_read_s(r: Rates) -> tuple[float, str, dict[str, Any] | None] | None:
             cost = 0.0  # the kernel throttle delays reads only once the limit is reached (the cap does that)
         return cost, (f"every file from the throttled device ({format_rate(bw) if bw else 'no byte limit'}, "
                       f"{iops or 'no'} IOPS), one queue shared by all workers"), r.throttle
-    if r.read_bytes > 0 and r.read_blocked_s > 0 and r.cold_reads > 0:
+    if _device_rate_measured(r) and r.cold_reads > 0:
         rate = r.read_bytes / r.read_blocked_s
         return r.rchar / rate, (f"every file from the device at this run's measured {format_rate(rate)} per read "
                                 "stream; assumes the device serves each worker's reads at that rate"), None
     return None
+
+
+def _device_rate_measured(r: Rates) -> bool:
+    """Did this run read enough from the device to measure its rate (thresholds.DEVICE_RATE_MIN_SHARE says why)?"""
+    return (r.read_bytes > 0 and r.read_blocked_s > 0 and r.rchar > 0
+            and r.read_bytes / r.rchar >= th.DEVICE_RATE_MIN_SHARE)
 
 
 def ceilings(r: Rates) -> dict[str, Any]:
@@ -288,7 +295,7 @@ def ceilings(r: Rates) -> dict[str, Any]:
     if cap is not None:
         add("storage", cap, "derived", f"throttle {r.throttle.get('bytes_per_s')} B/s, {r.throttle.get('iops')} IOPS "
             f"at {r.read_bytes / 1e3:.0f} kB from the device per sample")
-    elif r.read_bytes > 0 and r.read_blocked_s > 0:
+    elif _device_rate_measured(r):
         rate = r.read_bytes / r.read_blocked_s
         add("storage", rate / r.rchar if r.rchar else None, "measured",
             f"device reads at {format_rate(rate)} per stream (cold files in this run), one stream")

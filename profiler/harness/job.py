@@ -20,6 +20,7 @@ from ..errors import UserError
 from ..instrument import collect
 from ..instrument.session import Session, StepRow, WindowClosed
 from ..record import RunRecord
+from ..redact import redact_argv
 
 
 class OutOfDeviceMemory(Exception):
@@ -117,7 +118,7 @@ def build_record(session: Session, outcome: Outcome, spec: JobSpec, *, config: d
     """The raw record of a finished session (analysis fills the derived sections)."""
     reason = partial_reason(outcome, session)
     loader = session.loader.to_dict() if session.loader else None
-    job = {"kind": spec.kind, "target": spec.target, "argv": list(spec.argv), "then": spec.then,
+    job = {"kind": spec.kind, "target": spec.target, "argv": redact_argv(spec.argv), "then": spec.then,
            "ended": _ended_words(outcome), "loader": loader, "other_loaders": session.other_loaders,
            "read_from": [{"folder": k, "files_opened": v} for k, v in
                          sorted(session.read_from.items(), key=lambda kv: -kv[1])[:20]]}

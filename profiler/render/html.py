@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import vocab
+from ..redact import is_sensitive_key, redact_argv, redact_text
 from .jinja import environment
 from .output import write_atomic
 from .spans import timeline_steps
@@ -30,9 +31,6 @@ if TYPE_CHECKING:  # annotations only: analysis and renderers take the typed rec
 # the model itself is the limit (the input keeps up), magenta for "does not fit".
 BOTTLENECK_COLOURS = {"compute": "#2e7d32", "io": "#c62828", "cpu": "#d84315", "transfer": "#b7791f",
                       "memory": "#8e24aa"}
-# Keys whose values must never reach a page people share, whatever a future probe puts in the record.
-SENSITIVE_KEY_PARTS = ("token", "secret", "password", "passwd", "credential", "api_key", "apikey", "cookie",
-                       "environ", "env_vars")
 # Skipped-file rows listed in the page; the count is always exact. A dataset with 10^5 broken files must not make a
 # 50 MB page.
 SKIPPED_ROWS_MAX = 200
@@ -62,10 +60,6 @@ FIGURES = {
 }
 
 
-def _is_sensitive(key: str) -> bool:
-    k = key.lower()
-    return any(p in k for p in SENSITIVE_KEY_PARTS)
-
 
 def fmt_value(key: str, v: Any) -> str:
     """A record value as a person reads it: bytes in MB/GB, fractions in %, lists shortened."""
@@ -94,7 +88,7 @@ def fmt_value(key: str, v: Any) -> str:
             more = f" … ({len(v)} in all)" if len(v) > LIST_ITEMS_MAX else ""
             return ", ".join(items) + more
         return f"{len(v)} entries (see run.json)"
-    s = printable(v)
+    s = printable(redact_text(str(v)))  # a secret-looking value is hidden even where its key says nothing
     return s if len(s) <= 600 else s[:600] + " …"
 
 
@@ -105,7 +99,7 @@ def flatten(d: Any, prefix: str = "", skip: tuple[str, ...] = ()) -> list[tuple[
         return [(prefix or "value", fmt_value(prefix, d))]
     for k, v in d.items():
         key = printable(f"{prefix}.{k}" if prefix else str(k))
-        if _is_sensitive(str(k)) or key in skip:
+        if is_sensitive_key(str(k)) or key in skip:
             continue
         if isinstance(v, dict) and v:
             rows += flatten(v, key, skip)
@@ -211,6 +205,8 @@ def _job_rows(rec: RunRecord) -> list[tuple[str, str]]:
         return []
     loader = job.get("loader") if isinstance(job.get("loader"), dict) else {}
     head = {k: job.get(k) for k in ("kind", "target", "argv", "then", "ended", "other_loaders") if k in job}
+    if isinstance(head.get("argv"), list):  # a record made before argv was redacted at collection
+        head["argv"] = redact_argv([str(a) for a in head["argv"]])
     facts = {k: loader.get(k) for k in ("dataset_class", "created_at") if k in loader}
     rest = {k: v for k, v in loader.items() if k not in facts}
     return flatten({"job": head}) + flatten({"job.loader": {**facts, **rest}})
@@ -277,8 +273,8 @@ def report_context(rec: RunRecord, images: dict[str, Any], plan: DetailPlan | No
 
 
 def _whatif_context(rec: RunRecord) -> dict[str, Any]:
-    """What would help (issue 10): the same rows as the terminal (render/whatif_plot.py)."""
-    from .whatif_plot import ceiling_rows, headline, prediction_rows
+    """What would help (issue 10): the same rows as the terminal (render/whatif_rows.py)."""
+    from .whatif_rows import ceiling_rows, headline, prediction_rows
 
     return {"whatif_line": headline(rec), "ceiling_rows": ceiling_rows(rec), "prediction_rows": prediction_rows(rec)}
 

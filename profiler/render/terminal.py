@@ -147,7 +147,7 @@ def print_report(rec: RunRecord, console: Console | None = None, out_files: list
 
 def whatif_section(rec: RunRecord, console: Console) -> None:
     """What would help (issue 10): the ceilings line and the predictions, compact (assumptions are in run.json)."""
-    from .whatif_plot import headline, prediction_rows
+    from .whatif_rows import headline, prediction_rows
 
     if not (rec.ceilings or {}).get("rows"):
         return

@@ -1,5 +1,5 @@
-"""what_would_help.png and the display rows of the "What would help" section (terminal and HTML share the rows, so
-they can never disagree on a number). Reads ``rec.ceilings`` and ``rec.whatif`` only.
+"""what_would_help.png (the section's rows, shared with the terminal and HTML, are in whatif_rows.py). Reads
+``rec.ceilings`` and ``rec.whatif`` only.
 
 Left: each stage's ceiling (samples/s it could sustain alone; hatched = derived, solid = measured), the lowest in
 red, this run's samples/s as a line. Right: predicted samples/s per worker count, with the measured point marked.
@@ -7,7 +7,7 @@ red, this run's samples/s as a line. Right: predicted samples/s per worker count
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -15,39 +15,6 @@ from matplotlib.figure import Figure
 
 if TYPE_CHECKING:  # annotations only: analysis and renderers take the typed record
     from ..record import RunRecord
-
-
-def _sps(v: float | None) -> str:
-    if v is None:
-        return "—"
-    return f"{v:,.0f}" if v >= 100 else f"{v:.1f}"
-
-
-def ceiling_rows(rec: RunRecord) -> list[tuple[str, str, str, str]]:
-    """(stage, samples/s, measured|derived, how) per ceiling, the lowest marked."""
-    c = rec.ceilings or {}
-    return [(r["stage"] + (" ← sets the pace" if r["stage"] == c.get("lowest") else ""), _sps(r["samples_per_s"]),
-             r["basis"], r["how"]) for r in c.get("rows") or []]
-
-
-def prediction_rows(rec: RunRecord) -> list[tuple[str, str, str, str, str]]:
-    """(setting, samples/s, change, would bind, assumption) per prediction."""
-    rows = []
-    for p in (rec.whatif or {}).get("predictions") or []:
-        ch = p.get("change")
-        rows.append((p["setting"] + (" (this run)" if p.get("measured") else ""), _sps(p["samples_per_s"]),
-                     _change(ch, p), p["binds"], p["assumption"]))
-    return rows
-
-
-def headline(rec: RunRecord) -> str:
-    c = rec.ceilings or {}
-    rows = c.get("rows") or []
-    if not rows:
-        return "No ceilings: this run measured no steps."
-    parts = ", ".join(f"{r['stage']} {_sps(r['samples_per_s'])} ({r['basis']})" for r in rows)
-    return (f"This run: {_sps(c.get('samples_per_s'))} samples/s; alone, {parts} — the lowest ({c.get('lowest')}) "
-            "sets the pace.")
 
 
 def render(rec: RunRecord, out_dir: Path, ctx: dict) -> Path:
@@ -98,9 +65,3 @@ def plot_whatif(rec: RunRecord, path: str | Path) -> Path:
     out = Path(path)
     fig.savefig(out)
     return out
-
-
-def _change(ch: float | None, p: dict[str, Any]) -> str:
-    if ch is None or p.get("measured"):
-        return "—"
-    return "±0 %" if abs(ch) < 0.005 else f"{ch * 100:+.0f} %"

@@ -32,7 +32,7 @@ import psutil
 from profiler.samplers.gpu import GpuSampler
 from profiler.samplers.process_tracker import ProcessTracker
 from profiler.samplers.system import SystemReader
-from profiler.samplers.thinning import MAX_TICKS, halve, halve_rows
+from profiler.samplers.thinning import MAX_TICKS, halve, halve_rows, rows_to_points, to_points
 
 # 10 Hz resolves the ~0.1-1 s phases of a data pipeline (a batch, a stall) at < 1 % of one core.
 DEFAULT_INTERVAL_S = 0.1
@@ -202,20 +202,28 @@ class Sampler:
         if self._gpu.index is None:
             absent.setdefault("gpu", "no GPU index given (CPU run)")
         ticks = len(self._t_s)
+        # A halved run is written with exactly max_ticks // 2 points per series (thinning.to_points): its size no
+        # longer depends on where between two halvings it stopped. A run never halved keeps every tick.
+        m = self.max_ticks // 2 if self.halvings else ticks + 1
+
+        def fit(values: list, how: str) -> list:
+            return to_points(values, m, how)
+
         return {
             "interval_s": self.interval_s,
-            "t_s": list(self._t_s),
-            "cpu_percent_per_core": [list(c) for c in self._per_core],
+            "t_s": fit(self._t_s, "last"),
+            "cpu_percent_per_core": rows_to_points(self._per_core, m),
             "ram_total_bytes": (self._system.ram_total_bytes if self._system is not None
                                 else int(psutil.virtual_memory().total)),
-            "ram_used_bytes": list(self._ram_used),
-            "ram_available_bytes": list(self._ram_avail),
-            "page_cache_bytes": list(self._cache),
-            "disk_read_bytes_per_s": list(self._disk_rate),
+            "ram_used_bytes": fit(self._ram_used, "max"),
+            "ram_available_bytes": fit(self._ram_avail, "min"),
+            "page_cache_bytes": fit(self._cache, "max"),
+            "disk_read_bytes_per_s": fit(self._disk_rate, "mean"),
             "disk": self._system.disk if self._system is not None else None,
-            "shm_used_bytes": list(self._shm),
-            "processes": self._tracker.to_list(),
-            "gpu": self._gpu.to_dict(),
+            "shm_used_bytes": fit(self._shm, "max"),
+            "processes": [_fit_process(p, m) for p in self._tracker.to_list()] if self.halvings
+            else self._tracker.to_list(),
+            "gpu": _fit_gpu(self._gpu.to_dict(), m) if self.halvings else self._gpu.to_dict(),
             "absent": absent,
             "halvings": self.halvings,
             "sampler_overhead": {
@@ -225,3 +233,20 @@ class Sampler:
                 "worst_tick_us": round(1e6 * self._worst_tick_s, 1) if ticks else None,
             },
         }
+
+
+# How each per-process and GPU series is reduced to fewer points (thinning.py says why).
+_PROCESS_HOW = {"t_s": "last", "cpu_percent": "mean", "rss_bytes": "max", "pss_bytes": "max", "uss_bytes": "max"}
+_GPU_HOW = {"t_s": "last", "util_percent": "mean", "mem_used_bytes": "max", "pcie_rx_bytes_per_s": "mean",
+            "pcie_tx_bytes_per_s": "mean"}
+
+
+def _fit_process(p: dict, m: int) -> dict:
+    return {k: to_points(v, m, _PROCESS_HOW[k]) if k in _PROCESS_HOW and isinstance(v, list) else v
+            for k, v in p.items()}
+
+
+def _fit_gpu(g: dict | None, m: int) -> dict | None:
+    if g is None:
+        return None
+    return {k: to_points(v, m, _GPU_HOW[k]) if k in _GPU_HOW and isinstance(v, list) else v for k, v in g.items()}

@@ -4,7 +4,9 @@ Why: the sampler ticks at 10 Hz for as long as the job runs. A day-long run woul
 series (hundreds of MB in the main process, as much again in run.json), while a plot or a windowed average needs a
 few thousand points. So once a series holds ``MAX_TICKS`` points, every pair of neighbours becomes one point and
 the sampler ticks half as often from then on: the series stay evenly spaced, cover the whole run and never hold
-more than ``MAX_TICKS`` points (``samples.interval_s`` is the final spacing, ``samples.halvings`` how often).
+more than ``MAX_TICKS`` points (``samples.interval_s`` is the final spacing, ``samples.halvings`` how often). The
+record then gets exactly ``MAX_TICKS // 2`` points per series (``to_points``), so its size stops depending on how
+far the run got between two halvings.
 
 How a pair becomes one point, by what the series means:
 - ``last``: timestamps (a reading at t covers the interval that ends at t);
@@ -62,4 +64,44 @@ def halve_rows(rows: Sequence[Sequence[float]], how: str = "mean") -> list[list[
         out.append([_pair(x, y, how) for x, y in zip(a, b)] if len(a) == len(b) else list(b))
     if n % 2:
         out.append(list(rows[-1]))
+    return out
+
+
+def _reduce(values: Sequence[Any], how: str) -> Any:
+    present = [v for v in values if v is not None]
+    if not present:
+        return None
+    if how == "last":
+        return present[-1]
+    if how == "max":
+        return max(present)
+    if how == "min":
+        return min(present)
+    m = sum(present) / len(present)
+    return round(m, 1) if any(isinstance(v, float) for v in present) else m
+
+
+def to_points(values: Sequence[Any], m: int, how: str) -> list[Any]:
+    """``values`` as exactly ``m`` points (unchanged when it has no more): consecutive groups of neighbours, each
+    reduced by ``how`` like ``halve``. Groups differ in size by at most one, so after a halving (n < 2m) each point
+    stands for one or two readings."""
+    if how not in _HOW:
+        raise ValueError(f"how must be one of {_HOW}, got {how!r}")
+    n = len(values)
+    if n <= m:
+        return list(values)
+    return [_reduce(values[i * n // m:(i + 1) * n // m], how) for i in range(m)]
+
+
+def rows_to_points(rows: Sequence[Sequence[float]], m: int) -> list[list[float]]:
+    """``to_points`` for per-tick rows (CPU % per core), element by element, means."""
+    n = len(rows)
+    if n <= m:
+        return [list(r) for r in rows]
+    out: list[list[float]] = []
+    for i in range(m):
+        group = rows[i * n // m:(i + 1) * n // m]
+        width = len(group[-1])
+        same = [r for r in group if len(r) == width]
+        out.append([_reduce([r[j] for r in same], "mean") for j in range(width)])
     return out

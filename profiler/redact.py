@@ -1,0 +1,89 @@
+"""Secrets never reach a record or a report: keys that name one, and values that look like one.
+
+Why: a report is made to be shared (a colleague, an issue tracker), and the record holds what the user typed: a
+script's arguments (``train.py --wandb-key ...``, ``--data s3://id:secret@bucket``) and the job's paths. Dropping
+keys named like secrets (the HTML did) is not enough when the secret is a *value*. So values are checked too, by
+what they look like, at collection (run.json never holds them) and again in the renderers (a record made elsewhere).
+
+What counts, and why each rule:
+- an option whose name contains a secret word (``--api-key X``, ``--token=X``): its value, whatever it is;
+- credentials in a URL (``scheme://user:password@host``): the password;
+- the shapes of common provider tokens (``sk-``, ``ghp_``, ``hf_``, ``xox?-``, ``AKIA``, ``glpat-``): the token;
+- a long unbroken base64-like run (``HIGH_ENTROPY_MIN`` characters mixing upper case, lower case and digits): the
+  value. Lower-case hex is left alone on purpose: it is what git and Hugging Face put in paths (40-digit commit
+  hashes), and hiding a path's folder would make a report useless; such keys are caught by their option's name.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+#: Key or option-name parts that mark the value as secret (lower case, matched as substrings).
+SENSITIVE_KEY_PARTS = ("token", "secret", "password", "passwd", "credential", "api_key", "apikey", "api-key",
+                       "cookie", "environ", "env_vars", "private_key", "authorization")
+#: What a hidden value is replaced by.
+HIDDEN = "(hidden)"
+#: Shortest run of [A-Za-z0-9+=_-] taken for a key when it mixes upper case, lower case and digits. Why 32: API keys
+#: and tokens are 32-64 characters; words, run names and ids people print are shorter.
+HIGH_ENTROPY_MIN = 32
+
+_TOKEN_SHAPES = re.compile(r"\b(?:sk-[A-Za-z0-9_-]{16,}|ghp_[A-Za-z0-9]{20,}|gh[ousr]_[A-Za-z0-9]{20,}|"
+                           r"hf_[A-Za-z0-9]{20,}|xox[abpsr]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16}|glpat-[A-Za-z0-9_-]{20,})")
+_URL_PASSWORD = re.compile(r"(?P<head>[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]*:)(?P<pw>[^@\s/]+)(?P<at>@)")
+_LONG_RUN = re.compile(r"[A-Za-z0-9+=_-]{%d,}" % HIGH_ENTROPY_MIN)
+
+
+def is_sensitive_key(key: str) -> bool:
+    """Does a key or option name say its value is a secret (``api_token``, ``--hf-token``)?"""
+    k = key.lower().lstrip("-").replace("-", "_")
+    return any(p.replace("-", "_") in k for p in SENSITIVE_KEY_PARTS)
+
+
+def _long_secret(m: re.Match[str]) -> str:
+    s = m.group(0)
+    mixed = re.search(r"[a-z]", s) and re.search(r"[A-Z]", s) and re.search(r"[0-9]", s)
+    return HIDDEN if mixed else s
+
+
+def redact_text(text: str) -> str:
+    """``text`` with URL passwords, provider tokens and long key-like runs replaced by ``HIDDEN``."""
+    out = _URL_PASSWORD.sub(lambda m: m.group("head") + HIDDEN + m.group("at"), text)
+    out = _TOKEN_SHAPES.sub(HIDDEN, out)
+    return _LONG_RUN.sub(_long_secret, out)
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """A command line as it may be shown: the value after (or ``=`` in) a secret-named option hidden, and any
+    argument that looks like a secret hidden."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        a = str(arg)
+        if hide_next and not a.startswith("-"):
+            out.append(HIDDEN)
+            hide_next = False
+            continue
+        hide_next = False
+        if a.startswith("-"):
+            name, eq, value = a.partition("=")
+            if is_sensitive_key(name):
+                if eq:
+                    out.append(f"{name}={HIDDEN}")
+                else:
+                    out.append(a)
+                    hide_next = True
+                continue
+        out.append(redact_text(a))
+    return out
+
+
+def redact_value(v: Any) -> Any:
+    """A record value for a report: strings checked with ``redact_text``, lists and dicts element by element (dict
+    keys that name a secret hide their value)."""
+    if isinstance(v, str):
+        return redact_text(v)
+    if isinstance(v, list):
+        return [redact_value(x) for x in v]
+    if isinstance(v, dict):
+        return {k: HIDDEN if is_sensitive_key(str(k)) else redact_value(x) for k, x in v.items()}
+    return v
