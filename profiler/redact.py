@@ -6,7 +6,8 @@ keys named like secrets (the HTML did) is not enough when the secret is a *value
 what they look like, at collection (run.json never holds them) and again in the renderers (a record made elsewhere).
 
 What counts, and why each rule:
-- an option whose name contains a secret word (``--api-key X``, ``--token=X``): its value, whatever it is;
+- an option whose name contains a secret word or ends in ``key`` (``--api-key X``, ``--token=X``, ``--wandb-key X``):
+  its value, whatever it is;
 - credentials in a URL (``scheme://user:password@host``): the password;
 - the shapes of common provider tokens (``sk-``, ``ghp_``, ``hf_``, ``xox?-``, ``AKIA``, ``glpat-``): the token;
 - a long unbroken base64-like run (``HIGH_ENTROPY_MIN`` characters mixing upper case, lower case and digits): the
@@ -39,6 +40,13 @@ def is_sensitive_key(key: str) -> bool:
     return any(p.replace("-", "_") in k for p in SENSITIVE_KEY_PARTS)
 
 
+def is_sensitive_option(name: str) -> bool:
+    """An option whose value is a secret: a secret word in its name, or a name ending in ``key`` (``--wandb-key``,
+    ``--access-key``; for options only: a record's own ``key`` fields are names, not secrets)."""
+    k = name.lower().lstrip("-").replace("-", "_")
+    return is_sensitive_key(k) or k == "key" or k.endswith("_key")
+
+
 def _long_secret(m: re.Match[str]) -> str:
     s = m.group(0)
     mixed = re.search(r"[a-z]", s) and re.search(r"[A-Z]", s) and re.search(r"[0-9]", s)
@@ -66,7 +74,7 @@ def redact_argv(argv: list[str]) -> list[str]:
         hide_next = False
         if a.startswith("-"):
             name, eq, value = a.partition("=")
-            if is_sensitive_key(name):
+            if is_sensitive_option(name):
                 if eq:
                     out.append(f"{name}={HIDDEN}")
                 else:

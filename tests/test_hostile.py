@@ -552,3 +552,33 @@ def test_kernel_throttle_cgroup_is_removed_on_signals(tmp_path, mode, sig, statu
     assert r.returncode == status, r.stderr
     if mode != "atexit":
         assert lines[1] == "restored"
+
+
+# -- secrets in what the user typed ---------------------------------------------------------------------------------
+
+def test_argv_secrets_are_hidden_and_the_rest_kept():
+    from profiler.redact import HIDDEN, redact_argv, redact_text
+
+    argv = ["--epochs", "3", "--api-key", "abc", "--token=xyz", "--password", "-", "--data",
+            "https://user:pw@host/x", "sk-" + "a" * 30, "AKIA" + "B" * 16, "--run", "resnet50-exp7",
+            "/d/" + "ab12" * 10]
+    out = redact_argv(argv)
+    assert out == ["--epochs", "3", "--api-key", HIDDEN, f"--token={HIDDEN}", "--password", "-", "--data",
+                   f"https://user:{HIDDEN}@host/x", HIDDEN, HIDDEN, "--run", "resnet50-exp7", "/d/" + "ab12" * 10]
+    assert redact_text("plain words and 0.1 and /a/b/c.jpg") == "plain words and 0.1 and /a/b/c.jpg"
+
+
+def test_a_script_run_records_its_argv_redacted(tmp_path):
+    """Through the whole run: the script gets its secret (its own argv is untouched), the record and report do not."""
+    script = tmp_path / "job.py"
+    script.write_text("import sys, torch\nfrom torch.utils.data import DataLoader\n"
+                      "assert sys.argv[1:] == ['--api-key', 'S3CRETVALUE'], sys.argv\n"
+                      "for _ in DataLoader(list(range(64)), batch_size=4):\n    pass\n")
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, "-m", "profiler", "run", "--steps", "5", "--warmup", "1", "--out", str(out),
+                        str(script), "--api-key", "S3CRETVALUE"], capture_output=True, text=True, timeout=300,
+                       cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert r.returncode == 0, r.stderr
+    assert "S3CRETVALUE" not in (out / "run.json").read_text()
+    assert "S3CRETVALUE" not in (out / "report.html").read_text() and "S3CRETVALUE" not in r.stdout
+

@@ -123,6 +123,20 @@ def test_html_partial_banner_skipped_files_and_secrets(runs):
     assert "This plot could not be drawn" in page  # no images given: said, not silently missing
 
 
+def test_html_hides_secret_looking_values_whatever_their_key(runs):
+    """A record made before argv was redacted at collection (or by hand): the page still hides the option's value,
+    a URL password and a key-like value in an innocent field, and keeps ordinary paths and hashes."""
+    rec = copy.deepcopy(runs[2]["rec"])
+    rec.job = {"kind": "script", "target": "train.py", "then": "exit",
+               "argv": ["--epochs", "3", "--wandb-key", "PLAINVALUE42", "--hf-token=hf_abcdefghijklmnopqrstuvwx",
+                        "--data", "s3://me:PASSWORD99@bucket/imgs", "/data/snapshots/" + "3f2a" * 10]}
+    rec.environment = dict(rec.environment, note="aB3" * 12)
+    page = render_html(rec, {})
+    for secret in ("PLAINVALUE42", "hf_abcdefghijklmnopqrstuvwx", "PASSWORD99", "aB3" * 12):
+        assert secret not in page, secret
+    assert "--wandb-key" in page and "s3://me:(hidden)@bucket/imgs" in page and "3f2a" * 10 in page
+
+
 def test_trace_is_valid_chrome_trace_with_named_tracks(runs):
     rec = runs[2]["rec"]
     trace = json.loads((runs[2]["dir"] / "trace.json").read_text())

@@ -273,7 +273,10 @@ def run_script(args: argparse.Namespace) -> int:
         run = ExternalRun(spec, c.warmup, c.steps, config, data=args.data, storage=storage,
                           sample_interval_s=c.sample_interval_s, on_step=live.on_step, on_window_closed=on_closed)
         run.session.override = _override(args)  # issue 10: sweep's per-point loader settings
-        console.print(f"Profiling {'-m ' if args.is_module else ''}{target} {' '.join(args.script_args)} "
+        from ..redact import redact_argv
+
+        shown = " ".join(redact_argv(list(args.script_args)))  # a terminal log is shared as often as a report
+        console.print(f"Profiling {'-m ' if args.is_module else ''}{target} {shown} "
                       f"({c.warmup} warm-up + {c.steps} measured batches of the first DataLoader it iterates)",
                       markup=False)
         with live:
