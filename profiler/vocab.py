@@ -82,7 +82,8 @@ MAIN_STAGES = tuple(s.name for s in STAGES if s.side == "main" and s.per == "ste
 
 CAUSES: tuple[Cause, ...] = (
     Cause("io", "idle: io (blocked reading)", _DEEP[0], "storage reads"),
-    Cause("cpu", "idle: cpu (decode, augment, collate, contention)", _DEEP[1], "CPU work in the workers"),
+    Cause("cpu", "idle: cpu (decode, augment, collate, contention)", _DEEP[1],
+          "CPU work (decode, augment, collate, waiting for a core)"),
     Cause("transfer", "idle: transfer (worker → main)", _DEEP[8],
           "moving batches from the workers to the main process"),
     Cause("other", "idle: other (unexplained)", _DEEP[7], "unexplained overhead (Python, GC, process start)"),

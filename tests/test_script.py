@@ -190,3 +190,25 @@ print("VERDICT", run.verdict["bottleneck"], run.record.window["steps"], len(run.
     assert p.returncode == 0, p.stderr
     assert "VERDICT" in p.stdout and p.stdout.split()[2] == "6"
     assert (tmp_path / "api" / "run.json").exists()
+
+
+def test_a_trivial_main_process_loader_is_judged_within_its_window(tmp_path):
+    """workers = 0 over a list of ints (steps of ~0.3 ms): the steps' idle time can never exceed the window (the
+    window opens at the first measured step's wait, not after it: once 109 %), and with no worker nothing is called
+    a worker→main transfer."""
+    code = f"""
+import json, profiler
+from torch.utils.data import DataLoader
+with profiler.profile(out={str(tmp_path / 'api')!r}, warmup=1, steps=5, plots=False, quiet=True) as run:
+    for _ in DataLoader(list(range(64)), batch_size=4):
+        pass
+print(json.dumps({{"stall": run.record.stall, "window": run.record.window,
+                  "first": run.record.timeline["steps"]["wait_start"][1]}}))
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(JOBS.parent.parent)})
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["window"]["start_s"] <= out["first"]
+    assert 0 < out["stall"]["fraction"] <= 1.0
+    assert out["stall"]["by_stage"].get("transfer", 0.0) == 0.0 and out["stall"]["by_cause"]["transfer"] == 0.0

@@ -8,7 +8,9 @@ Method (docs/attribution.md has the long form):
    intersected with what the batch waited for was doing at each instant:
    - after its worker finished collating it: on its way to the main process. The part of that time the main
      thread spent waiting for a core (its run-queue delay during the wait) and the time the worker's queue thread
-     took to pick the batch up is CPU contention (``cpu``, kind ``runqueue``); the rest is ``transfer``;
+     took to pick the batch up is CPU contention (``cpu``, kind ``runqueue``); the rest is ``transfer`` — except
+     with workers = 0, where the batch never moved: the main thread ran the loader's own code (``cpu``/``on_cpu``,
+     stage ``other``);
    - before that, what its worker was doing at that instant (for any of its batches: a worker busy with its previous
      batch is exactly why this one is late): the dataset calls and collates overlapping the interval, each split by
      its own kernel accounting — on a core → ``cpu``/``on_cpu``, waiting for a core → ``cpu``/``runqueue``, blocked
@@ -168,8 +170,14 @@ def attribute(t: Tables, window_s: float, device_timing: str = "host clocks",
         kinds = np.zeros(len(KIND_NAMES))
         stages = np.zeros(len(stage_names))
         kinds[_K["runqueue"]] += contention
-        kinds[_K["transfer"]] += tr - contention
-        stages[scol["transfer"]] += tr
+        if int(st["worker"][i]) < 0:
+            # workers = 0: the batch was made in the main thread, nothing was transferred; after its collate the
+            # main thread runs the loader's own code (pin_memory, bookkeeping): on a core, at no stage of ours.
+            kinds[_K["on_cpu"]] += tr - contention
+            stages[scol["other"]] += tr
+        else:
+            kinds[_K["transfer"]] += tr - contention
+            stages[scol["transfer"]] += tr
         ws = spans.get(int(st["worker"][i]))
         if ws is not None and explained > 0:
             k, s = ws.overlap(lo, min(b, ce))

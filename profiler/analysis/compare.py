@@ -337,7 +337,7 @@ def fmt_s(v: float) -> str:
 
 
 def _cause_words(cause: str, stage_delta: dict[str, float]) -> str:
-    """'storage reads (io)'; for the cpu cause, the stages that moved: 'CPU work in the workers (decode+augment)'."""
+    """'storage reads (io)'; for the cpu cause, the stages that moved: 'CPU work (decode+augment)'."""
     words = vocab.CAUSE[cause].words.split(" (")[0]  # the phrase without its own parenthesis
     if cause != "cpu":
         return f"{words} ({cause})"

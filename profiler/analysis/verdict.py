@@ -59,7 +59,7 @@ def decide(stall: dict[str, Any], ctx: Context, oom: dict[str, Any] | None = Non
     share = causes[cause] / total if total > 0 else 0.0
     detail = f"{_pct(share)} of that wait was {vocab.CAUSE[cause].words}"
     if cause == "cpu":
-        detail += f" in {workers} that had {cores} between them"
+        detail += f" in {workers} that had {cores} between them" if ctx.workers > 0 else f" in {workers}, with {cores}"
     elif cause == "io":
         detail += f" in {workers}, {ctx.sample_read_ms:.1f} ms per file"
         if ctx.page_cache_hit is not None:

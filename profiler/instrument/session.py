@@ -326,8 +326,8 @@ class Session:
         step = self._n_steps  # taken only once a batch arrives (an epoch's StopIteration is no step)
         measured = step >= self.warmup
         if measured and not self.window_start_ns:
-            self._open_window()
-            t0 = time.perf_counter_ns() if self.cuda is not None else t0
+            self._open_window(t0)
+            t0 = self.window_start_ns
         row = StepRow(step, max(0, len(self.epochs) - 1), -1, os.getpid(), 0, t0, 0, 0, 0, measured,
                       tail=measured and step - self.warmup >= self.detail_steps)
         if self.cuda is not None and measured:
@@ -368,7 +368,10 @@ class Session:
         return batch
 
     # --- window ---------------------------------------------------------------------------------------------------
-    def _open_window(self) -> None:
+    def _open_window(self, t0_ns: int) -> None:
+        """Open the measured window at the first measured step's wait start ``t0_ns`` (host timing), or after the
+        CUDA set-up (device timing; the step's wait starts then): never after a step it contains, so the idle time
+        of the steps can never exceed the window."""
         import torch
 
         if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -376,7 +379,9 @@ class Session:
             self.cuda.on_step_done = self._device_step_done
             self.device_timing = "cuda events"
             torch.cuda.reset_peak_memory_stats()
-        self.window_start_ns = time.perf_counter_ns()
+            self.window_start_ns = time.perf_counter_ns()
+        else:
+            self.window_start_ns = t0_ns
 
     def _end_step(self, t_ns: int) -> None:
         row = self._open_row
