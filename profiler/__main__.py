@@ -12,11 +12,15 @@ import sys
 
 
 def _run() -> int:
+    from . import signals  # the standard library only: in place within ~0.1 s of the process starting
+
+    signals.install()
     try:
-        from .cli import main
-    except KeyboardInterrupt:
+        with signals.holding():  # importing the commands imports torch, whose C start-up swallows exceptions
+            from .cli import main
+    except KeyboardInterrupt as e:
         print("profiler: interrupted while starting", file=sys.stderr)
-        return 130
+        return signals.exit_status(e)
     try:
         code = main()
         sys.stdout.flush()

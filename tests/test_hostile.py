@@ -582,3 +582,71 @@ def test_a_script_run_records_its_argv_redacted(tmp_path):
     assert "S3CRETVALUE" not in (out / "run.json").read_text()
     assert "S3CRETVALUE" not in (out / "report.html").read_text() and "S3CRETVALUE" not in r.stdout
 
+
+
+_SLOW_WORKERS_JOB = """
+import time, torch
+from torch.utils.data import DataLoader, Dataset
+
+class Slow(Dataset):  # 10 s per sample: a worker is almost always inside __getitem__, deaf to its parent
+    def __len__(self):
+        return 10_000
+    def __getitem__(self, i):
+        time.sleep(10.0 if i >= 4 else 0.0)
+        return torch.zeros(4)
+
+for _ in DataLoader(Slow(), batch_size=2, num_workers=2):
+    pass
+"""
+
+
+def _gone(procs: list, timeout: float) -> list:
+    """The processes of ``procs`` still running (not exited, not a zombie) after ``timeout`` seconds."""
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    alive = list(procs)
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+        still = []
+        for w in alive:
+            try:
+                if w.status() != psutil.STATUS_ZOMBIE:
+                    still.append(w)
+            except psutil.Error:
+                pass
+        alive = still
+    return alive
+
+
+def test_workers_die_with_a_killed_main_process(tmp_path):
+    """SIGKILL (or the OOM killer) on the profiled main process: its forked workers go with it (PR_SET_PDEATHSIG),
+    not after the sample they are busy with and torch's watchdog's next look (seconds later), working meanwhile."""
+    import psutil
+
+    script = tmp_path / "slow.py"
+    script.write_text(_SLOW_WORKERS_JOB)
+    p = subprocess.Popen([sys.executable, "-m", "profiler", "run", "--steps", "1000", "--warmup", "1",
+                          "--no-plots", "--out", str(tmp_path / "out"), str(script)], cwd=REPO,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    main = psutil.Process(p.pid)
+    workers: list[psutil.Process] = []
+    alive: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 120
+        while len(workers) < 2 and time.monotonic() < deadline and p.poll() is None:
+            time.sleep(0.2)
+            workers = main.children()  # torch names them pt_data_worker
+        assert len(workers) >= 2, "the run never started its workers"
+        time.sleep(3.0)  # the workers are inside a 10 s __getitem__
+        p.kill()
+        p.wait(timeout=30)
+        alive = _gone(workers, 1.0)
+    finally:
+        for proc in [main, *workers]:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+    assert not alive, f"{len(alive)} worker(s) outlived the killed main process by 1 s"

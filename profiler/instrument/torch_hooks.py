@@ -19,6 +19,8 @@ run (one clear line) rather than profile wrongly.
 from __future__ import annotations
 
 import inspect
+import os
+import threading
 from typing import Any, Callable
 
 import torch.utils.data._utils.worker as _worker_mod
@@ -76,8 +78,16 @@ def install_worker_side() -> None:
     worker.install_audit()
 
 
+# (pid, forked from the main thread) of the process whose iter() is starting workers; a forked worker inherits it, a
+# spawned one imports this module afresh and sees None.
+_forker: tuple[int, bool] | None = None
+
+
 def profiled_worker_loop(*args: Any, **kwargs: Any) -> Any:
     """The worker process's entry point while profiling: install the in-worker hooks, then torch's own loop."""
+    if _forker is not None and _forker[1] and os.getppid() == _forker[0]:
+        worker.die_with_parent()
+    worker.quiet_peer_gone()
     install_worker_side()
     return _ORIG_WORKER_LOOP(*args, **kwargs)
 
@@ -97,6 +107,8 @@ def install(on_next: Callable[[Any, Callable[[Any], Any]], Any],
         return on_next(self, _ORIG_NEXT)
 
     def __iter__(self: Any) -> Any:
+        global _forker
+        _forker = (os.getpid(), threading.current_thread() is threading.main_thread())
         return on_iter(self, _ORIG_ITER)
 
     __next__.__wrapped__ = _ORIG_NEXT  # type: ignore[attr-defined]

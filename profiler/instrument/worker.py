@@ -17,6 +17,7 @@ from the block device (clocks.snapshot at both ends), and the named sub-stages' 
 from __future__ import annotations
 
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -118,6 +119,48 @@ def install_audit() -> None:
 
         sys.addaudithook(_audit)
         _audit_installed = True
+
+
+def die_with_parent() -> None:
+    """Ask the kernel to end this (forked) worker the moment its parent dies (PR_SET_PDEATHSIG, Linux).
+
+    Why: a profiled run killed outright (SIGKILL, the OOM killer) leaves its workers running until torch's watchdog
+    notices, ~5 s later, still reading and decoding. Only for workers forked by the main thread: the signal follows
+    the *thread* that forked, which for the main thread lives as long as the process. Nothing the job can observe
+    changes while its main process lives. Best effort: elsewhere it does nothing."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def quiet_peer_gone() -> None:
+    """In a worker: no traceback when the main process hangs up in the middle of taking a batch's file descriptor.
+
+    Why: a Ctrl-C (or SIGTERM) that lands while the main process is receiving a batch by file descriptor
+    (``rebuild_storage_fd``) cuts the handshake; the worker's multiprocessing resource-sharer thread then prints an
+    EOFError/ConnectionResetError traceback through ``sys.excepthook`` — noise about a peer that is stopping on
+    purpose, printed under the profiler's one clear line. Only that thread's peer-gone errors are silenced; every
+    other exception reaches the hook the worker had."""
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
+        from multiprocessing import AuthenticationError
+
+        frames = []
+        t = tb
+        while t is not None:
+            frames.append(t.tb_frame.f_code)
+            t = t.tb_next
+        in_sharer = any(c.co_name == "_serve" and c.co_filename.endswith("resource_sharer.py") for c in frames)
+        if in_sharer and issubclass(kind, (EOFError, ConnectionError, AuthenticationError)):
+            return
+        previous(kind, exc, tb)
+
+    sys.excepthook = hook
 
 
 def report_skipped(index: int, path: str, reason: str) -> None:
