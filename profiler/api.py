@@ -54,11 +54,15 @@ class ProfileRun:
 
             self.out = (outdir.prepare_out(self._out_arg) if self._out_arg
                         else outdir.create_run_dir("reports", default_run_name(RunConfig(), "api")))
-        analyze(rec)
-        rec.save(self.out / "run.json")
-        self.files = [str(self.out / "run.json")]
-        if self.plots:
-            self.files += [str(f) for f in write_reports(rec, self.out)]
+        from .instrument.torch_hooks import worker_watchdog_paused
+
+        with worker_watchdog_paused():  # a worker dying now must not abort the save (torch_hooks says why)
+            rec.save(self.out / "run.json")  # the raw record first: safe before the analysis and the reports
+            analyze(rec)
+            rec.save(self.out / "run.json")
+            self.files = [str(self.out / "run.json")]
+            if self.plots:
+                self.files += [str(f) for f in write_reports(rec, self.out)]
         self.record = rec
         if not self.quiet:
             from rich.console import Console

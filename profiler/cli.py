@@ -86,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         return _main(argv)
     finally:
         signals.restore(taken)
+        if "profiler.instrument.torch_hooks" in sys.modules:  # paused at the job's end (harness/job.py)
+            sys.modules["profiler.instrument.torch_hooks"].resume_worker_watchdog()
 
 
 def _main(argv: list[str] | None) -> int:

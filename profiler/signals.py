@@ -91,6 +91,7 @@ class _State:
     noted: bool = False  # the "still saving" line was printed
     in_flight: int | None = None  # id() of the interrupt raised last (not a reference: it would keep its frames)
     acknowledged: bool = False  # a handler of ours took the interrupt: the run is stopping under our control
+    job_done: bool = False  # the profiled job has ended: from here to the saved record, signals are held
 
 
 _state = _State()
@@ -138,10 +139,18 @@ def _handler(signum: int, frame: FrameType | None) -> None:
     st.received.append(signum)
     if len(st.received) >= FORCE_AFTER:
         _raise(st, signum)
-    if st.depth > 0 or (st.raised and (st.acknowledged or _in_hand(st))):
+    if st.depth > 0 or st.job_done or (st.raised and (st.acknowledged or _in_hand(st))):
         _note(st)
         return
     _raise(st, signum)
+
+
+def job_ended() -> None:
+    """The profiled job has ended (finished, failed or interrupted): what follows is saving what was measured, so
+    from now on signals are held, and the first one is raised at the end of the next ``deferred()`` block (the one
+    that writes the record). Without it a SIGTERM in the milliseconds between the job's end and that block (a
+    scheduler stopping every rank when one failed) ended the run with no record."""
+    _state.job_done = True
 
 
 def acknowledge() -> None:

@@ -84,6 +84,11 @@ def test_merge_measured_collectives_compute_straggler_and_no_shared_clock():
     assert rows[0]["collective_ms"] == pytest.approx(55.0, abs=0.01)
     assert rows[1]["collective_ms"] == pytest.approx(1.0, abs=0.01)
     assert v["straggler"]["rank"] == 1 and v["straggler"]["kind"] == "compute"
+    st = v["straggler"]  # compute net of the all-reduce waits: 100 - 1 ms against 100 - 55 ms (never "74 vs 78")
+    assert st["compute_ms"] == pytest.approx(99.0, abs=0.5) and st["others_compute_ms"] == pytest.approx(45.0, abs=0.5)
+    assert "took 99 ms against 45 ms" in st["sentence"]
+    r1["distributed"]["collectives"] = r0["distributed"]["collectives"]  # rank 1 waits as long: computes no longer
+    assert merge({0: r0, 1: r1})["straggler"] is None
     assert not v["clocks"]["shared"] and "aligned by step index" in v["clocks"]["note"]
     assert v["per_step"]["start_s"][0][0] == 0.0 and v["per_step"]["start_s"][1][0] == 0.0
 
@@ -270,6 +275,7 @@ def test_rank_killed_mid_run_partial_merge_names_it(tmp_path, raw_files):
     took = time.monotonic() - t
     assert p.returncode != 0
     assert not (folder / "rank1" / "run.json").exists() and (folder / "rank1" / "rank.json").exists()
+    assert (folder / "rank0" / "run.json").exists(), p.stderr[-3000:]
     rec0 = json.loads((folder / "rank0" / "run.json").read_text())
     assert rec0["partial"], rec0["partial_reason"]
     v = _view(folder)

@@ -101,21 +101,42 @@ def _config_from(args: argparse.Namespace) -> RunConfig:
                      sample_interval_s=args.sample_interval, **given)
 
 
-def _write_outputs(rec, out: Path, args: argparse.Namespace, console) -> list[str]:
-    """Analyse, save run.json first (small, safe), then the reports; a signal meanwhile waits until they are done."""
+def _write_outputs(rec, out: Path, args: argparse.Namespace, console, reraise: bool = False) -> list[str]:
+    """Analyse, save run.json first (small, safe), then the reports; a signal meanwhile waits until they are done.
+
+    A signal held that way is raised when the block ends, with everything saved: the terminal report is still
+    printed, then the signal is re-raised (``reraise``: the job goes on after this, so it must see it) or kept in
+    ``rec.late_signal`` for the command's exit status."""
     from .. import signals
     from ..analysis import analyze
+    from ..instrument.torch_hooks import worker_watchdog_paused
     from ..render import write_reports
     from ..render.terminal import print_report
 
-    with signals.deferred():
-        path = _save_somewhere(rec, out / "run.json")  # the raw record first: safe before the expensive work
-        analyze(rec)
-        path = _save_somewhere(rec, path)
-        files = [str(path)]
-        if not args.no_plots and path.parent == out:
-            files += [str(f) for f in write_reports(rec, out)]
-    print_report(rec, console, files)
+    held: KeyboardInterrupt | None = None
+    # A worker dying now (a failed job's loader, a scheduler signalling the process group) must not abort the save.
+    with worker_watchdog_paused():
+        saved = False
+        try:
+            with signals.deferred():
+                path = _save_somewhere(rec, out / "run.json")  # the raw record first: safe before the expensive work
+                analyze(rec)
+                path = _save_somewhere(rec, path)
+                files = [str(path)]
+                if not args.no_plots and path.parent == out:
+                    files += [str(f) for f in write_reports(rec, out)]
+                saved = True
+        except KeyboardInterrupt as e:
+            if not saved:
+                raise  # forced (the last Ctrl-C): the block was cut short
+            held = e
+        print_report(rec, console, files)
+    if held is not None:
+        print(f"profiler: {signals.describe(signals.exit_status(held) - 128)} received while saving; everything "
+              f"measured is in {files[0]}", file=sys.stderr)
+        if reraise:
+            raise held
+        rec.late_signal = held
     return files
 
 
@@ -215,6 +236,9 @@ def main(args: argparse.Namespace) -> int:
     outcome = rec.outcome  # type: ignore[attr-defined]
     if outcome.status == "interrupted":
         return signals.exit_status(outcome.error)
+    late = getattr(rec, "late_signal", None)
+    if late is not None and outcome.status != "failed":
+        return signals.exit_status(late)  # a signal held while saving: ended by it, with everything saved
     if outcome.status == "failed":
         print(f"profiler: the run failed ({rec.partial_reason}); the partial record is in {out / 'run.json'}",
               file=sys.stderr)
@@ -267,7 +291,7 @@ def run_script(args: argparse.Namespace) -> int:
             if denv is not None:  # distributed: the record's rank section
                 from ..distributed.launch import attach
                 attach(rec, denv, out, run.t0)
-            written.extend(_write_outputs(rec, out, args, console))
+            written.extend(_write_outputs(rec, out, args, console, reraise=True))
             console.print("Window closed; the script goes on unprofiled.")
 
         run = ExternalRun(spec, c.warmup, c.steps, config, data=args.data, storage=storage,
@@ -301,6 +325,9 @@ def run_script(args: argparse.Namespace) -> int:
         finish(denv, out, console, plots=not args.no_plots)
     if outcome.status == "interrupted":
         return signals.exit_status(outcome.error)
+    late = getattr(rec, "late_signal", None) if rec is not None else None
+    if late is not None and outcome.status != "failed":
+        return signals.exit_status(late)  # a signal held while saving: ended by it, with everything saved
     if outcome.status == "failed":
         print(f"profiler: the script raised {type(outcome.error).__name__}; the partial record is in "
               f"{out / 'run.json'}", file=sys.stderr)

@@ -181,8 +181,6 @@ def straggler(rows: list[dict], aligned: int) -> dict[str, Any] | None:
     if not waiting or min(r["collective_share"] for r in waiting) - s["collective_share"] < STRAGGLER_WAIT_SHARE:
         return None
     mean_other_wait = sum(r.get("input_wait_share") or 0.0 for r in others) / len(others)
-    mean_other_compute = sum(r.get("compute_ms") or 0.0 for r in others) / len(others)
-    own_compute = (s.get("compute_ms") or 0.0) - 0.0
     input_excess = (s.get("input_wait_share") or 0.0) - mean_other_wait
     by = {k: float(v) for k, v in (s.get("stall_by_cause") or {}).items() if k != "other"}
     total = float(s.get("stall_s") or 0.0)
@@ -194,10 +192,21 @@ def straggler(rows: list[dict], aligned: int) -> dict[str, Any] | None:
         out.update(kind="input", cause=cause, cause_share=round(by[cause] / total, 4),
                    input_wait_share=s.get("input_wait_share"))
     else:
-        out.update(kind="compute", cause="compute", compute_ms=own_compute,
-                   others_compute_ms=round(mean_other_compute, 3))
+        # compute_ms holds the all-reduce waits too (the waiting ranks' are longer by exactly what they waited), so
+        # compare compute net of them: a rank that waited least but did not compute longer is no straggler.
+        own_net = _net_compute(s)
+        others_net = sum(_net_compute(r) for r in others) / len(others)
+        if own_net <= others_net:
+            return None
+        out.update(kind="compute", cause="compute", compute_ms=round(own_net, 3),
+                   others_compute_ms=round(others_net, 3))
     out["sentence"] = straggler_sentence(out)
     return out
+
+
+def _net_compute(row: dict) -> float:
+    """A rank's compute per step without its waits in collectives (ms)."""
+    return (row.get("compute_ms") or 0.0) - (row.get("collective_share") or 0.0) * (row.get("step_ms") or 0.0)
 
 
 def straggler_sentence(st: dict[str, Any]) -> str:
@@ -209,8 +218,8 @@ def straggler_sentence(st: dict[str, Any]) -> str:
         words = vocab.CAUSE[cause].words if cause in vocab.CAUSE else cause
         return (f"rank {st['rank']} is {cause}-bound: {_pct(st['cause_share'])} of its input stall was {words} "
                 f"(it waited for input {_pct(st.get('input_wait_share') or 0.0)} of its step); {tail}.")
-    return (f"rank {st['rank']} is the slowest to compute: its step's compute took {st['compute_ms']:.0f} ms "
-            f"against {st['others_compute_ms']:.0f} ms on the others, yet it waited least in collectives; {tail}.")
+    return (f"rank {st['rank']} is the slowest to compute: its step's own compute (waits in collectives excluded) "
+            f"took {st['compute_ms']:.0f} ms against {st['others_compute_ms']:.0f} ms on the others; {tail}.")
 
 
 def summary(view: dict[str, Any]) -> str:

@@ -64,6 +64,11 @@ def run_session(job: Callable[[], Any], session: Session, sampler: Any = None,
             try:
                 job()
             finally:
+                from .. import signals
+                from ..instrument import torch_hooks
+
+                signals.job_ended()  # from here to the saved record a signal is held, not raised
+                torch_hooks.pause_worker_watchdog()  # and a dying worker cannot raise into the saving (resumed after)
                 session.stop()
     except WindowClosed:
         outcome = Outcome("window closed")

@@ -1,6 +1,6 @@
 """Every private torch detail the profiler relies on, in one place, each checked by ``check()``.
 
-Profiling a user's DataLoader unchanged needs four seams. Public API offers none of them for an existing loader
+Profiling a user's DataLoader unchanged needs these seams. Public API offers none of them for an existing loader
 (a ``collate_fn`` or ``worker_init_fn`` of ours would replace the user's and change what their code observes), so:
 
 1. ``torch.utils.data._utils.worker._worker_loop`` — the function every worker process runs. The DataLoader looks
@@ -12,6 +12,8 @@ Profiling a user's DataLoader unchanged needs four seams. Public API offers none
 3. ``torch.utils.data.dataloader._BaseDataLoaderIter.__next__`` — the main side: one call per batch the user's loop
    takes; it unwraps the batch and marks the step boundary.
 4. ``torch.utils.data.DataLoader.__iter__`` — the start of each epoch (worker start-up, first prefetch).
+5. ``torch.utils.data._utils.signal_handling``'s SIGCHLD handler — recognised by its module and paused while the
+   profiler saves its record (``worker_watchdog_paused``), so a worker dying then cannot abort the save.
 
 ``check()`` fails loudly (tests/test_torch_hooks.py) when a torch release moves any of them; ``install`` refuses to
 run (one clear line) rather than profile wrongly.
@@ -20,9 +22,13 @@ from __future__ import annotations
 
 import inspect
 import os
+import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Callable
 
+import torch.utils.data._utils.signal_handling as _signal_handling
 import torch.utils.data._utils.worker as _worker_mod
 from torch.utils.data import DataLoader
 from torch.utils.data import dataloader as _dl
@@ -60,7 +66,61 @@ def check() -> list[str]:
 
     if not hasattr(fetch._IterableDatasetFetcher(iter(()), False, None, False), "dataset_iter"):
         problems.append("_IterableDatasetFetcher has no dataset_iter")
+    if not callable(getattr(_signal_handling, "_set_SIGCHLD_handler", None)):
+        problems.append("torch.utils.data._utils.signal_handling._set_SIGCHLD_handler is missing")
     return problems
+
+
+def _torch_sigchld_handler() -> Any | None:
+    """torch's SIGCHLD handler (set by the first multi-worker iterator), or None when another one is in place."""
+    if not hasattr(signal, "SIGCHLD"):
+        return None
+    h = signal.getsignal(signal.SIGCHLD)
+    return h if callable(h) and getattr(h, "__module__", None) == _signal_handling.__name__ else None
+
+
+_paused_handler: Any = None  # torch's SIGCHLD handler while paused (pause_worker_watchdog)
+
+
+def pause_worker_watchdog() -> None:
+    """Pause torch's SIGCHLD handler from the job's end until ``resume_worker_watchdog`` (main thread only).
+
+    Why: that handler raises ``RuntimeError: DataLoader worker ... is killed by signal`` in *whatever* code runs when
+    a worker of a live iterator dies. After the profiled job has ended (a failed job's traceback keeps its iterator
+    alive) workers still die: a scheduler signals the whole process group (torchrun's ``killpg`` when one rank
+    failed), the OOM killer picks one. The raise then landed in the profiler's own imports or save and lost the
+    record as an "internal error". The job is over, so nobody needs the alarm; the handler is put back after.
+    """
+    global _paused_handler
+    if _paused_handler is not None or threading.current_thread() is not threading.main_thread():
+        return
+    h = _torch_sigchld_handler()
+    if h is not None:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        _paused_handler = h
+
+
+def resume_worker_watchdog() -> None:
+    """Put torch's SIGCHLD handler back (idempotent; main thread only)."""
+    global _paused_handler
+    if _paused_handler is None or threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGCHLD) in (signal.SIG_DFL, None):
+        signal.signal(signal.SIGCHLD, _paused_handler)
+    _paused_handler = None
+
+
+@contextmanager
+def worker_watchdog_paused() -> Iterator[None]:
+    """``pause_worker_watchdog`` for a block (the profiler's own saving), resumed after unless it was paused
+    before the block (then whoever paused it resumes it)."""
+    already = _paused_handler is not None
+    pause_worker_watchdog()
+    try:
+        yield
+    finally:
+        if not already:
+            resume_worker_watchdog()
 
 
 def _create_fetcher(kind: Any, dataset: Any, auto_collation: Any, collate_fn: Any, drop_last: Any) -> Any:
