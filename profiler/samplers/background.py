@@ -29,7 +29,9 @@ import time
 
 import psutil
 
+from profiler.samplers.gpu import SERIES_HOW as GPU_SERIES_HOW
 from profiler.samplers.gpu import GpuSampler
+from profiler.samplers.process_tracker import SERIES_HOW as PROCESS_SERIES_HOW
 from profiler.samplers.process_tracker import ProcessTracker
 from profiler.samplers.system import SystemReader
 from profiler.samplers.thinning import MAX_TICKS, halve, halve_rows, rows_to_points, to_points
@@ -235,10 +237,9 @@ class Sampler:
         }
 
 
-# How each per-process and GPU series is reduced to fewer points (thinning.py says why).
-_PROCESS_HOW = {"t_s": "last", "cpu_percent": "mean", "rss_bytes": "max", "pss_bytes": "max", "uss_bytes": "max"}
-_GPU_HOW = {"t_s": "last", "util_percent": "mean", "mem_used_bytes": "max", "pcie_rx_bytes_per_s": "mean",
-            "pcie_tx_bytes_per_s": "mean"}
+# How each per-process and GPU series of the record is reduced to fewer points (thinning.py says why).
+_PROCESS_HOW = PROCESS_SERIES_HOW
+_GPU_HOW = {key: how for (_, key), how in GPU_SERIES_HOW.items()}
 
 
 def _fit_process(p: dict, m: int) -> dict:

@@ -28,6 +28,11 @@ from typing import Any
 
 from profiler.samplers.thinning import halve
 
+#: How each GPU series is reduced to fewer points (thinning.py): (attribute, key in the record) -> how.
+SERIES_HOW = {("t_s", "t_s"): "last", ("util_percent", "util_percent"): "mean",
+              ("mem_used_bytes", "mem_used_bytes"): "max", ("pcie_rx", "pcie_rx_bytes_per_s"): "mean",
+              ("pcie_tx", "pcie_tx_bytes_per_s"): "mean"}
+
 # nvmlDeviceGetPcieThroughput measures over a ~20 ms window and blocks the calling thread for that long; at one
 # reading per second the sampler thread spends ~2 % of its wall time there (GIL released, so the job is not held).
 # Ticks in between get None in the PCIe series.
@@ -397,11 +402,8 @@ class GpuSampler:
 
     def halve(self) -> None:
         """Half the resolution (thinning.py): rates and utilisation averaged over each pair, memory at its peak."""
-        self.t_s = halve(self.t_s, "last")
-        self.util_percent = halve(self.util_percent, "mean")
-        self.mem_used_bytes = halve(self.mem_used_bytes, "max")
-        self.pcie_rx = halve(self.pcie_rx, "mean")
-        self.pcie_tx = halve(self.pcie_tx, "mean")
+        for (name, _), how in SERIES_HOW.items():
+            setattr(self, name, halve(getattr(self, name), how))
 
     def close(self) -> None:
         """Release NVML; idempotent."""

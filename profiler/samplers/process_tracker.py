@@ -61,6 +61,10 @@ def _children_from_proc(pid: int) -> set[int]:
     return out
 
 
+#: How each per-process series is reduced to fewer points (thinning.py); the names are also the record's keys.
+SERIES_HOW = {"t_s": "last", "cpu_percent": "mean", "rss_bytes": "max", "pss_bytes": "max", "uss_bytes": "max"}
+
+
 @dataclass
 class ProcessSeries:
     """Everything recorded about one process. A pid reused by a new process becomes a new entry (the kept-open
@@ -91,11 +95,8 @@ class ProcessSeries:
 
     def halve(self) -> None:
         """Half the resolution (thinning.py): CPU % averaged over each pair of readings, memory at its peak."""
-        self.t_s = halve(self.t_s, "last")
-        self.cpu_percent = halve(self.cpu_percent, "mean")
-        self.rss_bytes = halve(self.rss_bytes, "max")
-        self.pss_bytes = halve(self.pss_bytes, "max")
-        self.uss_bytes = halve(self.uss_bytes, "max")
+        for name, how in SERIES_HOW.items():
+            setattr(self, name, halve(getattr(self, name), how))
 
     def to_dict(self, full_memory: bool) -> dict:
         return {
