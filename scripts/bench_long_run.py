@@ -7,8 +7,8 @@ the profiler's bookkeeping is most of the work) for each step count, polling the
 point the peak RSS and run.json size. Two caps keep a run bounded: the record keeps the first 2,000 measured steps in
 full detail and folds the rest into exact totals (docs/run_json.md, `timeline.tail`), and the background sampler
 halves its series and rate once they hold 4,000 points (profiler/samplers/thinning.py). At the default 10 Hz the
-sampler reaches its cap after ~7 minutes, longer than these runs, so the bench samples every 5 ms
-(`--sample-interval 0.005`): every point is then beyond both caps, and beyond them both figures should stop growing.
+sampler reaches its cap after ~7 minutes, longer than these runs, so the bench samples every 2 ms
+(`--sample-interval 0.002`): every point is then beyond both caps, and beyond them both figures should stop growing.
 
 Last line: ``bytes_per_1k_steps: X`` — run.json growth per 1,000 steps between the smallest and largest step count
 (goal ~0). The line before gives the same for peak RSS.
@@ -16,6 +16,7 @@ Last line: ``bytes_per_1k_steps: X`` — run.json growth per 1,000 steps between
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -25,8 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-# Fine enough that the smallest run (5,000 steps, ~40 s) already passes the sampler's 4,000-point cap (see above).
-SAMPLE_INTERVAL_S = 0.005
+# Fine enough that the smallest run (5,000 steps, ~25 s) passes the sampler's 4,000-point cap within ~8 s (see above).
+SAMPLE_INTERVAL_S = 0.002
 
 
 def run(data: Path, out: Path, steps: int) -> tuple[int, int, float]:
@@ -48,6 +49,13 @@ def run(data: Path, out: Path, steps: int) -> tuple[int, int, float]:
     return int(usage.ru_maxrss) * 1024, (out / "run.json").stat().st_size, time.perf_counter() - t0
 
 
+def caps(out: Path) -> str:
+    """Whether the run is beyond both caps: its tail of steps and the sampler's halvings."""
+    rec = json.loads((out / "run.json").read_text())
+    tail = ((rec.get("timeline") or {}).get("tail") or {}).get("steps", 0)
+    return f"{tail} steps in the tail, sampler halved {(rec.get('samples') or {}).get('halvings', 0)}x"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", default="5000,40000", help="comma-separated step counts (default 5000,40000)")
@@ -65,8 +73,8 @@ def main() -> None:
         for n in counts:
             rss, size, secs = run(data, Path(d) / f"out{n}", n)
             points.append((n, rss, size))
-            print(f"{n:>7} steps: peak RSS {rss / 2**20:7.1f} MiB, run.json {size / 2**20:6.2f} MiB, {secs:5.1f} s",
-                  flush=True)
+            print(f"{n:>7} steps: peak RSS {rss / 2**20:7.1f} MiB, run.json {size / 2**20:6.2f} MiB, {secs:5.1f} s "
+                  f"({caps(Path(d) / f'out{n}')})", flush=True)
     (n0, r0, s0), (n1, r1, s1) = points[0], points[-1]
     k = (n1 - n0) / 1000
     print(f"rss_bytes_per_1k_steps: {(r1 - r0) / k:.0f}")
