@@ -34,7 +34,7 @@ from profiler.samplers.gpu import GpuSampler
 from profiler.samplers.process_tracker import SERIES_HOW as PROCESS_SERIES_HOW
 from profiler.samplers.process_tracker import ProcessTracker
 from profiler.samplers.system import SystemReader
-from profiler.samplers.thinning import MAX_TICKS, halve, halve_rows, rows_to_points, to_points
+from profiler.samplers.thinning import MAX_TICKS, fit_series, halve, halve_rows, rows_to_points, to_points
 
 # 10 Hz resolves the ~0.1-1 s phases of a data pipeline (a batch, a stall) at < 1 % of one core.
 DEFAULT_INTERVAL_S = 0.1
@@ -179,13 +179,9 @@ class Sampler:
     def _halve(self) -> None:
         """Every series at half the resolution, and ticks half as often from now on (thinning.py says why and
         how). Called under the lock, so every series of one tick is halved together."""
-        self._t_s = halve(self._t_s, "last")
-        self._per_core = halve_rows(self._per_core, "mean")
-        self._ram_used = halve(self._ram_used, "max")
-        self._ram_avail = halve(self._ram_avail, "min")
-        self._cache = halve(self._cache, "max")
-        self._disk_rate = halve(self._disk_rate, "mean")
-        self._shm = halve(self._shm, "max")
+        for attr, _, how in _SYSTEM_SERIES:
+            setattr(self, attr, halve(getattr(self, attr), how))
+        self._per_core = halve_rows(self._per_core)
         self._gpu.halve()
         self._tracker.halve()
         self.interval_s *= 2
@@ -207,25 +203,21 @@ class Sampler:
         # A halved run is written with exactly max_ticks // 2 points per series (thinning.to_points): its size no
         # longer depends on where between two halvings it stopped. A run never halved keeps every tick.
         m = self.max_ticks // 2 if self.halvings else ticks + 1
-
-        def fit(values: list, how: str) -> list:
-            return to_points(values, m, how)
-
+        series = {key: to_points(getattr(self, attr), m, how) for attr, key, how in _SYSTEM_SERIES}
         return {
             "interval_s": self.interval_s,
-            "t_s": fit(self._t_s, "last"),
+            "t_s": series["t_s"],
             "cpu_percent_per_core": rows_to_points(self._per_core, m),
             "ram_total_bytes": (self._system.ram_total_bytes if self._system is not None
                                 else int(psutil.virtual_memory().total)),
-            "ram_used_bytes": fit(self._ram_used, "max"),
-            "ram_available_bytes": fit(self._ram_avail, "min"),
-            "page_cache_bytes": fit(self._cache, "max"),
-            "disk_read_bytes_per_s": fit(self._disk_rate, "mean"),
+            "ram_used_bytes": series["ram_used_bytes"],
+            "ram_available_bytes": series["ram_available_bytes"],
+            "page_cache_bytes": series["page_cache_bytes"],
+            "disk_read_bytes_per_s": series["disk_read_bytes_per_s"],
             "disk": self._system.disk if self._system is not None else None,
-            "shm_used_bytes": fit(self._shm, "max"),
-            "processes": [_fit_process(p, m) for p in self._tracker.to_list()] if self.halvings
-            else self._tracker.to_list(),
-            "gpu": _fit_gpu(self._gpu.to_dict(), m) if self.halvings else self._gpu.to_dict(),
+            "shm_used_bytes": series["shm_used_bytes"],
+            "processes": [fit_series(p, PROCESS_SERIES_HOW, m) for p in self._tracker.to_list()],
+            "gpu": fit_series(gpu, _GPU_HOW, m) if (gpu := self._gpu.to_dict()) is not None else None,
             "absent": absent,
             "halvings": self.halvings,
             "sampler_overhead": {
@@ -237,17 +229,9 @@ class Sampler:
         }
 
 
-# How each per-process and GPU series of the record is reduced to fewer points (thinning.py says why).
-_PROCESS_HOW = PROCESS_SERIES_HOW
+# The machine-wide series: (attribute, key in the record, how a group of readings becomes one point; thinning.py).
+_SYSTEM_SERIES = (("_t_s", "t_s", "last"), ("_ram_used", "ram_used_bytes", "max"),
+                  ("_ram_avail", "ram_available_bytes", "min"), ("_cache", "page_cache_bytes", "max"),
+                  ("_disk_rate", "disk_read_bytes_per_s", "mean"), ("_shm", "shm_used_bytes", "max"))
+# The GPU series of the record by their keys in it (gpu.SERIES_HOW also names its attributes).
 _GPU_HOW = {key: how for (_, key), how in GPU_SERIES_HOW.items()}
-
-
-def _fit_process(p: dict, m: int) -> dict:
-    return {k: to_points(v, m, _PROCESS_HOW[k]) if k in _PROCESS_HOW and isinstance(v, list) else v
-            for k, v in p.items()}
-
-
-def _fit_gpu(g: dict | None, m: int) -> dict | None:
-    if g is None:
-        return None
-    return {k: to_points(v, m, _GPU_HOW[k]) if k in _GPU_HOW and isinstance(v, list) else v for k, v in g.items()}

@@ -28,46 +28,8 @@ MAX_TICKS = 4000
 _HOW = ("last", "mean", "max", "min")
 
 
-def _pair(a: Any, b: Any, how: str) -> Any:
-    if a is None:
-        return b
-    if b is None:
-        return a
-    if how == "last":
-        return b
-    if how == "max":
-        return max(a, b)
-    if how == "min":
-        return min(a, b)
-    m = (a + b) / 2
-    return round(m, 1) if isinstance(a, float) or isinstance(b, float) else m
-
-
-def halve(values: Sequence[Any], how: str) -> list[Any]:
-    """Every pair of neighbours as one value (``how``: last | mean | max | min); an odd last value is kept as is."""
-    if how not in _HOW:
-        raise ValueError(f"how must be one of {_HOW}, got {how!r}")
-    n = len(values)
-    out = [_pair(values[i], values[i + 1], how) for i in range(0, n - 1, 2)]
-    if n % 2:
-        out.append(values[-1])
-    return out
-
-
-def halve_rows(rows: Sequence[Sequence[float]], how: str = "mean") -> list[list[float]]:
-    """``halve`` for per-tick rows (CPU % per core): element by element; rows of different lengths (a CPU came
-    online) are kept as the later row."""
-    n = len(rows)
-    out: list[list[float]] = []
-    for i in range(0, n - 1, 2):
-        a, b = rows[i], rows[i + 1]
-        out.append([_pair(x, y, how) for x, y in zip(a, b)] if len(a) == len(b) else list(b))
-    if n % 2:
-        out.append(list(rows[-1]))
-    return out
-
-
 def _reduce(values: Sequence[Any], how: str) -> Any:
+    """One point for a group of neighbours (``how``: last | mean | max | min); a missing reading never wins."""
     present = [v for v in values if v is not None]
     if not present:
         return None
@@ -77,31 +39,57 @@ def _reduce(values: Sequence[Any], how: str) -> Any:
         return max(present)
     if how == "min":
         return min(present)
+    if len(present) == 1:
+        return present[0]
     m = sum(present) / len(present)
     return round(m, 1) if any(isinstance(v, float) for v in present) else m
 
 
-def to_points(values: Sequence[Any], m: int, how: str) -> list[Any]:
-    """``values`` as exactly ``m`` points (unchanged when it has no more): consecutive groups of neighbours, each
-    reduced by ``how`` like ``halve``. Groups differ in size by at most one, so after a halving (n < 2m) each point
-    stands for one or two readings."""
+def _reduce_rows(group: Sequence[Sequence[float]]) -> list[float]:
+    """One row for a group of per-tick rows (CPU % per core), element by element, means; rows of another width (a
+    CPU came online) give way to the last row's."""
+    width = len(group[-1])
+    same = [r for r in group if len(r) == width]
+    return [_reduce([r[j] for r in same], "mean") for j in range(width)]
+
+
+def _check(how: str) -> None:
     if how not in _HOW:
         raise ValueError(f"how must be one of {_HOW}, got {how!r}")
-    n = len(values)
-    if n <= m:
+
+
+def halve(values: Sequence[Any], how: str) -> list[Any]:
+    """Every pair of neighbours as one value (``how``: last | mean | max | min); an odd last value is kept as is."""
+    _check(how)
+    return [_reduce(values[i:i + 2], how) for i in range(0, len(values), 2)]
+
+
+def halve_rows(rows: Sequence[Sequence[float]]) -> list[list[float]]:
+    """``halve`` for per-tick rows (CPU % per core), element by element."""
+    return [_reduce_rows(rows[i:i + 2]) for i in range(0, len(rows), 2)]
+
+
+def _groups(n: int, m: int) -> list[slice]:
+    """``m`` consecutive groups covering ``n`` items, sizes differing by at most one."""
+    return [slice(i * n // m, (i + 1) * n // m) for i in range(m)]
+
+
+def to_points(values: Sequence[Any], m: int, how: str) -> list[Any]:
+    """``values`` as exactly ``m`` points (unchanged when it has no more): consecutive groups of neighbours, each
+    reduced by ``how`` like ``halve``. After a halving (n < 2m) each point stands for one or two readings."""
+    _check(how)
+    if len(values) <= m:
         return list(values)
-    return [_reduce(values[i * n // m:(i + 1) * n // m], how) for i in range(m)]
+    return [_reduce(values[g], how) for g in _groups(len(values), m)]
 
 
 def rows_to_points(rows: Sequence[Sequence[float]], m: int) -> list[list[float]]:
     """``to_points`` for per-tick rows (CPU % per core), element by element, means."""
-    n = len(rows)
-    if n <= m:
+    if len(rows) <= m:
         return [list(r) for r in rows]
-    out: list[list[float]] = []
-    for i in range(m):
-        group = rows[i * n // m:(i + 1) * n // m]
-        width = len(group[-1])
-        same = [r for r in group if len(r) == width]
-        out.append([_reduce([r[j] for r in same], "mean") for j in range(width)])
-    return out
+    return [_reduce_rows(rows[g]) for g in _groups(len(rows), m)]
+
+
+def fit_series(d: dict[str, Any], how_by_key: dict[str, str], m: int) -> dict[str, Any]:
+    """A dict of series (one process's, the GPU's) with each series in ``how_by_key`` as at most ``m`` points."""
+    return {k: to_points(v, m, how_by_key[k]) if k in how_by_key and isinstance(v, list) else v for k, v in d.items()}
