@@ -16,8 +16,8 @@ the record and reports), raising it after. The user keeps a way out: the ``FORCE
 "Being handled" is checked, not assumed: C code that calls back into Python can clear an exception raised there
 (torch's C start-up clears a failed numpy import, so a SIGTERM in the first second of ``import torch`` vanished and
 every later one was held as "still saving"). A later signal is held only while the raised interrupt is still
-propagating or being handled (it is in ``sys.exc_info()``'s chain) or once a handler of ours took it
-(``acknowledge``); otherwise the earlier one was lost and the new one is raised as a first. ``holding()`` keeps
+propagating or being handled (it is in ``sys.exc_info()``'s chain) or once the job has ended and the run is saving
+(``job_ended``); otherwise the earlier one was lost and the new one is raised as a first. ``holding()`` keeps
 signals out of such C code altogether (``import torch``) and raises the first one after it.
 
 Exit status: ``exit_status(exc)`` is 128 + the signal number (130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP), the
@@ -90,7 +90,6 @@ class _State:
     depth: int = 0  # nesting of deferred()
     noted: bool = False  # the "still saving" line was printed
     in_flight: int | None = None  # id() of the interrupt raised last (not a reference: it would keep its frames)
-    acknowledged: bool = False  # a handler of ours took the interrupt: the run is stopping under our control
     job_done: bool = False  # the profiled job has ended: from here to the saved record, signals are held
 
 
@@ -139,7 +138,7 @@ def _handler(signum: int, frame: FrameType | None) -> None:
     st.received.append(signum)
     if len(st.received) >= FORCE_AFTER:
         _raise(st, signum)
-    if st.depth > 0 or st.job_done or (st.raised and (st.acknowledged or _in_hand(st))):
+    if st.depth > 0 or st.job_done or (st.raised and _in_hand(st)):
         _note(st)
         return
     _raise(st, signum)
@@ -151,12 +150,6 @@ def job_ended() -> None:
     that writes the record). Without it a SIGTERM in the milliseconds between the job's end and that block (a
     scheduler stopping every rank when one failed) ended the run with no record."""
     _state.job_done = True
-
-
-def acknowledge() -> None:
-    """A handler of ours caught the interrupt and is saving what was measured: from now on further signals are held
-    (the ``FORCE_AFTER``-th still ends the process)."""
-    _state.acknowledged = True
 
 
 def _is_default(handler: object, signum: int) -> bool:

@@ -390,7 +390,7 @@ def test_an_interrupt_that_nobody_handled_does_not_make_the_next_one_held():
     assert r.returncode == 143 and "still saving" not in r.stderr
 
 
-_ACKNOWLEDGED_CHILD = """
+_JOB_ENDED_CHILD = """
 import os, signal, sys, time
 from profiler import signals
 signals.install()
@@ -398,7 +398,7 @@ try:
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(10)
 except KeyboardInterrupt as e:
-    signals.acknowledge()  # the run's handler took it: it saves the record after this block
+    signals.job_ended()  # the job is over (as run_session says in its finally): the record is saved after this
     status = signals.exit_status(e)
 os.kill(os.getpid(), signal.SIGINT)  # outside any except block now, but the run is stopping: held
 time.sleep(0.05)
@@ -407,8 +407,8 @@ sys.exit(status)
 """
 
 
-def test_after_acknowledge_a_second_signal_is_held_outside_the_except_block():
-    r = _py(_ACKNOWLEDGED_CHILD, timeout=30)
+def test_after_the_job_ended_a_second_signal_is_held_outside_the_except_block():
+    r = _py(_JOB_ENDED_CHILD, timeout=30)
     assert r.stdout.strip() == "record written", r.stderr
     assert r.returncode == 143 and "still saving" in r.stderr
 

@@ -132,7 +132,7 @@ def _write_outputs(rec, out: Path, args: argparse.Namespace, console, reraise: b
             held = e
         print_report(rec, console, files)
     if held is not None:
-        print(f"profiler: {signals.describe(signals.exit_status(held) - 128)} received while saving; everything "
+        print(f"profiler: {signals.describe(signals.signal_number(held))} received while saving; everything "
               f"measured is in {files[0]}", file=sys.stderr)
         if reraise:
             raise held
@@ -202,7 +202,7 @@ def main(args: argparse.Namespace) -> int:
         return run_script(args)
     from rich.console import Console
 
-    from .. import outdir, signals
+    from .. import outdir
     from ..harness.runner import execute, prepare
     from ..render.terminal import LiveProgress
 
@@ -233,16 +233,23 @@ def main(args: argparse.Namespace) -> int:
     if denv is not None:  # distributed: rank 0 merges the ranks' records
         from .ranks import finish
         finish(denv, out, console, plots=not args.no_plots)
-    outcome = rec.outcome  # type: ignore[attr-defined]
+    return _exit_status(rec.outcome, rec, f"the run failed ({rec.partial_reason})", out)  # type: ignore[attr-defined]
+
+
+def _exit_status(outcome, rec, failure: str, out: Path) -> int:
+    """The command's exit status from how the job ended, and a signal held while its record was saved."""
+    from .. import signals
+
     if outcome.status == "interrupted":
         return signals.exit_status(outcome.error)
     late = getattr(rec, "late_signal", None)
     if late is not None and outcome.status != "failed":
         return signals.exit_status(late)  # a signal held while saving: ended by it, with everything saved
     if outcome.status == "failed":
-        print(f"profiler: the run failed ({rec.partial_reason}); the partial record is in {out / 'run.json'}",
-              file=sys.stderr)
+        print(f"profiler: {failure}; the partial record is in {out / 'run.json'}", file=sys.stderr)
         return 1
+    if outcome.status == "exit":
+        return outcome.exit_code or 0
     return 0
 
 
@@ -323,15 +330,4 @@ def run_script(args: argparse.Namespace) -> int:
     if denv is not None:  # distributed: rank 0 merges the ranks' records
         from .ranks import finish
         finish(denv, out, console, plots=not args.no_plots)
-    if outcome.status == "interrupted":
-        return signals.exit_status(outcome.error)
-    late = getattr(rec, "late_signal", None) if rec is not None else None
-    if late is not None and outcome.status != "failed":
-        return signals.exit_status(late)  # a signal held while saving: ended by it, with everything saved
-    if outcome.status == "failed":
-        print(f"profiler: the script raised {type(outcome.error).__name__}; the partial record is in "
-              f"{out / 'run.json'}", file=sys.stderr)
-        return 1
-    if outcome.status == "exit":
-        return outcome.exit_code or 0
-    return 0
+    return _exit_status(outcome, rec, f"the script raised {type(outcome.error).__name__}", out)

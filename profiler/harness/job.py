@@ -16,8 +16,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from .. import signals
 from ..errors import UserError
-from ..instrument import collect
+from ..instrument import collect, torch_hooks
 from ..instrument.session import Session, StepRow, WindowClosed
 from ..record import RunRecord
 from ..redact import redact_argv
@@ -64,9 +65,6 @@ def run_session(job: Callable[[], Any], session: Session, sampler: Any = None,
             try:
                 job()
             finally:
-                from .. import signals
-                from ..instrument import torch_hooks
-
                 signals.job_ended()  # from here to the saved record a signal is held, not raised
                 torch_hooks.pause_worker_watchdog()  # and a dying worker cannot raise into the saving (resumed after)
                 session.stop()
@@ -78,9 +76,6 @@ def run_session(job: Callable[[], Any], session: Session, sampler: Any = None,
         # Drop the frames: they hold the DataLoader iterator, whose workers (signalled too) would otherwise be
         # reported by torch's SIGCHLD handler in the middle of writing the record.
         e.__traceback__ = None
-        from .. import signals
-
-        signals.acknowledge()
         outcome = Outcome("interrupted", e)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
@@ -102,8 +97,6 @@ def partial_reason(outcome: Outcome, session: Session) -> str | None:
     if outcome.status == "window closed":
         return None
     if outcome.status == "interrupted":
-        from .. import signals
-
         num = signals.signal_number(outcome.error)
         sig = signals.describe(num) if num is not None else "Ctrl-C"
         return f"interrupted ({sig}) after {n} of {want} measured steps"

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import traceback
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -150,13 +151,9 @@ def quiet_peer_gone() -> None:
     def hook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
         from multiprocessing import AuthenticationError
 
-        frames = []
-        t = tb
-        while t is not None:
-            frames.append(t.tb_frame.f_code)
-            t = t.tb_next
-        in_sharer = any(c.co_name == "_serve" and c.co_filename.endswith("resource_sharer.py") for c in frames)
-        if in_sharer and issubclass(kind, (EOFError, ConnectionError, AuthenticationError)):
+        if issubclass(kind, (EOFError, ConnectionError, AuthenticationError)) and any(
+                f.f_code.co_name == "_serve" and f.f_code.co_filename.endswith("resource_sharer.py")
+                for f, _ in traceback.walk_tb(tb)):
             return
         previous(kind, exc, tb)
 
