@@ -7,104 +7,199 @@
                 ...
     print(run.verdict)          # also: run.record (the RunRecord), run.files (report paths), run.out
 
-The first DataLoader iterated inside the block is profiled for ``warmup + steps`` batches; when that window closes
-the record and reports are written and the block goes on unprofiled (``then="continue"``, the default here — the
-API never stops your program; ``then="exit"`` raises ``profiler.WindowClosed`` out of the loop instead, which the
-``with`` block swallows). Leaving the block earlier writes a record of what was measured, marked partial.
+The DataLoader the block trains from is profiled for ``warmup + steps`` batches: the first one iterated, or the next
+one when that stops early (a sanity check, a shape probe); ``profile(loader="MyDataset")`` or
+``loader="train.py:42"`` (where it was created) names one. When that window closes the record and reports are
+written and the block goes on unprofiled (``then="continue"``, the default here — the API never stops your program;
+``then="exit"`` raises ``profiler.WindowClosed`` out of the loop instead, which the ``with`` block swallows). Leaving
+the block earlier (a ``break``, your own exception) writes a record of what was measured, marked partial with the
+reason.
+
+The profiler never raises into your code except your own exceptions: a failure of its own (an ``out`` it cannot
+write, a report that cannot be drawn, no DataLoader in the block) is one line on stderr and your program goes on.
+It saves through the command line's path (profiler/saving.py): signals held while run.json is written, the temp
+folder when ``out`` is not writable. A ``profile()`` block inside another one (or inside ``python -m profiler run``)
+is left out with one line: one process, one record. So is a process your code forks: only the one that entered the
+block writes.
 """
 from __future__ import annotations
 
+import os
+import sys
+import tempfile
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import TYPE_CHECKING
 
 from .config import RunConfig
 from .instrument.session import WindowClosed
 from .instrument.substages import stage
 
+if TYPE_CHECKING:
+    from .harness.external import ExternalRun
+    from .record import RunRecord
+    from .record.schema import Verdict
+
 __all__ = ["ProfileRun", "WindowClosed", "profile", "stage"]
+
+
+def _say(what: str, e: BaseException | None = None) -> None:
+    """One line on stderr about a failure of the profiler's own; the user's program goes on."""
+    detail = f" ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})" if e is not None else ""
+    try:
+        print(f"profiler: {what}{detail}", file=sys.stderr)
+    except (OSError, ValueError):
+        pass  # no stderr left: the note is a courtesy only
 
 
 class ProfileRun:
     """What ``profile()`` returns: filled in when the window closes or the block ends."""
 
-    def __init__(self, out: str | None, warmup: int, steps: int, then: str, plots: bool, quiet: bool):
+    def __init__(self, out: str | None, warmup: int, steps: int, then: str, plots: bool, quiet: bool,
+                 loader: str | None = None):
         if then not in ("exit", "continue"):
             raise ValueError("then must be 'exit' or 'continue'")
         if steps <= 0 or warmup < 0:
             raise ValueError("steps must be > 0 and warmup >= 0")
         self.warmup, self.steps, self.then, self.plots, self.quiet = warmup, steps, then, plots, quiet
+        self.loader = loader
+        if loader is not None:
+            from .instrument.loaders import LoaderSelector
+
+            LoaderSelector.parse(loader)  # a malformed selector fails at the call, not inside the block
         self._out_arg = out
         self.out: Path | None = None
-        self.record: Any = None
+        self.record: RunRecord | None = None
         self.files: list[str] = []
-        self._run: Any = None
+        self._run: ExternalRun | None = None
+        self._pid = os.getpid()
 
     @property
-    def verdict(self) -> dict | None:
+    def verdict(self) -> Verdict | None:
         """The verdict section (bottleneck, summary, recommendations), or None before anything was written."""
         return self.record.verdict if self.record is not None else None
 
-    def _write(self, rec: Any) -> None:
+    def _folder(self) -> Path:
+        """The output folder: ``out`` (claimed for this run), else a new reports/<time>_api; the temp folder when
+        neither can be made, said in one line."""
         from . import outdir
-        from .analysis import analyze
-        from .render import write_reports
+        from .errors import UserError
+        from .harness.runner import default_run_name
 
-        if self.out is None:
-            from .harness.runner import default_run_name
+        name = default_run_name(RunConfig(), "api")
+        try:
+            if self._out_arg:
+                return outdir.claim(outdir.prepare_out(self._out_arg, flag="out="))
+            return outdir.create_run_dir("reports", name, flag="out=")
+        except UserError as e:
+            fallback = outdir.create_run_dir(tempfile.gettempdir(), f"profiler-{name}", flag="out=")
+            _say(f"{e}; writing to {fallback} instead")
+            return fallback
 
-            self.out = (outdir.prepare_out(self._out_arg) if self._out_arg
-                        else outdir.create_run_dir("reports", default_run_name(RunConfig(), "api")))
-        from .instrument.torch_hooks import worker_watchdog_paused
+    def _write(self, rec: RunRecord) -> None:
+        """Save and report ``rec`` (the window closed, or the block ended). Never raises but a held signal."""
+        if os.getpid() != self._pid or self.record is not None:
+            return  # a forked child of the user's code, or written already: one process, one record
+        from .errors import UserError
+        from .saving import save_and_report
 
-        with worker_watchdog_paused():  # a worker dying now must not abort the save (torch_hooks says why)
-            rec.save(self.out / "run.json")  # the raw record first: safe before the analysis and the reports
-            analyze(rec)
-            rec.save(self.out / "run.json")
-            self.files = [str(self.out / "run.json")]
-            if self.plots:
-                self.files += [str(f) for f in write_reports(rec, self.out)]
         self.record = rec
-        if not self.quiet:
-            from rich.console import Console
+        try:
+            if self.out is None:
+                self.out = self._folder()
+            console = None
+            if not self.quiet:
+                from rich.console import Console
 
-            from .render.terminal import print_report
+                console = Console(stderr=True)
+            saved = save_and_report(rec, self.out, plots=self.plots, console=console, reraise=True)
+            self.files = saved.files
+        except KeyboardInterrupt:
+            raise  # the user's own Ctrl-C / SIGTERM, held until the record was written
+        except UserError as e:
+            _say(f"could not save the record: {e}")
+        except Exception as e:  # noqa: BLE001 - the profiler must never crash the job it watches
+            _say("could not write the record or its reports", e)
 
-            print_report(rec, Console(stderr=True), self.files)
+    def __enter__(self) -> ProfileRun:
+        from .instrument import substages
 
-    def __enter__(self) -> "ProfileRun":
-        from .harness.external import ExternalRun
-        from .harness.job import JobSpec
+        if substages.main_hook is not None:
+            _say("profile(): this process is being profiled already (an outer profile() block or `python -m "
+                 "profiler run`); this block is left out")
+            return self
+        try:
+            from .harness.external import ExternalRun, script_config
+            from .harness.job import JobSpec
 
-        config = {**RunConfig(steps=self.steps, warmup=self.warmup).to_dict(), "workers": None, "batch_size": None,
-                  "model": None, "then": self.then}
-        self._run = ExternalRun(JobSpec("api", None, [], then=self.then), self.warmup, self.steps, config,
-                                on_window_closed=self._write)
-        # then='exit' is handled by the block ending (WindowClosed is swallowed in __exit__).
-        self._run.sampler.start()
-        self._run.session.start()
+            config = script_config(RunConfig(steps=self.steps, warmup=self.warmup).to_dict(), then=self.then,
+                                   loader=self.loader)
+            # then='exit' is handled by the block ending (WindowClosed is swallowed in __exit__).
+            run = ExternalRun(JobSpec("api", None, [], then=self.then), self.warmup, self.steps, config,
+                              on_window_closed=self._write, loader=self.loader)
+            run.sampler.start()
+            run.session.start()
+            self._run = run
+        except Exception as e:  # noqa: BLE001 - the user's block runs unprofiled rather than not at all
+            _say("profile(): could not start profiling; the block runs unprofiled", e)
+            self._stop_quietly()
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    def _stop_quietly(self) -> None:
+        run, self._run = self._run, None
+        if run is None:
+            return
+        for step in (run.session.stop, run.sampler.stop):
+            try:
+                step()
+            except Exception:  # noqa: BLE001 - tearing down after a failure of our own: nothing more to say
+                pass
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> bool:
+        run, self._run = self._run, None
+        if run is None or os.getpid() != self._pid:
+            return isinstance(exc, WindowClosed)
+        try:
+            self._finish(run, exc)
+        except KeyboardInterrupt:
+            if exc is None:
+                raise  # a signal held while the record was written: the user's own, delivered now
+        except Exception as e:  # noqa: BLE001 - the profiler must never crash the job it watches
+            _say("could not finish the profile", e)
+        return isinstance(exc, WindowClosed)
+
+    def _finish(self, run: ExternalRun, exc: BaseException | None) -> None:
         from .harness.job import Outcome, OutOfDeviceMemory
 
-        run = self._run
-        run.session.stop()
-        if not run.session.samples:
-            run.session.samples = run.sampler.stop()
-        if self.record is None and (run.session.rows or run.session.loader is not None):
-            if exc is None or isinstance(exc, WindowClosed):
-                outcome = Outcome("window closed" if run.session.measured_steps >= self.steps else "ended")
-            elif isinstance(exc, KeyboardInterrupt):
-                outcome = Outcome("interrupted", exc)
-            elif isinstance(exc, OutOfDeviceMemory):
-                outcome = Outcome("oom", exc, oom={"step": exc.step, "message": str(exc)})
-            else:
-                outcome = Outcome("failed", exc)
-            self._write(run._build(outcome))
-        return isinstance(exc, WindowClosed)
+        session = run.session
+        # The block ends: closing the window now is not the window closing by itself, so the callback must not
+        # write a complete record of a cut-short run.
+        session.on_window_closed = None
+        session.stop()
+        if not session.samples:
+            session.samples = run.sampler.stop()
+        if self.record is not None:
+            return  # written when the window closed
+        if not session.rows and session.loader is None:
+            _say("profile(): no DataLoader was iterated inside the block; nothing recorded")
+            return
+        if exc is None or isinstance(exc, WindowClosed):
+            outcome = Outcome("window closed" if session.measured_steps >= self.steps else "ended")
+        elif isinstance(exc, KeyboardInterrupt):
+            outcome = Outcome("interrupted", exc)
+        elif isinstance(exc, OutOfDeviceMemory):
+            outcome = Outcome("oom", exc, oom={"step": exc.step, "message": str(exc)})
+        elif isinstance(exc, SystemExit):
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            outcome = Outcome("exit", exc, exit_code=code)
+        else:
+            outcome = Outcome("failed", exc)
+        self._write(run._build(outcome))
 
 
 def profile(out: str | None = None, warmup: int = 5, steps: int = 30, then: str = "continue", plots: bool = True,
-            quiet: bool = False) -> ProfileRun:
-    """Profile the first DataLoader iterated inside the ``with`` block (see the module docstring)."""
-    return ProfileRun(out, warmup, steps, then, plots, quiet)
+            quiet: bool = False, loader: str | None = None) -> ProfileRun:
+    """Profile the DataLoader the ``with`` block trains from (see the module docstring); ``loader`` names one
+    explicitly: its dataset's class, ``"file:line"`` where it was created, or ``"Class@file:line"``."""
+    return ProfileRun(out, warmup, steps, then, plots, quiet, loader)

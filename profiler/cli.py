@@ -1,4 +1,4 @@
-"""Command line: ``python -m profiler run | report | compare | sweep | fit``.
+"""Command line: ``python -m profiler run | report | compare | sweep | attach | fit``.
 
 This module is the top-level parser (its help and examples), the split of ``run [options] SCRIPT args...``, the
 dispatch to the commands (one module each, registered in profiler/commands/__init__.py) and the error handling they
@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
+from typing import NoReturn
 
 from . import __version__
 from .commands import COMMAND, COMMANDS
@@ -22,9 +23,12 @@ MAIN_EPILOG = """examples:
   python -m profiler run --data ./imgs --cache cold --storage hdd --out reports/hdd
   python -m profiler report reports/hdd/run.json          # re-render everything from a saved run
   python -m profiler compare reports/ssd reports/hdd       # what changed between two runs, and why
+  python -m profiler attach 41237 --duration 60           # a job already running: sampled from outside
   python -m profiler fit --model resnet50 --batch-size 64 --gpu-mem rtx3060-12g
   python -m profiler sweep --workers 0,1,2,4 --data ./imgs  # what would help: measured vs predicted
   torchrun --nproc-per-node 2 -m profiler run train.py     # every rank profiled, merged in <out>/
+  torchrun --nnodes 2 --node-rank K --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint NODE0:29400 -m profiler
+      run --out /local/prof train.py                       # one per node K; merged on rank 0's node (README)
 """
 
 
@@ -53,14 +57,19 @@ def split_run_argv(tokens: list[str], run_parser: argparse.ArgumentParser
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line on stderr and exit 2 (argparse prints the whole usage block)."""
+    """argparse, but a usage error is one line on stderr and exit 2 (argparse prints the whole usage block).
 
-    def error(self, message: str):  # type: ignore[override]
+    ``run_parser``: the ``run`` subcommand's parser, which splitting ``run SCRIPT args...`` and sweep's per-point
+    runs parse with."""
+
+    run_parser: argparse.ArgumentParser
+
+    def error(self, message: str) -> NoReturn:
         print(f"profiler: error: {message} (see {self.prog} --help)", file=sys.stderr)
         raise SystemExit(2)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> _Parser:
     ap = _Parser(prog="python -m profiler", description="Find out why a PyTorch job does not keep "
                                  "its GPU busy, and what to change.", epilog=MAIN_EPILOG,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -70,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     for c in COMMANDS:
         parsers[c.name] = sub.add_parser(c.name, help=c.help, add_help=not c.own_argv)
         c.add_arguments(parsers[c.name])
-    ap.run_parser = parsers["run"]  # type: ignore[attr-defined]
+    ap.run_parser = parsers["run"]
     return ap
 
 
@@ -96,7 +105,7 @@ def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     own = COMMAND.get(argv[0]) if argv else None
-    if own is not None and own.own_argv:  # sweep (issue 10): lists, then everything else passed to each run
+    if own is not None and own.own_argv:  # sweep: its lists, then everything else passed to each run
         try:
             return own.main(argparse.Namespace(command=own.name, argv=argv[1:], run_parser=parser.run_parser))
         except UserError as e:
@@ -104,7 +113,7 @@ def _main(argv: list[str] | None) -> int:
             return 2
         except KeyboardInterrupt as e:
             return signals.exit_status(e)
-    target, is_module, script_args = None, False, []
+    target, is_module, script_args = None, False, list[str]()
     try:
         if argv and argv[0] == "run":
             ours, target, is_module, script_args = split_run_argv(argv[1:], parser.run_parser)

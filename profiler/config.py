@@ -130,7 +130,7 @@ def max_workers() -> int:
 def _int_in(flag: str, value: Any, lo: int, hi: int, why: str) -> None:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise UserError(f"{flag} must be a whole number (got {value!r})")
-    if not lo <= value <= hi:
+    if not lo <= int(value) <= hi:
         shown = str(value) if len(str(value)) <= 24 else str(value)[:20] + "..."
         raise UserError(f"{flag} must be between {lo:,} and {hi:,}{why} (got {shown})")
 
@@ -207,3 +207,26 @@ def _check_ram(c: RunConfig) -> None:
         raise UserError(f"--workers {c.workers} x --prefetch-factor {c.prefetch_factor} keeps {in_flight} batches of "
                         f"{_fmt_bytes(batch_bytes)} in RAM at once ({_fmt_bytes(batch_bytes * in_flight)}); only "
                         f"{_fmt_bytes(avail)} is available: lower one of them or --batch-size")
+
+
+@dataclass(frozen=True)
+class AttachConfig:
+    """Defaults of ``python -m profiler attach``.
+
+    duration_s: 30 s at the default rate is ~600 samples of the main thread: a share's 95 % interval is then at most
+    ±4 percentage points (±1.8 at the 5 % band's edge), finer than the 5 % / 20 % bands it is judged by (neighbouring
+    samples are correlated, so the true uncertainty is somewhat wider; --duration 120 halves it).
+    rate_hz: py-spy samples per second. What attach costs a job is the CPU it spends beside it, on its cores
+    (py-spy reads the job's memory without stopping it: the job's own CPU per sample does not change). Measured
+    (scripts/bench_attach.py, a 2-process job on 2 loaded cores): py-spy ~1.9 % of one core fixed (it follows the
+    job's child processes) + ~0.06 % per Hz, attach's /proc reader ~1.1 %: 20 Hz is ~4 % of one core, 2 % of a
+    2-core machine (less on more cores); 50 Hz was 2.9 % of the 2 cores, py-spy's own 100 Hz more again.
+    """
+    duration_s: float = 30.0
+    rate_hz: int = 20
+
+
+MIN_ATTACH_DURATION_S = 1.0  # py-spy's start-up takes a few hundred ms; under a second little would be sampled
+MAX_ATTACH_DURATION_S = 24 * 3600.0  # counts stay bounded whatever the length; a day is a sane upper limit
+MIN_ATTACH_RATE_HZ = 1
+MAX_ATTACH_RATE_HZ = 1000  # py-spy's own ceiling is about here; beyond it samples are dropped

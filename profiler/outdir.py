@@ -11,6 +11,7 @@ removes only empty folders, so nothing the run (or anyone else) wrote can ever b
 """
 from __future__ import annotations
 
+import fcntl
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -85,7 +86,7 @@ def create_run_dir(base: os.PathLike[str] | str, name: str, flag: str = "--out")
         clean = clean.replace(os.altsep, "_")
     if clean in ("", ".", ".."):
         clean = f"run{clean}"
-    base_path = Path(base_s)
+    base_path = Path(os.path.abspath(base_s))  # absolute: a script's os.chdir must not move the run's folder
     made = _makedirs(base_path, flag)
     for k in range(1, MAX_SUFFIX + 1):
         path = base_path / (clean if k == 1 else f"{clean}-{k}")
@@ -110,10 +111,11 @@ def create_run_dir(base: os.PathLike[str] | str, name: str, flag: str = "--out")
 def prepare_out(path: os.PathLike[str] | str, flag: str = "--out") -> Path:
     """An explicit output folder: create it (and its parents) if missing, check it is writable; UserError if not.
 
-    An existing folder is used as it is (the user named it); a file in its place is an error.
+    An existing folder is used as it is (the user named it); a file in its place is an error. The path returned is
+    absolute.
     """
     s = _check_text(flag, path)
-    p = Path(s)
+    p = Path(os.path.abspath(s))  # absolute: a script's os.chdir must not move the run's folder
     if os.path.lexists(p) and not p.is_dir():
         raise UserError(f"{flag} {s}: exists and is not a folder")
     made = _makedirs(p, flag)
@@ -165,3 +167,33 @@ def removed_if_unused(path: os.PathLike[str] | str) -> Iterator[Path]:
         discard_if_empty(p)
         raise
     forget(p)
+
+
+# Folders claimed by this process (see ``claim``): the open descriptor holds the lock until the process ends.
+_claims: dict[Path, int] = {}
+
+
+def claim(path: Path, flag: str = "--out") -> Path:
+    """Hold an exclusive lock on the output folder ``path`` for this process's life; UserError (one line) if another
+    run holds it.
+
+    Why: two runs given the same explicit ``--out`` at once both wrote run.json there and said so; one record was
+    silently replaced. ``flock`` on the folder itself leaves no lock file behind (the folder stays removable when
+    empty) and is released by the kernel when the process ends, however it ends — no stale lock after a SIGKILL.
+    """
+    if path in _claims:
+        return path
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as e:
+        raise _fail(flag, path, e) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise UserError(f"{flag} {path}: another profiler run is writing there now; wait for it or choose another "
+                        f"{flag}") from None
+    except OSError:
+        pass  # a filesystem without flock (some network mounts): run unlocked rather than not at all
+    _claims[path] = fd
+    return path

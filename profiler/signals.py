@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import FrameType
+from typing import Any
 
 #: The signals that end a run. SIGQUIT is left alone on purpose: its default core dump is what a user asks for with it.
 HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -91,6 +92,7 @@ class _State:
     noted: bool = False  # the "still saving" line was printed
     in_flight: int | None = None  # id() of the interrupt raised last (not a reference: it would keep its frames)
     job_done: bool = False  # the profiled job has ended: from here to the saved record, signals are held
+    starting: int = 0  # nesting of holding(): the note must not speak of saving when nothing was measured yet
 
 
 _state = _State()
@@ -103,9 +105,11 @@ def _note(state: _State) -> None:
         return
     state.noted = True
     left = FORCE_AFTER - len(state.received)
+    doing = ("stopping once start-up is done" if state.starting and not state.job_done
+             else "still saving what was measured")
     try:
-        os.write(2, f"\nprofiler: still saving what was measured; press Ctrl-C {left} more time"
-                    f"{'s' if left != 1 else ''} to quit without it\n".encode())
+        os.write(2, f"\nprofiler: {doing}; press Ctrl-C {left} more time"
+                    f"{'s' if left != 1 else ''} to quit at once\n".encode())
     except OSError:
         pass  # no stderr (closed terminal after SIGHUP): the note is a courtesy only
 
@@ -220,7 +224,7 @@ def deferred() -> Iterator[None]:
             yield
         return
     got: list[int] = []
-    old: dict[int, object] = {}
+    old: dict[int, Any] = {}  # signal number -> the handler it had (what getsignal returns)
     for sig in HANDLED:
         prev = signal.getsignal(sig)
         if prev is None or prev is signal.SIG_IGN:
@@ -229,8 +233,8 @@ def deferred() -> Iterator[None]:
     try:
         yield
     finally:
-        for sig, prev in old.items():
-            signal.signal(sig, prev)  # type: ignore[arg-type]
+        for num, handler in old.items():
+            signal.signal(num, handler)
         for n in got:
             signal.raise_signal(n)
 
@@ -254,7 +258,21 @@ def holding() -> Iterator[None]:
     modules, ``import torch`` above all), then raise the first one. With our handlers installed this is
     ``deferred()``; without them it does nothing (the default actions stay the process's own)."""
     if _installed and threading.current_thread() is threading.main_thread():
-        with deferred():
-            yield
+        st = _state
+        st.starting += 1
+        try:
+            with deferred():
+                yield
+        finally:
+            st.starting -= 1
     else:
         yield
+
+
+def pending() -> int | None:
+    """The first signal received and held but never raised (one that came after the record was saved, while the
+    report was printing), else None: the command must still end with its status (128 + N), not 0."""
+    st = _state
+    if st.received and not st.raised:
+        return st.received[0]
+    return None

@@ -145,3 +145,64 @@ STRAGGLER_WAIT_SHARE = 0.10
 # ... and the straggler must be the rank that waited least in at least this share of the aligned steps: a rank that
 # holds the others up does so step after step; two ranks taking turns (noise, a shared core) hold no one up.
 STRAGGLER_CONSISTENT_FROM = 0.6
+
+# Rank 0's wait for the others' summaries, scaled by what the others reported: after rank 0's own end, each report
+# moves the deadline to (latest report) + max(RANK_WAIT_MIN_S, RANK_WAIT_SPREAD_FACTOR x the spread of the arrivals
+# seen so far), never beyond RANK_WAIT_S. Why: ranks of one DDP job end within a few seconds of each other (they meet
+# in every all-reduce), so a rank still silent several spreads after the last report is dead or hung; 5 s covers
+# analyzing one's own record and a store round trip on a loaded machine; 3 spreads leaves room for a slow tail.
+RANK_WAIT_MIN_S = 5.0
+RANK_WAIT_SPREAD_FACTOR = 3.0
+# A rank's summary keeps at most this many aligned steps (every 2^k-th step index, the same choice on every rank):
+# enough to see a trend and the per-step skew, and it bounds what 1,024 ranks send through the store (~20 KB each).
+RANK_SUMMARY_MAX_STEPS = 512
+# Straggler rule at scale. With many ranks "the rank that waited least" is always someone; a rank is a straggler only
+# when its collective-wait share is below the others' median by at least STRAGGLER_WAIT_SHARE of a step AND by more
+# than STRAGGLER_SPREAD_K robust standard deviations of the others (1.4826 x their median absolute deviation): 4
+# sigma, so that among 1,024 normally-spread ranks a false alarm is rarer than 1 in 10 (p(z < -4) = 3e-5 per rank).
+STRAGGLER_SPREAD_K = 4.0
+# A host whose ranks are all stragglers (two ranks at least) is reported as a slow node: its storage, CPU, network or
+# thermal state, a different fix from one rank's data.
+SLOW_HOST_MIN_RANKS = 2
+# Clocks across hosts: a host's offset to rank 0 comes from this many store round trips (the one with the least delay
+# kept, NTP-style); 8 rounds take a few ms on a LAN and make a delayed round (a busy store) unlikely to be the one kept.
+CLOCK_SYNC_ROUNDS = 8
+# The ranks view draws one lane per rank up to this many ranks; beyond it, a heatmap (rank x step) and the slowest
+# ranks named: 1,024 lanes are unreadable.
+RANKS_LANES_MAX = 16
+# The HTML and terminal table list every rank up to this many; beyond it, the stragglers, the slowest and fastest few
+# and the missing ranks (the full table is in ranks.json).
+RANKS_TABLE_MAX = 32
+
+# --- What-if intervals and a perturbed baseline (analysis/whatif.py, analysis/rates.py) ---------------------------
+# The model's own error on settings it did not see, beyond what the baseline's spread explains: the relative half-
+# width added (in quadrature) to every prediction for another setting. From scripts/bench_whatif.py on the 2-core
+# bench host: once the other load each point really saw is put back into the prediction (the bench's
+# "whatif_error_at_each_points_load"), the median error over its 10 points was 9.7 % (storage-throttled cases 2-9 %
+# in an earlier quiet run); 12 % covers the bulk of those without making every interval useless. The error that the
+# change of other load between runs adds is not in this constant: the interval's own other-load term carries it.
+WHATIF_RESIDUAL = 0.12
+# The 0-worker prediction from a run with workers rests on a few samples timed in the main process after the window
+# (harness/ceiling.py), not on the window itself: earlier runs were off by -31 % and +194 %. Its interval is widened
+# by this much more (relative, in quadrature) so that it says how little it rests on.
+WORKERS0_RESIDUAL = 0.35
+# A window whose second half ran at a rate this much (relative) away from its first half drifted: the load or the
+# pipeline changed while it was measured, and one figure does not describe it.
+DRIFT_FROM = 0.10
+# Other processes' use of the cores varied by at least this many cores (10th to 90th percentile of the samples)
+# during the window: other load came and went, so the cores the job had are not one number.
+OTHER_LOAD_VARIED_FROM = 0.25
+# The first quarter of the window ran at a rate this much (relative) away from the rest: the warm-up had not settled
+# (page cache filling, workers still starting, the allocator growing) when the measurement began.
+WARMUP_UNSETTLED_FROM = 0.15
+# The model, fed this run's per-sample costs, expects the measured setting to run at least 1/0.8 = 1.25x faster
+# than it did: the window ran below what its own costs allow (something the run did not see took time), so the
+# calibration that scales every prediction by it is suspect. Above 0.8 the gap is the model's usual error.
+BELOW_OWN_COSTS_FROM = 0.8
+# A recommendation claims a gain only when the low end of its prediction's interval is at least this (relative)
+# above the measured throughput: below, the gain is within a shared host's run-to-run noise (5 %).
+GAIN_CLAIMED_FROM = 0.05
+# A job "read files" (and gets storage what-if rows) when its dataset asked for at least a page per sample, or had a
+# timed read stage, or read from the device: below 4 KiB per sample, the bytes are the profiler's own /proc readings,
+# pipes and imports, not data (an in-memory dataset measured ~50 B per sample).
+READS_FILES_FROM_BYTES = 4096

@@ -1,6 +1,6 @@
 """One vocabulary: every stage and every idle cause the profiler knows, as data.
 
-Analysis, comparisons and every renderer iterate these tables instead of spelling names, labels and colours of their
+Analysis, comparisons and every renderer iterate these tables instead of spelling names, labels and colors of their
 own, so adding a stage is one entry here plus its measurement.
 
 Two orthogonal views of the same time (see docs/attribution.md):
@@ -8,7 +8,7 @@ Two orthogonal views of the same time (see docs/attribution.md):
 - **Stages** say *where* the time went, by the code's name for it: ``read`` / ``decode`` / ``augment`` (named
   sub-stages inside a sample), ``getitem`` (the rest of the user's ``__getitem__``), ``collate``, ``transfer``, and
   the main loop's ``wait`` / ``h2d`` / ``compute``. A user's own ``profiler.stage("tokenize")`` is a stage too; it is
-  not in the table, and :func:`stage` gives it a label and a colour of its own.
+  not in the table, and :func:`stage` gives it a label and a color of its own.
 - **Causes** say *what kind* of time it was, by the kernel's view of the thread that spent it: on a core → ``cpu``;
   waiting for a core → ``cpu`` (contention); blocked off-CPU → ``io``; a finished batch on its way to the main
   process → ``transfer``; none of these → ``other``. ``busy`` is the compute device working (plots only).
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Seaborn's "deep" palette: distinguishable for the common colour-vision deficiencies and in greyscale by lightness.
+# Seaborn's "deep" palette: distinguishable for the common color-vision deficiencies and in greyscale by lightness.
 _DEEP = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b2", "#937860", "#da8bc3", "#8c8c8c", "#ccb974",
          "#64b5cd")
 
@@ -38,7 +38,7 @@ class Stage:
     side: str
     cause: str | None
     label: str
-    colour: str
+    color: str
     words: str
 
 
@@ -46,7 +46,7 @@ class Stage:
 class Cause:
     name: str
     label: str
-    colour: str
+    color: str
     words: str
 
 
@@ -75,9 +75,7 @@ STAGE = {s.name: s for s in STAGES}
 COLLECTIVE = Stage("collective", "step", "main", None, "collective wait (all-reduce)", "#8c613c",
                    "waiting in the all-reduce for the other ranks")
 
-# Sample stages whose name the instrumentation gives to well-known library calls (see harness/substages.py).
-SAMPLE_STAGES = tuple(s.name for s in STAGES if s.per == "sample")
-WORKER_STAGES = tuple(s.name for s in STAGES if s.side == "worker")
+# The main loop's per-step stages, in order (the Gantt's main lane and its legend).
 MAIN_STAGES = tuple(s.name for s in STAGES if s.side == "main" and s.per == "step")
 
 CAUSES: tuple[Cause, ...] = (
@@ -106,28 +104,28 @@ KINDS: dict[str, tuple[str, str]] = {
 }
 
 
-# Colours for user-named stages: Tableau's "muted" hues, none of which a registered stage or cause uses, so a user's
+# Colors for user-named stages: Tableau's "muted" hues, none of which a registered stage or cause uses, so a user's
 # "tokenize" never looks like "wait" or "read".
-_USER_COLOURS = ("#956cb4", "#d65f5f", "#ee854a", "#6acc64", "#82c6e2", "#d5bb67", "#8c613c", "#dc7ec0")
+_USER_COLORS = ("#956cb4", "#d65f5f", "#ee854a", "#6acc64", "#82c6e2", "#d5bb67", "#8c613c", "#dc7ec0")
 
 
 def stage(name: str) -> Stage:
-    """The registered stage, or a user-named one (``profiler.stage("tokenize")``) with a stable colour of its own."""
+    """The registered stage, or a user-named one (``profiler.stage("tokenize")``) with a stable color of its own."""
     if name in STAGE:
         return STAGE[name]
     if name == COLLECTIVE.name:
         return COLLECTIVE
-    colour = _USER_COLOURS[sum(name.encode()) % len(_USER_COLOURS)]
-    return Stage(name, "sample", "worker", "cpu", name, colour, f"'{name}'")
+    color = _USER_COLORS[sum(name.encode()) % len(_USER_COLORS)]
+    return Stage(name, "sample", "worker", "cpu", name, color, f"'{name}'")
 
 
-def colour(name: str) -> str:
-    """Colour of a stage or cause by name (causes first: ``other`` is a cause and a detail)."""
+def color(name: str) -> str:
+    """Color of a stage or cause by name (causes first: ``other`` is a cause and a detail)."""
     if name in CAUSE:
-        return CAUSE[name].colour
+        return CAUSE[name].color
     if name == "busy":
-        return BUSY.colour
-    return stage(name).colour
+        return BUSY.color
+    return stage(name).color
 
 
 def label(name: str) -> str:

@@ -74,7 +74,7 @@ def direct_costs() -> tuple[float, float, float]:
     import torch
     from torch.utils.data import DataLoader
 
-    from profiler.instrument import clocks, worker
+    from profiler.instrument import clocks, torch_hooks
     from profiler.instrument.session import Session
 
     n = 20000
@@ -98,7 +98,7 @@ def direct_costs() -> tuple[float, float, float]:
     for _ in range(reps):
         plain.fetch(idx)
     base = time.perf_counter() - t
-    worker.instrument_fetcher(fetcher, 0)
+    torch_hooks.instrument_fetcher(fetcher, 0)
     t = time.perf_counter()
     for _ in range(reps):
         fetcher.fetch(idx)

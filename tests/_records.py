@@ -3,7 +3,7 @@
 The timeline is a small simulation of what the harness measures: 3 workers each building batches of 4 samples
 (read 1 ms, decode 8 ms, augment 4 ms per sample, collate 0.5 ms), a main loop that waits for batch i, copies it and
 computes for 20 ms. Every instant is consistent (spans nest in their batch, waits end when the batch arrives), so the
-record analyses to a real verdict; tests then damage it.
+record analyzes to a real verdict; tests then damage it.
 """
 from __future__ import annotations
 

@@ -1,6 +1,9 @@
 """Test helpers shared by several test files (imported as a plain module: tests/ is on sys.path)."""
 from __future__ import annotations
 
+import os
+import socket
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,9 +16,50 @@ from profiler.harness.runner import execute, prepare
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
+ROOT = Path(__file__).resolve().parents[1]
+# A user's job in its own interpreter: a toy Dataset of 400 zero tensors and ``loader(workers)`` over it in batches of
+# 4, with the modules the jobs' bodies use imported (the Python API's and the hostile jobs' tests).
+TOY_LOADER_JOB = """
+import os, sys, json, time, threading, torch
+from torch.utils.data import DataLoader, Dataset
+
+class DS(Dataset):
+    def __len__(self): return 400
+    def __getitem__(self, i): return torch.zeros(8)
+
+def loader(workers=0):
+    return DataLoader(DS(), batch_size=4, num_workers=workers)
+"""
+
+
+def repo_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This environment, with this checkout first on the path: a child process imports the profiler under test."""
+    return {**os.environ, "PYTHONPATH": str(ROOT), **(extra or {})}
+
+
+def write_job(folder: Path, body: str, name: str = "job.py") -> Path:
+    """``folder/name``: :data:`TOY_LOADER_JOB` followed by ``body``."""
+    path = folder / name
+    path.write_text(TOY_LOADER_JOB + body)
+    return path
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now (for torchrun's store / rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun_profiler(launcher: list[str], out: Path, *run_args: str) -> list[str]:
+    """The command line of ``python -m profiler run`` as a torchrun job (``launcher``: torchrun's own options): 2
+    warm-up + 6 measured steps, no live progress, into ``out``; ``run_args``: the rest of ``run``'s arguments."""
+    return [sys.executable, "-m", "torch.distributed.run", *launcher, "-m", "profiler", "run", "--no-progress",
+            "--steps", "6", "--warmup", "2", "--out", str(out), *run_args]
+
 
 def run_profile(**kw) -> object:
-    """Run a real profile (DataLoader, workers, model) and analyse it.
+    """Run a real profile (DataLoader, workers, model) and analyze it.
 
     On the CPU unless the test says otherwise: the tests assert CPU behaviour (host timing, no device memory), and
     "auto" would pick a GPU on a machine that has one and fail them there.

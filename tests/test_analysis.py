@@ -268,3 +268,71 @@ def test_no_measured_step_gives_no_verdict_and_no_advice():
     # the same record with its steps measured is judged as usual
     full = analyze(RunRecord.from_dict(record_v2()))
     assert full.verdict["bottleneck"] != "none" and full.throughput["steps"] > 0
+
+
+def test_stage_histogram_holds_every_observation_on_a_log_axis_of_at_least_a_decade():
+    """latency.png draws these bins as they are: every observation counted once, the 0 ms ones apart, and a narrow
+    spread widened to one decade so the log axis has labelled ticks."""
+    from profiler.analysis.stats import HISTOGRAM_BINS, histogram
+
+    v = np.array([0.0, 0.0, 0.001, 0.002, 0.004, 0.5])  # seconds
+    h = histogram(v)
+    assert h["zeros"] == 2 and sum(h["counts"]) == 4 and len(h["counts"]) == HISTOGRAM_BINS
+    assert h["edges_ms"][0] == pytest.approx(1.0) and h["edges_ms"][-1] == pytest.approx(500.0)
+    narrow = histogram(np.array([0.010, 0.011, 0.012]))
+    assert narrow["edges_ms"][-1] / narrow["edges_ms"][0] == pytest.approx(10.0, rel=1e-4)
+    assert narrow["edges_ms"][0] < 10.0 < 12.0 < narrow["edges_ms"][-1] and sum(narrow["counts"]) == 3
+    assert histogram(np.zeros(3)) == {"edges_ms": [], "counts": [], "zeros": 3}
+    assert histogram(np.zeros(0)) == {"edges_ms": [], "counts": [], "zeros": 0}
+
+
+def test_verdict_whatif_and_advice_agree_on_one_record():
+    """Through analyze(): every prediction has its interval, the verdict names what binds in the what-if's words
+    (a CPU run: the model and the workers share the cores), and no recommendation claims a gain its own prediction
+    puts under GAIN_CLAIMED_FROM."""
+    from profiler.analysis.recommend import prediction_for
+    from tests._records import record_v2
+
+    rec = analyze(RunRecord.from_dict(record_v2()))
+    w = rec.whatif
+    for p in w["predictions"]:
+        if p["samples_per_s"] is not None:
+            assert p["interval"][0] <= p["samples_per_s"] <= p["interval"][1]
+    assert w["binds"] == "cores" and rec.verdict["binds"] == w["binds_words"]
+    assert w["binds_words"] in rec.verdict["summary"]
+    for r in rec.verdict["recommendations"]:
+        p, _ = prediction_for(r["action"], w["predictions"])
+        if p is not None:
+            assert p["samples_per_s"] is not None and p["change"] >= th.GAIN_CLAIMED_FROM
+    for r in w["advice_rejected"]:  # what was dropped says why, and is not among the advice given
+        assert r["because"] and r["action"] not in [k["action"] for k in rec.verdict["recommendations"]]
+
+
+def test_whatif_rows_render_old_sections_without_intervals():
+    """A what-if section written before the intervals (no interval, no binds_words) still renders."""
+    from profiler.render.whatif_rows import headline, notices, prediction_rows
+    from tests._records import record_v2
+
+    rec = analyze(RunRecord.from_dict(record_v2()))
+    rec.whatif = {"measured": {"samples_per_s": 100.0, "workers": 1},
+                  "predictions": [{"kind": "workers", "setting": "workers=2", "samples_per_s": 180.0, "binds": "cpu",
+                                   "change": 0.8, "assumption": "a"}]}
+    assert prediction_rows(rec)[0][1:4] == ("≈ 180", "+80 %", "cpu")
+    assert notices(rec) == [] and headline(rec).startswith("This run:")
+
+
+def test_the_consistency_check_rewrites_or_rejects():
+    """check_advice: one function, both outcomes, on a hand-made what-if."""
+    from profiler.analysis.recommend import check_advice
+
+    wi = {"predictions": [
+        {"kind": "workers", "setting": "workers=2", "workers": 2, "samples_per_s": 103.0, "change": 0.03,
+         "change_low": -0.1, "interval": [90.0, 115.0], "binds": "cpu", "assumption": "a"},
+        {"kind": "workers", "setting": "workers=4", "workers": 4, "samples_per_s": 212.0, "change": 1.12,
+         "change_low": 0.9, "interval": [190.0, 240.0], "binds": "cores", "binds_words": "cores: x", "assumption": "a"},
+    ]}
+    recs = [{"action": f"Raise --workers from 1 to {n}", "reason": "r", "expected_gain": "1.17x", "cause": "cpu"}
+            for n in (2, 4)]
+    kept, rejected = check_advice(recs, wi)
+    assert [r["action"] for r in rejected] == ["Raise --workers from 1 to 2"]
+    assert kept[0]["expected_gain"].startswith("4 workers: ≈ 212 samples/s (190–240), at least +90 %, then cores: x")

@@ -93,6 +93,6 @@ def test_report_screenshot_is_a_real_page(report, tmp_path):
         rgb = np.asarray(im.convert("RGB"), dtype=np.int16)
     non_white = (rgb.min(axis=2) < 235).mean()
     assert non_white > 0.05, f"screenshot is nearly blank ({non_white:.1%} non-white)"
-    # The plots (colourful) are on screen, not just text: a good share of saturated pixels.
+    # The plots (colorful) are on screen, not just text: a good share of saturated pixels.
     saturation = rgb.max(axis=2) - rgb.min(axis=2)
     assert (saturation > 60).mean() > 0.02

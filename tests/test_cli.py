@@ -132,14 +132,24 @@ def test_ctrl_c_writes_partial_record(tmp_path, images):
          "--out", str(out), "--no-progress", "--no-plots"],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
-        deadline = time.time() + 60
-        # wait until the loop is running (the harness has started its workers)
-        while time.time() < deadline:
-            time.sleep(0.5)
-            import psutil
-            if len(psutil.Process(proc.pid).children()) >= 2:
+        import psutil
+
+        # Past warm-up by what the workers did, not by a guess of how long that takes on a loaded machine. Once its
+        # prefetch is full, a worker makes a batch only after the loop took one, and blocks on its index queue after
+        # each: 12 blocks of the two workers beyond the first seen are >= 12 batches, >= 8 steps taken (warm-up is 1).
+        main, deadline, first = psutil.Process(proc.pid), time.time() + 120, None
+        while time.time() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+            try:
+                workers = main.children()
+                blocks = sum(w.num_ctx_switches().voluntary for w in workers)
+            except psutil.Error:
+                continue
+            if len(workers) < 2:
+                continue
+            first = blocks if first is None else first
+            if blocks - first >= 12:
                 break
-        time.sleep(5.0)  # well past warm-up even on a loaded 2-core machine
         os.killpg(proc.pid, signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=60)
     finally:

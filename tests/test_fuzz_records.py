@@ -1,11 +1,11 @@
-"""Damaged run records end in exit 0 or 2, never a traceback (issue 12, "must be true" 3).
+"""Damaged run records end in exit 0 or 2, never a traceback: bad input is one clear line, never a crash.
 
 One real, consistent record (tests/_records.py, schema 2 and its schema-1 twin) is damaged a few hundred seeded ways —
 a value replaced by [], NaN, infinity, a wrong type, null, a huge or negative number; a key deleted deep inside; a
 column truncated; bytes that are not UTF-8 — and each damaged file goes through what `report` and `compare` do.
-Loading is the single home of validation: a record it accepts must then analyse and render without an exception.
+Loading is the single home of validation: a record it accepts must then analyze and render without an exception.
 
-Speed: everything runs in-process. Every damaged file is loaded; an accepted one is analysed, printed (terminal), and
+Speed: everything runs in-process. Every damaged file is loaded; an accepted one is analyzed, printed (terminal), and
 rendered to HTML and a trace, and compared with the intact record. A seeded subset goes through the real command line
 (``profiler.cli.main``): rejected files cheaply (exit 2 before any drawing), and a few accepted ones with every plot.
 """
@@ -113,7 +113,7 @@ def mutate(base: dict[str, Any], rng: random.Random) -> tuple[bytes, str]:
 
 def _in_process(path: Path, intact: RunRecord, full: bool) -> str | None:
     """What `report` and `compare` do, minus the plots; None if it loaded and rendered, else 'rejected: ...'.
-    Not ``full``: load, analyse and the terminal report only (HTML, trace and compare cost ~0.2 s more)."""
+    Not ``full``: load, analyze and the terminal report only (HTML, trace and compare cost ~0.2 s more)."""
     try:
         rec = load(path)
     except UserError as e:

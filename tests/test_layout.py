@@ -3,7 +3,8 @@
 - no import cycle among the modules' top-level imports (a module importing its own package excepted: Python has
   started that one already);
 - analysis is pure: nothing of it, not even a function-level import, reaches render, commands or cli;
-- renderers measure nothing and run no command: render reaches no harness, instrument, samplers, commands or cli
+- renderers measure nothing, compute no analysis and run no command: render reaches no harness, instrument,
+  samplers, analysis, commands or cli (it draws what the analysis put in the record)
   (test_render.py checks the same from the other side: no torch, psutil, pynvml);
 - a private name (one leading underscore) is not imported from another module;
 - every command module is in the registry, and the parser lists the registry's commands in its order.
@@ -98,7 +99,7 @@ def test_render_imports_no_measurement_and_no_command():
     assert {"profiler.render.ranks_terminal", "profiler.render.ranks_html", "profiler.render.ranks_trace",
             "profiler.render.sweep_terminal"} <= set(modules)
     bad = {m: r for m in modules if (r := _reaches(m, ("profiler.harness", "profiler.instrument", "profiler.samplers",
-                                                        "profiler.commands", "profiler.cli")))}
+                                                        "profiler.analysis", "profiler.commands", "profiler.cli")))}
     assert bad == {}
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -22,7 +21,8 @@ from profiler.distributed.layout import agree_run_folder, wait_for_ranks, write_
 from profiler.distributed.merge import merge
 from profiler.thresholds import STRAGGLER_WAIT_SHARE
 
-ROOT = Path(__file__).resolve().parents[1]
+from _util import free_port, repo_env, torchrun_profiler
+
 DDP_JOB = Path(__file__).parent / "jobs" / "ddp_train.py"
 
 
@@ -126,6 +126,40 @@ def test_merge_of_real_analysed_records():
     assert v["ranks"][0]["stall_fraction"] == recs[0]["stall"]["fraction"]
 
 
+def test_save_ranks_keeps_what_the_store_carried_and_merges_again_from_the_folder_alone(tmp_path):
+    """The one save path of the merged report (profiler/saving.py save_ranks): rank 0's record is in the folder, rank
+    1's summary came through the store only; both are in the merge, and again when merged later from the folder."""
+    from _records import record_v2
+
+    from profiler.analysis import analyze
+    from profiler.distributed.summary import summarize
+    from profiler.distributed.view import SUMMARIES_FILE, read_collected
+    from profiler.record import RunRecord
+    from profiler.render import RANKS_FILES
+    from profiler.saving import Collected, save_ranks
+
+    recs = {}
+    for r in (0, 1):
+        rec = RunRecord.from_dict(record_v2())
+        rec.distributed = {"rank": r, "world_size": 2, "boot_id": "x", "hostname": "h", "t0_monotonic_ns": 5,
+                           "collectives": None}
+        recs[r] = analyze(rec)
+    recs[0].save(write_marker(tmp_path, 0) / "run.json")
+    write_marker(tmp_path, 1)  # rank 1's record stayed on its own node
+    sent = {1: summarize(recs[1].to_dict(), "/elsewhere/rank1/run.json")}
+    note = {"via": "torchrun store", "reports": 1}
+    view, files = save_ranks(tmp_path, {1: "record"}, Collected(sent, {1: "record"}, {}, 2, note))
+    assert sorted(f.name for f in files) == sorted(RANKS_FILES) and view["present"] == [0, 1]
+    assert view["collected"] == note and json.loads((tmp_path / "ranks.json").read_text())["collected"] == note
+    saved = read_collected(tmp_path)
+    assert saved["world_size"] == 2 and list(saved["summaries"]) == ["1"]
+    assert not [f.name for f in tmp_path.iterdir() if f.name.startswith(".")]  # no temporary left
+    (tmp_path / "ranks.json").unlink()
+    again, files = save_ranks(tmp_path, plots=False)  # `report RUN_FOLDER`: the folder alone
+    assert again["present"] == [0, 1] and [f.name for f in files] == ["ranks.json"]
+    assert (tmp_path / SUMMARIES_FILE).exists() and "collected" not in again
+
+
 def test_detect_and_folder_agreement(tmp_path):
     assert detect({}) is None and detect({"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "x"}) is None
     env = {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1",
@@ -139,6 +173,34 @@ def test_detect_and_folder_agreement(tmp_path):
     from profiler.errors import UserError
     with pytest.raises(UserError, match="pass --out DIR"):
         agree_run_folder(detect({**env, "TORCHELASTIC_RUN_ID": "none"}), None, str(tmp_path), "x")
+
+
+def test_pipeline_ranks_change_nothing_for_a_single_process_and_refuse_too_few_images():
+    """The built-in pipeline's distributed steps (profiler/distributed/pipeline.py): outside torchrun each hands back
+    what it was given; under torchrun the device is one per rank and fewer images than ranks is bad input, said before
+    any process group is joined."""
+    import torch
+
+    from profiler.distributed.pipeline import MODEL_ALONE_UNDER_TORCHRUN, PipelineRanks
+    from profiler.errors import UserError
+
+    model = torch.nn.Linear(2, 2)
+    one = PipelineRanks(None)
+    one.join(torch.device("cpu"), 0)  # no group to join, no images to share
+    assert not one.active and one.device("auto") == "auto" and one.share() == (0, 1)
+    assert one.wrap(model, torch.device("cpu"), "train") is model and one.facts(0) is None
+    assert one.why_no_model_alone() is None
+    one.leave()
+    env = {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
+    rank = PipelineRanks(detect(env))
+    assert rank.active and rank.share() == (1, 4) and rank.device("cpu") == "cpu"
+    assert rank.device("auto") == ("cuda:1" if torch.cuda.device_count() > 1 else "cuda:0"
+                                   if torch.cuda.is_available() else "cpu")
+    assert rank.why_no_model_alone() == MODEL_ALONE_UNDER_TORCHRUN
+    assert rank.wrap(model, torch.device("cpu"), "inference") is model  # no gradients: nothing to all-reduce
+    with pytest.raises(UserError, match="3 images cannot be shared among 4 ranks"):
+        rank.join(torch.device("cpu"), 3)
+    assert rank.backend is None and rank.facts(0) == {"backend": None, "collectives": None}
 
 
 def test_wait_for_ranks_stops_at_a_dead_rank(tmp_path):
@@ -156,20 +218,11 @@ def test_wait_for_ranks_stops_at_a_dead_rank(tmp_path):
 
 # --- torchrun ---------------------------------------------------------------------------------------------------
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def torchrun(tmp_path: Path, *args: str, out: str = "run", timeout: int = 300) -> tuple[subprocess.CompletedProcess,
-                                                                                          Path]:
+def torchrun(tmp_path: Path, *args: str, out: str = "run", timeout: int = 300,
+             extra_env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess, Path]:
     folder = tmp_path / out
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
-           str(_free_port()), "-m", "profiler", "run", "--no-progress", "--steps", "6", "--warmup", "2",
-           "--out", str(folder), *args]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp_path, env=env)
+    cmd = torchrun_profiler(["--nproc-per-node", "2", "--master-port", str(free_port())], folder, *args)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp_path, env=repo_env(extra_env))
     return p, folder
 
 
@@ -182,14 +235,6 @@ def tiny_images(tmp_path_factory) -> Path:
     from profiler.harness.data import make_sample_dataset
 
     return make_sample_dataset(tmp_path_factory.mktemp("imgs"), count=64, size=(96, 72))
-
-
-@pytest.fixture(scope="module")
-def raw_files(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("raw")
-    for i in range(64):
-        (d / f"f{i:03d}.bin").write_bytes(os.urandom(4096))
-    return d
 
 
 def test_builtin_pipeline_under_torchrun_balanced(tmp_path, tiny_images):
@@ -212,8 +257,10 @@ def test_builtin_pipeline_under_torchrun_balanced(tmp_path, tiny_images):
     v = _view(folder)
     assert v["present"] == [0, 1] and v["missing"] == [] and v["collective_measured"]
     assert v["clocks"]["shared"] and v["aligned_steps"] == 6
-    # Input well ahead of compute on both ranks (batch 32 of tiny images against a CNN step on the CPU): no straggler.
-    assert v["straggler"] is None, v["summary"]
+    # Input well ahead of compute on both ranks (batch 32 of tiny images against a CNN step on the CPU): no input
+    # straggler. Two ranks sharing two loaded cores can differ in their own compute by scheduling alone (56 against
+    # 42 ms was seen), which the rule may name as a compute straggler; an input cause would be a wrong answer.
+    assert v["straggler"] is None or v["straggler"]["cause"] == "compute", v["summary"]
     assert (folder / "ranks.png").stat().st_size > 0 and (folder / "report.html").exists()
     trace = json.loads((folder / "trace.json").read_text())
     assert trace["distributedInfo"]["world_size"] == 2
@@ -222,7 +269,7 @@ def test_builtin_pipeline_under_torchrun_balanced(tmp_path, tiny_images):
     # Terminal output from rank 0 only: one "Profiling" line, one merged table.
     assert p.stdout.count("Profiling ") == 1 and p.stdout.count("Ranks (2 of 2)") == 1
     # `report RUN_FOLDER` merges again from the records; `report rank1/run.json` still reports one rank.
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = repo_env()
     r = subprocess.run([sys.executable, "-m", "profiler", "report", str(folder)], capture_output=True, text=True,
                        env=env, timeout=120)
     assert r.returncode == 0 and "Ranks (2 of 2)" in r.stdout, r.stderr
@@ -232,7 +279,9 @@ def test_builtin_pipeline_under_torchrun_balanced(tmp_path, tiny_images):
 
 
 def test_user_ddp_script_rank1_cpu_straggler(tmp_path, raw_files):
-    p, folder = torchrun(tmp_path, "--no-plots", str(DDP_JOB), "cpu", str(raw_files))
+    # Planted work strong enough that a loaded 2-core machine cannot hide it (the default 40 matmuls was not, in 1
+    # of 3 suite runs).
+    p, folder = torchrun(tmp_path, "--no-plots", str(DDP_JOB), "cpu", str(raw_files), extra_env={"SLOW_WORK": "160"})
     assert p.returncode == 0, p.stderr[-3000:]
     v = _view(folder)
     assert v["present"] == [0, 1] and not v["collective_measured"]

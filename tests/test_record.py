@@ -5,7 +5,6 @@ import errno
 import json
 import os
 import re
-import typing
 from pathlib import Path
 
 import pytest
@@ -234,8 +233,8 @@ def test_enospc_on_a_real_full_filesystem(tmp_path):
 def _schema_fields() -> set[str]:
     names: set[str] = set()
     for obj in vars(schema).values():
-        if isinstance(obj, type) and typing.is_typeddict(obj):
-            names |= set(typing.get_type_hints(obj))
+        if isinstance(obj, type) and schema.is_typeddict(obj):  # schema's: typing_extensions' on 3.10
+            names |= set(schema.get_type_hints(obj))
     return names
 
 

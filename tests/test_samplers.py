@@ -6,9 +6,11 @@ No timing assertions (the machine may be a loaded 2-core box); per-tick cost is 
 from __future__ import annotations
 
 import json
+import mmap
 import multiprocessing as mp
 import os
 import time
+from collections.abc import Callable
 
 import psutil
 import pytest
@@ -40,6 +42,14 @@ def _busy(seconds: float, read_path: str | None) -> None:
     x = 0
     while time.perf_counter() < end:
         x += 1
+
+
+def _until(done: Callable[[], bool], timeout_s: float = 60.0) -> None:
+    """Poll ``done`` until true (a wait for an event, not a guess of how long it takes on a loaded machine)."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.005)
 
 
 def _sleep(seconds: float) -> None:
@@ -376,15 +386,24 @@ def test_halve_pairs_by_meaning():
 def test_a_long_run_halves_the_series_and_the_rate_keeping_peaks():
     """A sampler allowed 8 points that runs for ~40 ticks ticks less often, writes exactly 4 points per series over
     the whole run, and its RSS series still holds the peak of a memory spike it saw (max, not every other point)."""
+    # Waits by the sampler's own ticks, not by sleeps a loaded machine can outlast: the spike is held for ten ticks
+    # (the 0.1 s it was held at the nominal rate), and the run goes on until the series were halved twice after it.
     sampler = Sampler(time.perf_counter_ns(), interval_s=0.01, max_ticks=8)
+    t0 = time.monotonic()
     sampler.start()
-    time.sleep(0.15)
-    spike = bytearray(200 * 2**20)  # 200 MiB, touched: resident while a few ticks read it
+    _until(lambda: sampler.ticks >= 5)
+    # 200 MiB of fresh anonymous pages, touched: resident while a few ticks read it. An mmap, not a bytearray, so the
+    # pages are new to the process whatever earlier tests in this worker left in malloc's free lists.
+    spike = mmap.mmap(-1, 200 * 2**20)
     for i in range(0, len(spike), 4096):
         spike[i] = 1
-    time.sleep(0.1)
-    del spike
-    time.sleep(0.4)
+    seen = sampler.ticks
+    _until(lambda: sampler.ticks >= seen + 10)
+    spike.close()
+    # Two more halvings after the spike: the first may merge a spike tick with a later one (max keeps the spike), but
+    # every point written after it holds only later ticks, so the last points show the memory without the spike.
+    after = sampler.halvings
+    _until(lambda: sampler.halvings >= max(2, after + 2) and time.monotonic() - t0 > 0.65)
     s = sampler.stop()
     assert s["halvings"] >= 2 and s["interval_s"] == pytest.approx(0.01 * 2 ** s["halvings"])
     n = len(s["t_s"])

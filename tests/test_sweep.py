@@ -52,6 +52,10 @@ def test_sweep_end_to_end(tiny, tmp_path):
     assert other["error"] == pytest.approx(other["predicted_samples_per_s"] / other["measured_samples_per_s"] - 1,
                                            abs=1e-3)
     assert doc["median_abs_error"] == pytest.approx(abs(other["error"]), abs=1e-4)
+    # The prediction carries the what-if's interval, and the summary says how many measured points fell inside.
+    lo, hi = other["predicted_interval"]
+    assert lo <= other["predicted_samples_per_s"] <= hi
+    assert doc["coverage"] == (1.0 if other["inside_interval"] else 0.0)
     assert doc["best"]["label"] in ("workers=0", "workers=1")
     assert (out / "sweep.png").stat().st_size > 1000 and "Best setting" in (out / "sweep.html").read_text()
     assert "Best setting: " + doc["best"]["label"] in r.stdout and "%" in r.stdout

@@ -45,3 +45,32 @@ def test_batches_unchanged_under_a_session_with_workers():
     assert all(torch.equal(x["a"], y["a"]) for x, y in zip(profiled, plain))
     assert len(s.metas) == 3 and {m.worker_id for m in s.metas} == {0, 1}
     assert s.loader is not None and s.loader.num_workers == 2
+
+
+def test_check_covers_the_fetchers_pinning_and_loader_creation(monkeypatch):
+    """Every private seam the profiler writes to is one check() watches: a torch whose fetcher stopped reading
+    ``self.dataset`` per call (the timed stand-in would be bypassed) is refused, not mis-measured."""
+    import torch.utils.data._utils.fetch as fetch
+
+    def fetch_without_attributes(self, possibly_batched_index):
+        return possibly_batched_index
+
+    monkeypatch.setattr(fetch._MapDatasetFetcher, "fetch", fetch_without_attributes)
+    assert any("_MapDatasetFetcher.fetch no longer reads" in p for p in torch_hooks.check())
+    monkeypatch.undo()
+    from torch.utils.data._utils import pin_memory
+
+    monkeypatch.delattr(pin_memory, "pin_memory")
+    assert any("pin_memory" in p for p in torch_hooks.check())
+
+
+def test_loader_creation_watch_is_restored():
+    seen = []
+    torch_hooks.watch_loader_creation(seen.append)
+    try:
+        loader = DataLoader(list(range(4)), batch_size=2)
+    finally:
+        torch_hooks.watch_loader_creation(None)
+    assert seen == [loader] and DataLoader.__init__ is torch_hooks._ORIG_INIT
+    DataLoader(list(range(4)))
+    assert len(seen) == 1

@@ -23,12 +23,15 @@ So ``by_cause``, ``by_stage`` and ``by_kind`` each sum to the idle seconds exact
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .. import vocab
 from .stats import Tables, ordered, sample_stage_seconds
+
+if TYPE_CHECKING:  # annotations only
+    from ..record.schema import ProfilerCost, Stall, TailTotals, Timeline
 
 KIND_NAMES = tuple(vocab.KINDS)
 _K = {k: i for i, k in enumerate(KIND_NAMES)}
@@ -123,9 +126,9 @@ def _worker_spans(t: Tables, stage_names: list[str], kernel: bool) -> dict[int, 
     return {w: _WorkerSpans(*(np.concatenate([p[i] for p in ps]) for i in range(4))) for w, ps in parts.items()}
 
 
-def has_kernel_accounting(timeline: dict[str, Any], t: Tables) -> bool:
-    acc = timeline.get("accounting") or {}
-    if "per-thread accounting" in (acc.get("absent") or {}):  # a migrated schema-1 record: nothing was measured
+def has_kernel_accounting(timeline: Timeline, t: Tables) -> bool:
+    acc = timeline["accounting"]
+    if "per-thread accounting" in acc.get("absent", {}):  # a migrated schema-1 record: nothing was measured
         return False
     if acc.get("cpu_clock"):  # written by a harness that measured per-thread CPU (schema 2)
         return True
@@ -134,7 +137,7 @@ def has_kernel_accounting(timeline: dict[str, Any], t: Tables) -> bool:
 
 
 def attribute(t: Tables, window_s: float, device_timing: str = "host clocks",
-              kernel: bool = True) -> dict[str, Any]:
+              kernel: bool = True) -> Stall:
     """The ``stall`` section: seconds, fraction, by_cause, by_stage, by_kind, per_step, share_by_cause."""
     st, bt = t.steps, t.batches
     n = int(st["wait_start"].size) if "wait_start" in st else 0
@@ -149,6 +152,8 @@ def attribute(t: Tables, window_s: float, device_timing: str = "host clocks",
     cuda = device_timing == "cuda events"
     zero_runq = np.zeros(n)
     main_runq = st.get("main_runq", zero_runq).astype(float) if n else zero_runq
+    own_wait = st.get("profiler_wait", zero_runq).astype(float) if n else zero_runq
+    taken_out = 0.0
     for i in range(n):
         a, b = float(st["wait_start"][i]), float(st["wait_end"][i])
         wait = max(0.0, b - a)
@@ -180,15 +185,20 @@ def attribute(t: Tables, window_s: float, device_timing: str = "host clocks",
             stages[scol["transfer"]] += tr
         ws = spans.get(int(st["worker"][i]))
         if ws is not None and explained > 0:
-            k, s = ws.overlap(lo, min(b, ce))
-            kinds += k
-            stages += s
+            kind_s, stage_s = ws.overlap(lo, min(b, ce))
+            kinds += kind_s
+            stages += stage_s
         rest = max(0.0, explained - kinds.sum())
         kinds[_K["other"]] += rest + (gap - explained)
         stages[scol["other"]] += max(0.0, explained - stages.sum()) + (gap - explained)
         if h2d > 0:
             kinds[_K["transfer"]] += h2d
             stages[scol["h2d"]] += h2d
+        own = min(float(own_wait[i]), float(kinds.sum()))
+        if own > 0:  # the profiler's own time in the wait is not the job's: out, from what no span explains first
+            _take_out(kinds, _K["other"], own)
+            _take_out(stages, scol["other"], own)
+            taken_out += own
         per_kind[i], per_stage[i] = kinds, stages
     by_kind = {k: float(per_kind[:, j].sum()) for j, k in enumerate(KIND_NAMES)}
     by_stage = {k: float(per_stage[:, j].sum()) for j, k in enumerate(stage_names)}
@@ -208,15 +218,41 @@ def attribute(t: Tables, window_s: float, device_timing: str = "host clocks",
         "by_kind": by_kind,
         "share_by_cause": {k: (round(v / seconds, 4) if seconds > 0 else 0.0) for k, v in by_cause.items()},
         "per_step": {k: [round(float(x), 6) for x in per_stage[:, j]] for j, k in enumerate(stage_names)},
+        "profiler": profiler_cost(st, window_s, taken_out),
     }
 
 
-def extend_to_tail(stall: dict[str, Any], tail: dict[str, Any] | None, window_s: float) -> dict[str, Any]:
+def _take_out(v: np.ndarray, first: int, amount: float) -> None:
+    """Remove ``amount`` seconds from a step's split: from part ``first`` (what no span explains, where the profiler's
+    own time lands: between the calls it times) and, for any remainder, from every part in proportion."""
+    t = min(amount, float(v[first]))
+    v[first] -= t
+    rest, left = float(v.sum()), amount - t
+    if left > 0 and rest > 0:
+        v *= max(0.0, 1.0 - left / rest)
+
+
+def profiler_cost(st: dict[str, np.ndarray], window_s: float, taken_out: float) -> ProfilerCost:
+    """The ``stall.profiler`` section: the profiler's own main-thread time in the measured steps, reported apart.
+
+    ``seconds`` is what was taken out of the waits (the stall above is net of it); ``rest_s`` is its bookkeeping in
+    the rest of the steps (in the window, not in any wait); ``share_of_window`` is both over the window. Records
+    written before these were measured have no such columns: zeros, and ``measured`` false."""
+    rest = st.get("profiler_rest")  # the tables hold the measured steps only
+    rest_s = float(rest.sum()) if rest is not None else 0.0
+    total = taken_out + rest_s
+    return {"seconds": round(taken_out, 6), "rest_s": round(rest_s, 6),
+            "share_of_window": round(total / window_s, 6) if window_s > 0 else 0.0,
+            "measured": "profiler_wait" in st}
+
+
+def extend_to_tail(stall: Stall, tail: TailTotals | None, window_s: float) -> Stall:
     """Add the idle time of the measured steps beyond the detail (their exact total), split in the proportions the
     detailed steps measured — the one assumption, stated in ``stall.tail``. ``per_step`` stays the detail's."""
     if not tail or not tail.get("steps"):
         return stall
-    extra = float(tail.get("idle_s", 0.0))
+    own = min(float(tail.get("profiler_wait_s", 0.0)), float(tail.get("idle_s", 0.0)))
+    extra = float(tail.get("idle_s", 0.0)) - own
     base = float(stall["seconds"])
     for key in ("by_cause", "by_kind", "by_stage"):
         parts = stall[key]
@@ -229,6 +265,11 @@ def extend_to_tail(stall: dict[str, Any], tail: dict[str, Any] | None, window_s:
     stall["fraction"] = round(stall["seconds"] / window_s, 6) if window_s > 0 else 0.0
     secs = stall["seconds"]
     stall["share_by_cause"] = {k: (round(v / secs, 4) if secs > 0 else 0.0) for k, v in stall["by_cause"].items()}
+    prof = stall.get("profiler")
+    if prof is not None:
+        prof["seconds"] = round(float(prof["seconds"]) + own, 6)
+        prof["rest_s"] = round(float(prof["rest_s"]) + float(tail.get("profiler_rest_s", 0.0)), 6)
+        prof["share_of_window"] = round((prof["seconds"] + prof["rest_s"]) / window_s, 6) if window_s > 0 else 0.0
     stall["tail"] = {"steps": int(tail["steps"]), "idle_s": round(extra, 6),
                      "method": "exact idle total; split in the shares of the steps kept in detail"}
     return stall

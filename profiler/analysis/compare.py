@@ -88,9 +88,9 @@ def observations(rec: RunRecord) -> Observations:
     st = t.steps
     n = int(st["wait_start"].size) if "wait_start" in st else 0
     ce = st["compute_end"].astype(float) if n else np.zeros(0)
-    start = float(rec.window.get("start_s", ce[0] if n else 0.0))
+    start = float(rec.window["start_s"])
     wall = np.diff(np.concatenate([[start], ce])) if n else np.zeros(0)
-    per_step = (rec.stall or {}).get("per_step") or {}
+    per_step = rec.idle_per_step
     by_stage = {k: np.asarray(v, dtype=float) for k, v in per_step.items() if len(v) == n}
     by_cause = {c: np.zeros(n) for c in vocab.CAUSE_NAMES}
     for k, v in by_stage.items():
@@ -297,7 +297,7 @@ def config_diffs(a: RunRecord, b: RunRecord) -> list[dict[str, Any]]:
             and ca.get("cache") == cb.get("cache")):
         out.append({"key": "residency_start", "a": ra, "b": rb,
                     "text": f"data in page cache at start {ra * 100:.0f} % → {rb * 100:.0f} %"})
-    da, db = a.compute_device or {}, b.compute_device or {}
+    da, db = a.compute_device, b.compute_device
     if (da.get("type"), da.get("name")) != (db.get("type"), db.get("name")):
         add("compute_device", f"{da.get('type')} ({da.get('name')})", f"{db.get('type')} ({db.get('name')})",
             "compute device")
@@ -354,7 +354,7 @@ def _blame(delta: dict[str, float], stage_delta: dict[str, float], sign: float) 
     tot = sum(moved.values())
     if tot <= 0:
         return None, "spread over every cause"
-    ranked = sorted(moved, key=moved.get, reverse=True)
+    ranked = sorted(moved, key=lambda c: moved[c], reverse=True)
     share = moved[ranked[0]] / tot
     sd = {k: sign * v for k, v in stage_delta.items()}
     if share >= MOSTLY_FROM or len(ranked) == 1:
@@ -379,7 +379,7 @@ def story(lab_a: str, lab_b: str, a: Any, b: Any, oa: Observations, ob: Observat
     r = tpb / tpa
     sig = (thr or {}).get("significant")
     ci = (thr or {}).get("ci")
-    if sig is False:
+    if sig is False and ci:
         head = (f"{lab_b} is not reliably faster or slower than {lab_a}: {rate} ({r:.2f}x) is within run-to-run "
                 f"noise (95 % interval of the ratio {ci[0]:.2f}–{ci[1]:.2f}x")
         lo, hi = WORTH_MORE_STEPS_OUTSIDE
@@ -430,7 +430,7 @@ def run_labels(n: int) -> list[str]:
 
 def compare(records: list[Any], names: list[str] | None = None, force: bool = False, seed: int = SEED,
             resamples: int = RESAMPLES) -> dict[str, Any]:
-    """Compare analysed records; the first is the baseline. UserError for < 2 runs or incomparable runs (no force)."""
+    """Compare analyzed records; the first is the baseline. UserError for < 2 runs or incomparable runs (no force)."""
     if len(records) < 2:
         raise UserError(f"compare needs at least two runs (got {len(records)})")
     labels = run_labels(len(records))

@@ -2,17 +2,18 @@
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .. import thresholds as th
 from .. import vocab
 from .stats import Tables
 
 if TYPE_CHECKING:  # annotations only: analysis and renderers take the typed record
     from ..record import RunRecord
+    from ..record.schema import Samples, StageStats
 
 
 @dataclass
@@ -44,6 +45,17 @@ class Context:
     augment: str
     image_size: int
     page_cache_hit: float | None = None  # share of worker reads served from the page cache, when measured
+    bytes_measured: bool = True  # the spans carry bytes read per sample (a record without them says nothing either way)
+    timed_reads: bool = False  # a timed read stage (the built-in pipeline's file reads): those waits are storage reads
+
+    @property
+    def reads_off_device(self) -> bool:
+        """The workers read no byte from the storage device in the window (nothing asked, or every byte from the page
+        cache): time they spent blocked was then a sleep, a lock or the network, not storage."""
+        if self.timed_reads:
+            return False
+        return ((self.bytes_measured and self.mean_file_bytes < th.READS_FILES_FROM_BYTES)
+                or (self.page_cache_hit is not None and self.page_cache_hit >= 1.0))
     # "builtin" (our options are the knobs: --workers ...) or the user's own job (the knobs are DataLoader arguments)
     job_kind: str = "builtin"
 
@@ -72,7 +84,7 @@ class Context:
         return self.usable_cores * (1.0 - self.cpu_util)
 
 
-def cpu_util_in_window(samples: dict[str, Any], start_s: float, end_s: float) -> float | None:
+def cpu_util_in_window(samples: Samples, start_s: float, end_s: float) -> float | None:
     t = np.asarray(samples.get("t_s") or [], dtype=float)
     per_core = samples.get("cpu_percent_per_core") or []
     if t.size == 0 or not per_core:
@@ -91,10 +103,10 @@ def loader_settings(rec: RunRecord, samples: int, steps: int) -> dict[str, Any]:
     profiler's defaults. A loader built with ``batch_size=None`` or a batch sampler has no fixed batch size: the mean
     samples per measured step stands in for it. Built-in runs (and v1 records) take them from config.
     """
-    cfg = rec.config or {}
-    loader = (getattr(rec, "job", None) or {}).get("loader")
+    cfg = rec.config
+    loader = rec.loader
     if not loader:
-        return {"workers": int(cfg.get("workers", 0)), "batch_size": int(cfg.get("batch_size", 1)),
+        return {"workers": int(cfg.get("workers") or 0), "batch_size": int(cfg.get("batch_size") or 1),
                 "pin_memory": bool(cfg.get("pin_memory"))}
     batch = loader.get("batch_size")
     if batch is None:
@@ -103,7 +115,7 @@ def loader_settings(rec: RunRecord, samples: int, steps: int) -> dict[str, Any]:
             "pin_memory": bool(loader.get("pin_memory"))}
 
 
-def _sample_cpu_ms(stages: dict[str, Any]) -> float:
+def _sample_cpu_ms(stages: dict[str, StageStats]) -> float:
     """Mean CPU stage time per sample: every per-sample stage whose cause is cpu (registry or user-named)."""
     total = 0.0
     for name, st in stages.items():
@@ -113,10 +125,10 @@ def _sample_cpu_ms(stages: dict[str, Any]) -> float:
     return total
 
 
-def build_context(rec: RunRecord, t: Tables, stages: dict[str, Any]) -> Context:
+def build_context(rec: RunRecord, t: Tables, stages: dict[str, StageStats]) -> Context:
     cfg, env, win = rec.config, rec.environment, rec.window
-    job_kind = str(((getattr(rec, "job", None) or {}).get("kind")) or "builtin")
-    window_s = float(win.get("seconds", 0.0))
+    job_kind = rec.job_kind
+    window_s = float(win["seconds"])
     samples = int(np.sum(t.steps["samples"])) if "samples" in t.steps else 0
     steps = int(t.steps["wait_start"].size) if "wait_start" in t.steps else 0
     if t.tail:  # measured steps beyond the detail: exact counts (timeline.tail)
@@ -131,16 +143,17 @@ def build_context(rec: RunRecord, t: Tables, stages: dict[str, Any]) -> Context:
     read_total = stages.get("read", {}).get("total_s", 0.0)
     read_bytes = stages.get("read", {}).get("bytes", 0)
     cpu, ram_info = env.get("cpu") or {}, env.get("ram") or {}
-    usable = cpu.get("usable_cores") or cpu.get("logical_cores") or os.cpu_count() or 1
+    # The record's machine, never the analyzing one: a record read elsewhere must give the same verdict.
+    usable = cpu.get("usable_cores") or cpu.get("logical_cores") or 1
     ram = ram_info.get("available_bytes") or (rec.samples.get("ram_available_bytes") or [None])[0]
     return Context(
-        device_type=rec.compute_device.get("type", "cpu"),
-        device_name=rec.compute_device.get("name", ""),
+        device_type=rec.compute_device["type"],
+        device_name=rec.device_name,
         window_s=window_s, steps=steps,
         samples=samples, samples_per_s=samples / window_s if window_s > 0 else 0.0,
         batch_size=loader["batch_size"], workers=loader["workers"],
         usable_cores=float(usable),
-        cpu_util=cpu_util_in_window(rec.samples, float(win.get("start_s", 0)), float(win.get("end_s", 0))),
+        cpu_util=cpu_util_in_window(rec.samples, float(win["start_s"]), float(win["end_s"])),
         compute_ms=stages.get("compute", {}).get("mean_ms", 0.0), h2d_ms=stages.get("h2d", {}).get("mean_ms", 0.0),
         sample_cpu_ms=_sample_cpu_ms(stages),
         sample_read_ms=stages.get("read", {}).get("mean_ms", 0.0),
@@ -148,6 +161,8 @@ def build_context(rec: RunRecord, t: Tables, stages: dict[str, Any]) -> Context:
         transfer_ms=stages.get("transfer", {}).get("mean_ms", 0.0),
         ready_ahead_ms=stages.get("ready_ahead", {}).get("mean_ms", 0.0),
         mean_file_bytes=mean_bytes, mean_pixels=mean_px,
+        timed_reads=read_total > 0,
+        bytes_measured=bool(nbytes is not None and sel is not None and sel.any() and float(nbytes[sel].max()) >= 0),
         read_mb_s_per_worker=(read_bytes / 1e6 / read_total) if read_total > 0 else 0.0,
         dataset_bytes=int(rec.dataset.get("total_bytes", 0) or 0),
         ram_available_bytes=int(ram) if ram else None,

@@ -1,26 +1,28 @@
-"""Storage and device-memory numbers derived from the raw record, so ``report run.json`` recomputes them.
+"""Storage numbers derived from the raw record, so ``report run.json`` recomputes them.
 
 - :func:`io_totals`: bytes the workers asked for (``rchar``) vs bytes that came from the block device
   (``read_bytes``), over the whole run and over the measured window alone, and the page-cache hit fraction.
+- :func:`derive_storage`: those totals written into the record's ``storage`` section.
 - :func:`fits_in_page_cache`: the one answer to "can the page cache hold the dataset?", used by the dataset-vs-RAM
   finding and by the recommendations alike.
-- :func:`memory_advice`: what to change after a device out-of-memory, from ``memory.breakdown``.
+- :func:`served_from_ram_note`: the caution for a storage run whose reads came from the page cache.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from .. import thresholds as th
+from ..thresholds import SERVED_FROM_RAM_FROM
 
 if TYPE_CHECKING:  # annotations only: analysis and renderers take the typed record
     from ..record import RunRecord
+    from ..record.schema import BatchesTable, Storage
 
 
-def _reading_times(batches: dict[str, Any]) -> list[float] | None:
+def _reading_times(batches: BatchesTable) -> list[float] | None:
     """When each batch's /proc/self/io reading was taken: right after its collate, in the producing worker."""
-    for key in ("collate_end", "sent", "received"):
-        col = batches.get(key)
-        if col is not None and len(col) == len(batches.get("rchar") or []):
+    for col in (batches.get("collate_end"), batches.get("sent"), batches.get("received")):
+        if col is not None and len(col) == len(batches["rchar"]):
             return [float(x) for x in col]
     return None
 
@@ -29,7 +31,7 @@ def _hit(requested: int, from_device: int) -> float | None:
     return round(max(0.0, 1.0 - from_device / requested), 4) if requested > 0 else None
 
 
-def _window_totals(batches: dict[str, Any], start_s: float, end_s: float) -> dict[str, Any] | None:
+def _window_totals(batches: BatchesTable, start_s: float, end_s: float) -> dict[str, Any] | None:
     """Bytes read during the measured window alone: per worker process, its last reading in the window minus its
     last reading before the window (zero when it had none: a process's counters start at zero)."""
     times = _reading_times(batches)
@@ -51,7 +53,7 @@ def _window_totals(batches: dict[str, Any], start_s: float, end_s: float) -> dic
             "worker_processes_with_io": len(inside)}
 
 
-def io_totals(rec: RunRecord) -> dict[str, Any]:
+def io_totals(rec: RunRecord) -> Storage:
     """Bytes the workers asked for vs bytes from the block device, and the page-cache hit fraction.
 
     Preferred source: the cumulative /proc/self/io readings each worker attached to its batches
@@ -60,10 +62,10 @@ def io_totals(rec: RunRecord) -> dict[str, Any]:
     The main process (workers = 0) is left out: it also reads libraries and /proc, so its counters are not the
     dataset's reads.
     """
-    batches = (rec.timeline or {}).get("batches") or {}
+    batches = rec.timeline["batches"]
     per_pid: dict[int, tuple[int, int]] = {}
     source = None
-    if batches.get("rchar"):
+    if batches["rchar"]:
         for pid, worker, rc, rb in zip(batches["pid"], batches["worker"], batches["rchar"], batches["read_bytes"]):
             if worker < 0 or rc < 0:
                 continue
@@ -71,20 +73,20 @@ def io_totals(rec: RunRecord) -> dict[str, Any]:
             per_pid[pid] = (max(prev[0], rc), max(prev[1], rb))
         source = "workers' /proc/self/io at each batch"
     if not per_pid:
-        for proc in (rec.samples or {}).get("processes") or []:
+        for proc in rec.processes:
             io = proc.get("io")
             if proc.get("role") == "worker" and io:
                 per_pid[int(proc["pid"])] = (int(io.get("rchar", 0)), int(io.get("read_bytes", 0)))
         source = "sampler's last /proc/<pid>/io of each worker"
     requested = sum(v[0] for v in per_pid.values())
     from_device = sum(v[1] for v in per_pid.values())
-    out: dict[str, Any] = {"io_source": source if per_pid else None, "worker_processes_with_io": len(per_pid),
+    out: Storage = {"io_source": source if per_pid else None, "worker_processes_with_io": len(per_pid),
                            "bytes_requested": int(requested), "bytes_from_device": int(from_device)}
     hit = _hit(requested, from_device)
     if hit is not None:
         out["page_cache_hit_fraction"] = hit
-    win = rec.window or {}
-    if batches.get("rchar") and "start_s" in win and "end_s" in win:
+    win = rec.window
+    if batches["rchar"]:
         out["window"] = _window_totals(batches, float(win["start_s"]), float(win["end_s"]))
     return out
 
@@ -100,22 +102,18 @@ def fits_in_page_cache(dataset_bytes: int | None, available_bytes: int | None) -
     return dataset_bytes <= th.PAGE_CACHE_SHARE_OF_AVAILABLE * available_bytes
 
 
-def _fit_advice() -> Callable[[Any, int], list[dict]]:
-    """The fit package's pure advice function (breakdown, device bytes) -> recommendations.
-
-    Imported lazily: it pulls in torch model builders, which a record without an OOM never needs.
-    """
-    from ..fit import oom_recommendations
-
-    return oom_recommendations
+def derive_storage(rec: RunRecord) -> None:
+    """Recompute the storage byte counts from the raw /proc io readings (kept as recorded when there are none)."""
+    io = io_totals(rec)
+    if io.get("io_source") is not None:
+        rec.storage = {**(rec.storage or {}), **io}
 
 
-def memory_advice(rec: RunRecord) -> list[dict]:
-    """What to change after a device out-of-memory, recomputed from ``memory.breakdown`` (the fit estimate of this
-    model, batch and mode) and the device's size. Empty when the run did not run out of memory or the record lacks
-    the breakdown or the device size."""
-    mem = rec.memory or {}
-    bd, total = mem.get("breakdown"), mem.get("device_total_bytes")
-    if not mem.get("oom") or not bd or not total:
-        return []
-    return list(_fit_advice()(bd, int(total)))
+def served_from_ram_note(rec: RunRecord) -> str | None:
+    """A run meant to measure storage (cold cache or a throttle) whose reads mostly hit the page cache measured RAM."""
+    st = rec.storage or {}
+    hit = st.get("page_cache_hit_fraction")
+    if hit is None or hit < SERVED_FROM_RAM_FROM or not (st.get("throttle") or st.get("cache_mode") == "cold"):
+        return None
+    return (f"Caution: {hit * 100:.0f} % of the bytes read were served from the page cache, so this run measured "
+            "RAM, not the storage device (use --cache cold).")

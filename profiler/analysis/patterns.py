@@ -10,16 +10,18 @@ import numpy as np
 
 from .. import thresholds as th
 from .context import Context
+from .findings import finding
 from .stats import Tables
 
 if TYPE_CHECKING:  # annotations only: analysis and renderers take the typed record
     from ..record import RunRecord
+    from ..record.schema import Finding, Stall
 
 
-def oversubscription(stall: dict[str, Any], ctx: Context) -> dict[str, Any] | None:
+def oversubscription(stall: Stall, ctx: Context) -> dict[str, Any] | None:
     """Time the data pipeline spent waiting for a core: the workers (and the main process) outnumber the cores."""
     secs = float(stall.get("seconds", 0.0))
-    rq = float((stall.get("by_kind") or {}).get("runqueue", 0.0))
+    rq = float(stall.get("by_kind", {}).get("runqueue", 0.0))
     if secs <= 0 or rq / secs < th.OVERSUBSCRIBED_FROM or float(stall.get("fraction", 0)) < th.NOT_INPUT_BOUND_BELOW:
         return None  # (a share of a wait that is itself within noise is not worth a finding)
     return {"kind": "oversubscribed", "runqueue_s": round(rq, 6), "share_of_stall": round(rq / secs, 4),
@@ -36,7 +38,7 @@ def epoch_starts(t: Tables, rec: RunRecord, ctx: Context) -> dict[str, Any] | No
     if ep.get("iter_start") is None or ep["iter_start"].size < 2:
         return None
     costs = (ep["first_batch"] - ep["iter_start"])[1:].astype(float)
-    loader = (getattr(rec, "job", None) or {}).get("loader") or {}
+    loader = rec.loader or {}
     step_s = (ctx.window_s / ctx.steps) if ctx.steps else 0.0
     mean = float(costs.mean())
     if step_s <= 0 or mean < th.EPOCH_START_FLAG_STEPS * step_s or loader.get("persistent_workers"):
@@ -49,7 +51,7 @@ def epoch_starts(t: Tables, rec: RunRecord, ctx: Context) -> dict[str, Any] | No
                         f"start(s), ≈ {mean / step_s:.0f} steps of this job): {fix}, saving about that per epoch.")}
 
 
-def sawtooth(t: Tables, stall: dict[str, Any], ctx: Context) -> dict[str, Any] | None:
+def sawtooth(t: Tables, stall: Stall, ctx: Context) -> dict[str, Any] | None:
     """Workers in lock-step: one long wait every N batches (N = workers) while the steps between are served."""
     st = t.steps
     if ctx.workers < 2 or st.get("wait_start") is None or st["wait_start"].size < 3 * ctx.workers:
@@ -75,5 +77,6 @@ def sawtooth(t: Tables, stall: dict[str, Any], ctx: Context) -> dict[str, Any] |
                         "free) or cheaper samples; a larger prefetch_factor only delays the same wait.")}
 
 
-def pattern_findings(t: Tables, rec: RunRecord, stall: dict[str, Any], ctx: Context) -> list[dict[str, Any]]:
-    return [f for f in (oversubscription(stall, ctx), epoch_starts(t, rec, ctx), sawtooth(t, stall, ctx)) if f]
+def pattern_findings(t: Tables, rec: RunRecord, stall: Stall, ctx: Context) -> list[Finding]:
+    found = (oversubscription(stall, ctx), epoch_starts(t, rec, ctx), sawtooth(t, stall, ctx))
+    return [finding(**f) for f in found if f]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from ..thresholds import (  # the judgment thresholds, with their reasons, live in one module
     ASSUMED_WORKER_PRIVATE_BYTES,
@@ -24,6 +25,11 @@ from ..thresholds import (  # the judgment thresholds, with their reasons, live 
     MIB,
     RAM_HEADROOM_WARN_FRACTION,
 )
+from .context import Context
+
+if TYPE_CHECKING:  # annotations only: analysis and renderers take the typed record
+    from ..record import RunRecord
+    from ..record.schema import ProcessSeries, Ram, Samples
 
 COPY_ON_READ_FIX = (
     "keep the dataset's per-sample metadata (file names, labels, boxes) in numpy arrays or torch tensors instead "
@@ -42,11 +48,10 @@ class _Series:
     basis: str
 
 
-def _private_series(proc: dict) -> _Series | None:
+def _private_series(proc: ProcessSeries) -> _Series | None:
     """The process's private memory over time: USS when sampled, else PSS (its fair share of shared pages, which
     still rises as shared pages become private). RSS cannot show copy-on-write: a copied page was resident before."""
-    for key, basis in (("uss_bytes", "uss"), ("pss_bytes", "pss")):
-        values = proc.get(key)
+    for values, basis in ((proc.get("uss_bytes"), "uss"), (proc.get("pss_bytes"), "pss")):
         if not values:
             continue
         pairs = [(t, v) for t, v in zip(proc.get("t_s") or [], values) if v is not None]
@@ -73,7 +78,7 @@ def _value_at(s: _Series, when: float) -> float:
     return s.v[-1]
 
 
-def _worker_growth(proc: dict) -> dict | None:
+def _worker_growth(proc: ProcessSeries) -> dict | None:
     """The copy-on-read test for one worker; the figures when it matches, else None."""
     s = _private_series(proc)
     if s is None or len(s.v) < COPY_ON_READ_MIN_READINGS or s.t[-1] <= s.t[0]:
@@ -90,11 +95,11 @@ def _worker_growth(proc: dict) -> dict | None:
             "start_bytes": int(s.v[0]), "end_bytes": int(s.v[-1])}
 
 
-def _workers(samples: dict) -> list[dict]:
+def _workers(samples: Samples) -> list[ProcessSeries]:
     return [p for p in samples.get("processes") or [] if p.get("role") == "worker"]
 
 
-def detect_copy_on_read(samples: dict) -> dict | None:
+def detect_copy_on_read(samples: Samples) -> dict | None:
     """The pytorch#13246 finding when DataLoader workers' private memory grows steadily, else None.
 
     A worker matches when its USS (PSS when USS was not sampled) has a positive least-squares slope, grew by at least
@@ -127,7 +132,7 @@ def _peak(values: list | None) -> float | None:
     return float(max(vals)) if vals else None
 
 
-def _budget(samples: dict, procs: list[dict]) -> int | None:
+def _budget(samples: Samples, procs: list[ProcessSeries]) -> int | None:
     """RAM the job could hold: min over ticks of (available + the job's private memory then), carrying each
     process's last private reading forward; the job's own private pages are not in ``available`` but are its to
     reuse. None when the run has no available-RAM series.
@@ -154,7 +159,7 @@ def _budget(samples: dict, procs: list[dict]) -> int | None:
     return int(best) if best is not None else None
 
 
-def project_ram(samples: dict, workers_now: int, workers_target: list[int],
+def project_ram(samples: Samples, workers_now: int, workers_target: list[int],
                 copy_on_read: dict | None | bool = False) -> list[dict]:
     """Projected host RAM for each worker count in ``workers_target``, from this run's measurements.
 
@@ -203,3 +208,30 @@ def project_ram(samples: dict, workers_now: int, workers_target: list[int],
         row["warning"] = "; ".join(warnings) or None
         out.append(row)
     return out
+
+
+def ram_section(rec: RunRecord, ctx: Context) -> Ram:
+    """Host RAM: per-process peaks, /dev/shm, copy-on-read growth, and a projection for other worker counts."""
+    s = rec.samples
+    cor = detect_copy_on_read(s)  # once: the projection and the finding both use this result
+    out: Ram = {"copy_on_read": cor}
+    shm = [v for v in (s.get("shm_used_bytes") or []) if v is not None]
+    out["shm_peak_bytes"] = max(shm) if shm else None
+    out["processes"] = [_process_peaks(p) for p in s.get("processes", [])]
+    w = ctx.workers
+    targets = sorted({max(1, w), w * 2 or 2, w * 4 or 4, int(ctx.usable_cores) * 2})
+    try:
+        out["projection"] = project_ram(s, w, targets, copy_on_read=cor) if s.get("processes") else []
+    except Exception as e:  # a projection is advice; a record without enough samples must still render
+        out["projection"] = []
+        out["projection_error"] = f"{type(e).__name__}: {e}"
+    return out
+
+
+def _process_peaks(p: ProcessSeries) -> dict[str, Any]:
+    def peak(values: list[int | None] | None) -> int | None:
+        return max((v for v in (values or []) if v is not None), default=None)
+
+    return {"pid": p.get("pid"), "role": p.get("role"), "worker_id": p.get("worker_id"),
+            "peak_rss_bytes": peak(p.get("rss_bytes")), "peak_pss_bytes": peak(p.get("pss_bytes")),
+            "peak_uss_bytes": peak(p.get("uss_bytes"))}

@@ -58,6 +58,15 @@ class Rates:
     model_alone_s: float | None  # model step on a batch already on the device (harness/ceiling.py), if measured
     main_sample_cpu_s: float | None = None  # a sample's CPU in the main thread (harness/ceiling.py), if measured
     main_sample_process_cpu_s: float | None = None  # ... and in all the main process's threads (intra-op pool)
+    # --- how steady the window was: the spread a prediction inherits (None: not measured; an old record) ---------
+    rate_rel_low: float | None = None  # 95 % interval of the window's samples/s over its steps, relative to it
+    rate_rel_high: float | None = None
+    cpu_rel_half: float | None = None  # 95 % half-width of the mean CPU per sample, relative (spread over calls)
+    drift: float | None = None  # second half's samples/s over the first half's, minus 1
+    warmup_gap: float | None = None  # first quarter's samples/s over the rest's, minus 1
+    other_load_spread: float | None = None  # cores other processes used: 90th minus 10th percentile of the samples
+    steps_measured: int = 0
+    target: str | None = None  # the user's script (None: the built-in pipeline), for the re-measure command
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -75,7 +84,7 @@ def _mean_in_window(t: list, v: list, start: float, end: float) -> float | None:
 
 def _process_cores(rec: RunRecord, start: float, end: float) -> tuple[float | None, float | None]:
     """Mean cores used by the job's processes (all, workers) in the window, from the sampled cpu_percent."""
-    procs = (rec.samples or {}).get("processes") or []
+    procs = rec.processes
     total = workers = 0.0
     seen = False
     for p in procs:
@@ -90,13 +99,68 @@ def _process_cores(rec: RunRecord, start: float, end: float) -> tuple[float | No
 
 
 def _system_busy(rec: RunRecord, start: float, end: float, cores: float) -> float | None:
-    s = rec.samples or {}
+    s = rec.samples
     t = np.asarray(s.get("t_s") or [], dtype=float)
     rows = s.get("cpu_percent_per_core") or []
     if t.size == 0 or len(rows) != t.size:
         return None
     vals = [float(np.mean(r)) for r, ti in zip(rows, t) if r and start <= ti <= end]
     return float(np.mean(vals)) / 100.0 * cores if vals else None
+
+
+def _other_load_spread(rec: RunRecord, start: float, end: float, cores: float) -> float | None:
+    """10th-90th percentile range of the cores other processes used in the window: all busy cores (per-core samples)
+    less the job's processes (their sampled cpu_percent, interpolated to the same instants)."""
+    s = rec.samples or {}
+    t = np.asarray(s.get("t_s") or [], dtype=float)
+    rows = s.get("cpu_percent_per_core") or []
+    if t.size == 0 or len(rows) != t.size:
+        return None
+    keep = (t >= start) & (t <= end)
+    if keep.sum() < 4:
+        return None
+    busy = np.asarray([float(np.mean(r)) / 100.0 * cores if r else np.nan for r in rows])[keep]
+    job = np.zeros(int(keep.sum()))
+    for p in s.get("processes") or []:
+        pt = np.asarray(p.get("t_s") or [], dtype=float)
+        pv = np.asarray([np.nan if v is None else v for v in (p.get("cpu_percent") or [])], dtype=float)
+        ok = np.isfinite(pv)
+        if pt.size != pv.size or ok.sum() < 2:
+            continue
+        job += np.interp(t[keep], pt[ok], pv[ok] / 100.0, left=0.0, right=0.0)
+    others = np.clip(busy - job, 0.0, None)
+    others = others[np.isfinite(others)]
+    if others.size < 4:
+        return None
+    p10, p90 = np.percentile(others, [10, 90])
+    return float(p90 - p10)
+
+
+def _steadiness(rec: RunRecord) -> dict[str, Any]:
+    """The window's own spread: the block-bootstrap interval of its samples/s, its drift (second half vs first),
+    and how far its first quarter ran from the rest (a warm-up that had not settled)."""
+    from ..thresholds import CONFIDENCE
+    from .stats import block_bootstrap_rate, step_periods
+
+    n, period = step_periods(rec.timeline["steps"])
+    out: dict[str, Any] = {"steps_measured": int(n.size)}
+    rel = block_bootstrap_rate(n, period)
+    if rel is not None:
+        lo, hi = np.percentile(rel, [(1 - CONFIDENCE) / 2 * 100, (1 + CONFIDENCE) / 2 * 100])
+        out.update(rate_rel_low=float(lo), rate_rel_high=float(hi))
+
+    def rate(a: slice) -> float:
+        secs = float(period[a].sum())
+        return float(n[a].sum()) / secs if secs > 0 else 0.0
+
+    if n.size >= 8:
+        h, q = n.size // 2, n.size // 4
+        first, second, head, rest = rate(slice(0, h)), rate(slice(h, None)), rate(slice(0, q)), rate(slice(q, None))
+        if first > 0:
+            out["drift"] = second / first - 1.0
+        if rest > 0:
+            out["warmup_gap"] = head / rest - 1.0
+    return out
 
 
 def _per_sample(m: Any, key: str) -> float | None:
@@ -111,7 +175,7 @@ def measure(rec: RunRecord, t: Tables, stages: dict[str, Any], ctx: Context) -> 
     """The rates of ``rec`` (its measured window), from the tables and the context analysis already built."""
     notes: list[str] = []
     sp, bt, st = t.spans, t.batches, t.steps
-    win = rec.window or {}
+    win = rec.window
     start, end = float(win.get("start_s", 0.0)), float(win.get("end_s", 0.0))
     samples = max(ctx.samples, 1)
     steps = max(ctx.steps, 1)
@@ -128,7 +192,7 @@ def measure(rec: RunRecord, t: Tables, stages: dict[str, Any], ctx: Context) -> 
     else:
         items, wall, cpu, runq, read, rchar, rbytes, cold = float(samples), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
         notes.append("no dataset calls in the window: per-sample costs unknown")
-    acc = (rec.timeline or {}).get("accounting") or {}
+    acc = rec.timeline["accounting"]
     if cpu <= 0 and wall > 0:  # no per-thread clock (v1 record, or a kernel without schedstat): wall minus reads
         cpu, runq = max(wall - read, 0.0), 0.0
         notes.append(f"no per-thread CPU clock ({acc.get('cpu_clock', 'absent')}): CPU per sample = wall minus read")
@@ -155,12 +219,18 @@ def measure(rec: RunRecord, t: Tables, stages: dict[str, Any], ctx: Context) -> 
     if st.get("wait_start") is not None and st["wait_start"].size > 1:
         gaps = st["wait_start"][1:].astype(float) - st["compute_end"][:-1].astype(float)
         loop = float(np.clip(gaps, 0, None).mean())
-    torch_env = (rec.environment or {}).get("torch") or {}
+    torch_env = rec.environment.get("torch") or {}
     st_rec = rec.storage or {}
-    ma = getattr(rec, "model_alone", None) or (getattr(rec, "extra", None) or {}).get("model_alone")
+    ma = rec.model_alone
     ma_s = ma.get("seconds_per_step") if isinstance(ma, dict) else None
-    mp = getattr(rec, "main_process_samples", None) or (getattr(rec, "extra", None) or {}).get("main_process_samples")
+    mp = rec.main_process_samples
     main_cpu, main_proc = _per_sample(mp, "cpu_s"), _per_sample(mp, "process_cpu_s")
+    steady = _steadiness(rec)
+    cpu_half = None
+    if sel is not None and sel.any() and "cpu" in sp and int(sel.sum()) >= 3 and cpu > 0:
+        c = sp["cpu"][sel].astype(float) / np.maximum(sp.get("items", np.ones_like(sp["batch"]))[sel], 1)
+        cpu_half = float(1.96 * c.std(ddof=1) / np.sqrt(c.size) / max(c.mean(), 1e-12))
+    target = rec.job.get("target") if rec.job and rec.job_kind != "builtin" else None
     return Rates(
         samples_per_s=ctx.samples_per_s, workers=ctx.workers, batch=samples / steps,
         device_type=ctx.device_type, cores=max(ctx.usable_cores, 1.0),
@@ -175,5 +245,7 @@ def measure(rec: RunRecord, t: Tables, stages: dict[str, Any], ctx: Context) -> 
         system_busy_cores=_system_busy(rec, start, end, max(ctx.usable_cores, 1.0)),
         pin_memory=ctx.pin_memory, throttle=st_rec.get("throttle"), cache_mode=str(st_rec.get("cache_mode", "as-is")),
         model_alone_s=float(ma_s) if isinstance(ma_s, (int, float)) and ma_s > 0 else None,
-        main_sample_cpu_s=main_cpu, main_sample_process_cpu_s=main_proc, notes=notes,
+        main_sample_cpu_s=main_cpu, main_sample_process_cpu_s=main_proc,
+        cpu_rel_half=cpu_half, other_load_spread=_other_load_spread(rec, start, end, max(ctx.usable_cores, 1.0)),
+        target=str(target) if target else None, notes=notes, **steady,
     )

@@ -7,15 +7,19 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import thresholds as th
+from ..record.schema import Recommendation
 from .context import Context
 from .io import fits_in_page_cache
 from .verdict import NOTHING_MEASURED
 
+if TYPE_CHECKING:  # annotations only
+    from ..record.schema import Memory, Stall, Verdict, WhatIf
 
-def _rec(action: str, reason: str, gain: str, cause: str) -> dict[str, str]:
+
+def _rec(action: str, reason: str, gain: str, cause: str) -> Recommendation:
     return {"action": action, "reason": reason, "expected_gain": gain, "cause": cause}
 
 
@@ -29,10 +33,10 @@ def _ceiling_gain(ctx: Context, new_rate_samples: float) -> str:
             f"the model alone could take {model_cap:.0f} samples/s")
 
 
-def _cpu_rules(ctx: Context, stall: dict[str, Any]) -> list[dict[str, str]]:
+def _cpu_rules(ctx: Context, stall: Stall) -> list[Recommendation]:
     out = []
-    idle = ctx.idle_cores
-    saturated = ctx.cpu_util is not None and ctx.cpu_util >= th.CPU_SATURATED_FROM
+    idle, util = ctx.idle_cores, ctx.cpu_util  # idle is None exactly when util is
+    saturated = util is not None and util >= th.CPU_SATURATED_FROM
     sample_ms = ctx.sample_cpu_ms + ctx.sample_read_ms
     per_worker_sps = 1e3 / sample_ms if sample_ms > 0 else 0
     if ctx.workers == 0:
@@ -42,7 +46,7 @@ def _cpu_rules(ctx: Context, stall: dict[str, Any]) -> list[dict[str, str]]:
             f"with workers = 0 every batch is decoded in the main process while the model waits "
             f"({ctx.batch_build_ms:.0f} ms per batch, serial with {ctx.compute_ms:.0f} ms of compute).",
             _ceiling_gain(ctx, per_worker_sps * max(1, int(ctx.usable_cores) - 1)), "cpu"))
-    elif idle is not None and idle >= th.MIN_IDLE_CORES_FOR_MORE_WORKERS and not saturated:
+    elif idle is not None and util is not None and idle >= th.MIN_IDLE_CORES_FOR_MORE_WORKERS and not saturated:
         need = math.ceil(ctx.model_batches_per_s * ctx.batch_build_ms / 1e3) if math.isfinite(
             ctx.model_batches_per_s) else ctx.workers + int(idle)
         cap = int(ctx.usable_cores * th.MAX_WORKERS_PER_CORE)
@@ -50,10 +54,10 @@ def _cpu_rules(ctx: Context, stall: dict[str, Any]) -> list[dict[str, str]]:
         out.append(_rec(
             f"Raise {ctx.knob('workers')} from {ctx.workers} to {target}",
             f"one worker makes a batch in {ctx.batch_build_ms:.0f} ms ({per_worker_sps:.0f} samples/s) and the CPU "
-            f"was only {ctx.cpu_util * 100:.0f} % busy: about {idle:.1f} of {ctx.usable_cores:g} cores sat idle.",
+            f"was only {util * 100:.0f} % busy: about {idle:.1f} of {ctx.usable_cores:g} cores sat idle.",
             _ceiling_gain(ctx, per_worker_sps * target), "cpu"))
     if ctx.workers > 0 and (saturated or idle is None or idle < th.MIN_IDLE_CORES_FOR_MORE_WORKERS):
-        busy = f"{ctx.cpu_util * 100:.0f} %" if ctx.cpu_util is not None else "fully"
+        busy = f"{util * 100:.0f} %" if util is not None else "fully"
         by = stall.get("by_stage", {})
         dec, aug = float(by.get("decode", 0)), float(by.get("augment", 0))
         if aug >= dec and ctx.augment in ("standard", "heavy"):
@@ -81,7 +85,7 @@ def _cpu_rules(ctx: Context, stall: dict[str, Any]) -> list[dict[str, str]]:
 
             named = {k: float(v) for k, v in by.items() if k not in ("transfer", "h2d", "other", "collate")}
             if named and max(named.values()) > 0:
-                top = max(named, key=named.get)
+                top = max(named, key=lambda k: named[k])
                 where = ("your Dataset's own __getitem__ code (wrap its parts in profiler.stage(...) to split it)"
                          if top == "getitem" else vocab.stage(top).words)
                 out.append(_rec(
@@ -97,17 +101,25 @@ def _cpu_rules(ctx: Context, stall: dict[str, Any]) -> list[dict[str, str]]:
     return out
 
 
-def _io_rules(ctx: Context, stall: dict[str, Any]) -> list[dict[str, str]]:
+def _io_rules(ctx: Context, stall: Stall) -> list[Recommendation]:
     out = []
     io_s = float(stall.get("by_cause", {}).get("io", 0))
+    if ctx.reads_off_device:  # blocked, no byte from the device: faster storage, RAM or shards change nothing
+        return [_rec(
+            "Find what the workers wait on in __getitem__: they were blocked, not on the storage device (sleeps, "
+            "locks, network)",
+            f"{io_s:.2f} s of the wait was workers blocked while the dataset read no bytes from the device; "
+            "py-spy dump --pid of a worker shows the call it is blocked in.",
+            f"removes up to {io_s:.2f} s of the wait", "io")]
     rate = f"{ctx.read_mb_s_per_worker:.1f} MB/s per worker" if ctx.read_mb_s_per_worker else "a slow rate"
-    fits = fits_in_page_cache(ctx.dataset_bytes, ctx.ram_available_bytes)
-    if fits:
+    ram = ctx.ram_available_bytes
+    fits = fits_in_page_cache(ctx.dataset_bytes, ram)
+    if fits and ram:  # fits is None without both sizes
         out.append(_rec(
             "Serve the dataset from RAM: it fits (keep it in the page cache by reading it once, or copy it to local "
             "NVMe / tmpfs)",
             f"reads took {io_s:.2f} s of the wait at {rate}; the dataset is {ctx.dataset_bytes / 1e9:.2f} GB and "
-            f"{ctx.ram_available_bytes / 1e9:.1f} GB of RAM is available.",
+            f"{ram / 1e9:.1f} GB of RAM is available.",
             f"removes up to {io_s:.2f} s of the wait after the first epoch", "io"))
     else:
         out.append(_rec(
@@ -133,7 +145,7 @@ def _io_rules(ctx: Context, stall: dict[str, Any]) -> list[dict[str, str]]:
     return out
 
 
-def _transfer_rules(ctx: Context, stall: dict[str, Any]) -> list[dict[str, str]]:
+def _transfer_rules(ctx: Context, stall: Stall) -> list[Recommendation]:
     out = []
     tr = float(stall.get("by_cause", {}).get("transfer", 0))
     if ctx.device_type == "cuda" and not ctx.pin_memory:
@@ -158,7 +170,7 @@ def _transfer_rules(ctx: Context, stall: dict[str, Any]) -> list[dict[str, str]]
     return out
 
 
-def _compute_rules(ctx: Context, memory: dict[str, Any] | None) -> list[dict[str, str]]:
+def _compute_rules(ctx: Context, memory: Memory | None) -> list[Recommendation]:
     out = []
     if ctx.device_type == "cuda":
         if not ctx.amp:
@@ -197,50 +209,64 @@ def _compute_rules(ctx: Context, memory: dict[str, Any] | None) -> list[dict[str
 RULES = {"io": _io_rules, "cpu": _cpu_rules, "transfer": _transfer_rules}
 
 
-def recommend(verdict: dict[str, Any], stall: dict[str, Any], ctx: Context,
-              memory: dict[str, Any] | None = None, whatif: dict[str, Any] | None = None) -> list[dict[str, str]]:
+def recommend(verdict: Verdict, stall: Stall, ctx: Context,
+              memory: Memory | None = None, whatif: WhatIf | None = None) -> list[Recommendation]:
     b = verdict.get("bottleneck")
     if b == NOTHING_MEASURED:
         return []
     if b == "memory":
         return list((memory or {}).get("oom_recommendations", []))
-    if b == "compute":
-        return quote_predictions(_compute_rules(ctx, memory), whatif)
-    return quote_predictions(_input_rules(b, stall, ctx), whatif)
+    recs = _compute_rules(ctx, memory) if b == "compute" else _input_rules(b, stall, ctx)
+    kept, rejected = check_advice(recs, whatif)
+    if isinstance(whatif, dict) and whatif.get("predictions") is not None:
+        # What the check dropped, and why: a reader of run.json can see the advice its own numbers ruled out.
+        whatif["advice_rejected"] = [{"action": r["action"], "because": r["rejected_because"]} for r in rejected]
+    return kept
 
 
-# --- what-if quotes (issue 10): each recommendation with a prediction says what it predicts, or is dropped ---------
-_BINDS = {"cpu": "CPU-bound (decode/augment in the workers)", "io": "bound by read latency",
-          "compute": "the model sets the pace", "cores": "out of cores", "storage": "storage-bound"}
+# --- what-if quotes: each recommendation with a prediction says what it predicts, or is dropped -----------------
+def _sps(v: float) -> str:
+    return f"{v:,.0f}" if v >= 100 else f"{v:.1f}"
 
 
-def _quote(p: dict[str, Any], label: str, whatif: dict[str, Any]) -> str:
-    change = p.get("change")
-    pct = f" ({change * 100:+.0f} %)" if change is not None else ""
-    then = _BINDS.get(p.get("binds", ""), p.get("binds", ""))
+def _quote(p: dict[str, Any], label: str, whatif: WhatIf) -> str:
+    """"2 workers: ≈ 212 samples/s (190–240), at least +12 %, then <what binds>": the low end is the claim."""
+    iv = p.get("interval")
+    low = p.get("change_low")
+    pct = ""
+    if low is not None:
+        pct = f", at least {low * 100:+.0f} %"
+    elif p.get("change") is not None:
+        pct = f" ({p['change'] * 100:+.0f} %)"
+    then = p.get("binds_words") or p.get("binds", "")
     if p.get("binds") == "storage":
         from ..storage.spec import format_rate
 
         rchar = float(((whatif.get("inputs") or {}).get("rchar")) or 0.0)
         if rchar > 0:  # the device's rate, as a user buys it
             then += f" at {format_rate(p['samples_per_s'] * rchar)}"
-    return (f"{label}: ≈ {p['samples_per_s']:.0f} samples/s{pct}, then {then} "
+    span = f" ({_sps(iv[0])}–{_sps(iv[1])})" if iv else ""
+    return (f"{label}: ≈ {_sps(p['samples_per_s'])} samples/s{span}{pct}, then {then} "
             f"(predicted from this run; {p['assumption']})")
 
 
-def _prediction_for(action: str, preds: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, str]:
+_WORKERS = re.compile(r"(?:--workers|num_workers) (?:from \d+ to |\()?(\d+)|fewer workers \((\d+)\)")
+
+
+def prediction_for(action: str, preds: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, str]:
     """The what-if prediction a recommendation's action corresponds to, and how to name it."""
-    m = re.search(r"--workers (?:from \d+ to |\()?(\d+)", action) or re.search(r"fewer workers \((\d+)\)", action)
+    m = _WORKERS.search(action)
     if m:
-        n = int(m.group(1))
-        return next((p for p in preds if p["kind"] == "workers" and p.get("workers") == n), None), f"{n} workers"
+        n = int(m.group(1) or m.group(2))
+        return next((p for p in preds if p["kind"] == "workers" and p.get("workers") == n), None), \
+            f"{n} worker{'s' if n != 1 else ''}"
     if "on a GPU" in action:
         return next((p for p in preds if p["kind"] == "model" and p.get("speedup") == 10.0), None), \
             "the model 10x faster"
     if "mixed precision" in action:
         return next((p for p in preds if p["kind"] == "model" and p.get("speedup") == 2.0), None), \
             "the model 2x faster"
-    if "--pin-memory" in action:
+    if "pin-memory" in action or "pin_memory" in action:
         return next((p for p in preds if p["kind"] == "pin_memory"), None), "pin_memory on"
     if "faster local storage" in action:
         return next((p for p in preds if p.get("storage") == "nvme"), None), "on NVMe"
@@ -249,35 +275,76 @@ def _prediction_for(action: str, preds: list[dict[str, Any]]) -> tuple[dict[str,
     return None, ""
 
 
-def quote_predictions(recs: list[dict[str, str]], whatif: dict[str, Any] | None) -> list[dict[str, str]]:
-    """Put the what-if prediction into each recommendation it covers; drop one the prediction does not support
-    (a predicted gain under ``NO_CHANGE_BELOW`` is within a shared host's noise: not worth a change)."""
-    from .whatif import NO_CHANGE_BELOW
+# Actions about storage: they only make sense for a job that read files.
+_STORAGE_ACTIONS = ("faster local storage", "Serve the dataset from RAM", "Pack the small files")
 
-    preds = (whatif or {}).get("predictions") or []
-    if not preds:
-        return recs
-    out = []
+
+class RejectedAdvice(Recommendation, total=False):
+    """A recommendation the what-if ruled out, with why (``check_advice``); run.json keeps only action and why."""
+    rejected_because: str
+
+
+def check_advice(recs: list[Recommendation], whatif: WhatIf | None
+                 ) -> tuple[list[Recommendation], list[RejectedAdvice]]:
+    """The one consistency check between advice and the record's own what-if: (kept, rejected).
+
+    Each recommendation a prediction covers is rewritten to quote it (the interval, its low end as the claim);
+    it is rejected when the prediction says it would not help (point gain under ``GAIN_CLAIMED_FROM``), when the
+    what-if could not predict it at all, or when it is about storage and the job read no files. A prediction whose
+    point gain is real but whose low end is within noise is kept without a claim: it says to re-measure. Each
+    rejected one carries ``rejected_because``.
+    """
+    wi: WhatIf = whatif or {}
+    preds = wi.get("predictions") or []
+    kept: list[Recommendation] = []
+    rejected: list[RejectedAdvice] = []
+    read_nothing = "read no files" in str(wi.get("storage_note") or "")
     for r in recs:
-        p, label = _prediction_for(r["action"], preds)
-        if p is None:
-            out.append(r)
+        if read_nothing and any(k in r["action"] for k in _STORAGE_ACTIONS):
+            rejected.append({**r, "rejected_because": wi["storage_note"]})
             continue
-        if p.get("change") is not None and p["change"] < NO_CHANGE_BELOW:
-            continue  # the model says it would not help
-        out.append({**r, "expected_gain": _quote(p, label, whatif or {})})
-    return out
+        p, label = prediction_for(r["action"], preds) if preds else (None, "")
+        if p is None:
+            kept.append(r)
+            continue
+        if p.get("samples_per_s") is None:
+            rejected.append({**r, "rejected_because": f"the what-if cannot predict {label}: {p['assumption']}"})
+            continue
+        change = p.get("change")
+        if change is not None and change < th.GAIN_CLAIMED_FROM:
+            rejected.append({**r, "rejected_because": f"the what-if puts {label} at {change * 100:+.0f} % "
+                                                     f"(under {th.GAIN_CLAIMED_FROM * 100:.0f} %)"})
+            continue
+        gain = _quote(p, label, wi)
+        low = p.get("change_low")
+        if low is not None and low < th.GAIN_CLAIMED_FROM:
+            iv = p.get("interval") or [p["samples_per_s"]] * 2
+            remeasure = (wi.get("steadiness") or {}).get("remeasure")
+            gain = (f"{label}: ≈ {_sps(p['samples_per_s'])} samples/s ({_sps(iv[0])}–{_sps(iv[1])}); the low end is "
+                    "within noise of this run, so no gain is claimed"
+                    + (f" — measure it: {remeasure}" if remeasure else "")
+                    + f" (predicted from this run; {p['assumption']})")
+        kept.append({**r, "expected_gain": gain})
+    return kept, rejected
+
+
+def quote_predictions(recs: list[Recommendation], whatif: WhatIf | None) -> list[Recommendation]:
+    """The recommendations :func:`check_advice` keeps."""
+    return check_advice(recs, whatif)[0]
 # --- end what-if quotes ----------------------------------------------------------------------------------------------
 
 
-def _input_rules(b: Any, stall: dict[str, Any], ctx: Context) -> list[dict[str, str]]:
-    recs: list[dict[str, str]] = []
+def _input_rules(b: str | None, stall: Stall, ctx: Context) -> list[Recommendation]:
+    recs: list[Recommendation] = []
     total = float(stall.get("seconds", 0.0)) or 1.0
     by = stall.get("by_cause", {})
     # Rules for every cause holding a worthwhile share, the verdict's own cause first.
     order = [b] + [c for c in RULES if c != b]
     for cause in order:
-        if cause not in RULES or (float(by.get(cause, 0.0)) / total < th.CAUSE_WORTH_ACTING_ON and cause != b):
+        rules = RULES.get(cause) if cause is not None else None
+        if cause is None or rules is None:
             continue
-        recs += RULES[cause](ctx, stall)
+        if float(by.get(cause, 0.0)) / total < th.CAUSE_WORTH_ACTING_ON and cause != b:
+            continue
+        recs += rules(ctx, stall)
     return recs

@@ -1,15 +1,19 @@
 """Per-stage statistics from the record's timeline, measured window only (warm-up excluded)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .. import vocab
 
+if TYPE_CHECKING:  # annotations only
+    from ..record.schema import StageHistogram, StageStats, TailTotals, Timeline
 
-def describe(values_s: np.ndarray, per: str) -> dict[str, Any]:
+
+def describe(values_s: np.ndarray, per: str) -> StageStats:
     """total_s, mean/p50/p95/p99/max in ms, count; NaN-free (empty → zeros)."""
     v = np.asarray(values_s, dtype=np.float64)
     if v.size == 0:
@@ -22,6 +26,28 @@ def describe(values_s: np.ndarray, per: str) -> dict[str, Any]:
             "max_ms": round(float(v.max()) * 1e3, 4)}
 
 
+# latency.png's bins: 39 log-spaced bins show the shape of a distribution (one mode or two, a long tail) at the size
+# one panel of the figure has, and keep a record's 10-odd stage histograms to a few kB.
+HISTOGRAM_BINS = 39
+
+
+def histogram(values_s: np.ndarray) -> StageHistogram:
+    """The observations on log-spaced bins (ms), at least one decade wide so a log axis has labelled ticks; values
+    under 1 µs share the lowest bin; 0 ms ones are counted apart."""
+    v = np.asarray(values_s, dtype=np.float64) * 1e3
+    pos = v[v > 0]
+    zeros = int(v.size - pos.size)
+    if pos.size == 0:
+        return {"edges_ms": [], "counts": [], "zeros": zeros}
+    lo, hi = max(float(pos.min()), 1e-3), max(float(pos.max()), 1e-3)
+    if hi < lo * 10:
+        mid = math.sqrt(lo * hi)
+        lo, hi = mid / math.sqrt(10), mid * math.sqrt(10)
+    edges = np.geomspace(lo, hi, HISTOGRAM_BINS + 1)
+    counts, _ = np.histogram(np.clip(pos, lo, hi), bins=edges)
+    return {"edges_ms": [float(f"{e:.6g}") for e in edges], "counts": [int(c) for c in counts], "zeros": zeros}
+
+
 @dataclass
 class Tables:
     """The timeline as numpy columns, restricted to what the measured window used."""
@@ -31,21 +57,20 @@ class Tables:
     span_stages: dict[str, np.ndarray]  # named sub-stage self seconds per dataset call
     epochs: dict[str, np.ndarray]
     measured_batches: np.ndarray  # batch numbers received in measured steps
-    tail: dict[str, Any] | None = None  # exact totals of the measured steps beyond the detail (timeline.tail)
+    tail: TailTotals | None = None  # exact totals of the measured steps beyond the detail (timeline.tail)
 
 
-def tables(timeline: dict[str, Any]) -> Tables:
+def tables(timeline: Timeline) -> Tables:
     st = {k: np.asarray(v) for k, v in timeline["steps"].items()}
     m = st.get("measured")
     if m is not None and m.size:
         keep = m.astype(bool)
         st = {k: v[keep] for k, v in st.items()}
-    bt = {k: np.asarray(v) for k, v in timeline.get("batches", {}).items()}
-    raw_spans = dict(timeline.get("sample_spans", {}))
-    stages = raw_spans.pop("stages", None) or {}
-    sp = {k: np.asarray(v) for k, v in raw_spans.items()}
-    ss = {k: np.asarray(v, dtype=float) for k, v in stages.items()}
-    ep = {k: np.asarray(v) for k, v in (timeline.get("epochs") or {}).items()}
+    bt = {k: np.asarray(v) for k, v in timeline["batches"].items()}
+    raw_spans = timeline["sample_spans"]
+    sp = {k: np.asarray(v) for k, v in raw_spans.items() if k != "stages"}
+    ss = {k: np.asarray(v, dtype=float) for k, v in raw_spans.get("stages", {}).items()}
+    ep = {k: np.asarray(v) for k, v in timeline["epochs"].items()}
     return Tables(st, bt, sp, ss, ep, st.get("batch", np.array([], dtype=np.int64)), timeline.get("tail") or None)
 
 
@@ -88,8 +113,15 @@ def stage_durations(t: Tables) -> dict[str, np.ndarray]:
     sp, bt, st = t.spans, t.batches, t.steps
     if sp.get("batch") is not None and sp["batch"].size:
         sel = np.isin(sp["batch"], t.measured_batches)
+        # One observation per sample: a call that returned k samples (``__getitems__``, a batching iterable) gives
+        # k observations of its time / k, so a per-sample stage is per sample and its total stays the calls' total.
+        items = sp.get("items")
+        k = np.maximum(np.asarray(items)[sel], 1).astype(np.int64) if items is not None and items.size == sel.size \
+            else None
         for name, secs in sample_stage_seconds(t).items():
             v = secs[sel]
+            if k is not None and (k > 1).any():
+                v = np.repeat(v / k, k)
             # A named stage is observed in the calls where it occurred; getitem in every call.
             out[name] = v if name == "getitem" else v[v > 0]
         if "getitem" in out and not out["getitem"].any() and len(out) > 1:
@@ -113,21 +145,65 @@ def stage_durations(t: Tables) -> dict[str, np.ndarray]:
     return {k: np.asarray(out[k], dtype=float) for k in ordered(out)}
 
 
-def stage_stats(t: Tables) -> dict[str, dict[str, Any]]:
+def stage_stats(t: Tables) -> dict[str, StageStats]:
     durations = stage_durations(t)
     out = {k: describe(v, vocab.stage(k).per) for k, v in durations.items()}
+    for k, v in durations.items():
+        out[k]["histogram"] = histogram(v)
     if t.tail and t.tail.get("steps"):
         # Main-loop stages: count and total are exact over every measured step; the percentiles (and every worker
         # stage) describe the steps kept in detail.
         n = int(t.tail["steps"])
-        for k, key in (("wait", "wait_s"), ("h2d", "h2d_s"), ("compute", "compute_s")):
+        tail_s = {"wait": t.tail.get("wait_s", 0.0), "h2d": t.tail.get("h2d_s", 0.0),
+                  "compute": t.tail.get("compute_s", 0.0)}
+        for k, extra_s in tail_s.items():
             if k in out:
                 s = out[k]
                 s["count"] += n
-                s["total_s"] = round(s["total_s"] + float(t.tail.get(key, 0.0)), 6)
+                s["total_s"] = round(s["total_s"] + float(extra_s), 6)
                 s["mean_ms"] = round(s["total_s"] / s["count"] * 1e3, 4) if s["count"] else 0.0
                 s["percentiles_over"] = f"the first {int(t.tail.get('detail_steps', 0))} measured steps"
     sp = t.spans
     if "read" in out and sp.get("rchar") is not None and sp["rchar"].size:
         out["read"]["bytes"] = int(sp["rchar"][np.isin(sp["batch"], t.measured_batches)].sum())
     return out
+
+
+def block_bootstrap_rate(samples: np.ndarray, period: np.ndarray, seed: int = 0,
+                         resamples: int | None = None) -> np.ndarray | None:
+    """Resampled samples/s of consecutive steps, each draw divided by the point figure (so 1.0 = as measured).
+
+    Moving-block bootstrap: with workers, batches arrive in bursts (a queued batch's step takes ~0 s, the next one
+    waits for all of them), so single steps are not independent; blocks of ~sqrt(n) consecutive steps keep a burst
+    together, and resampling single steps would make the interval several times too wide. The one home of this
+    resampling: the sweep's measured intervals and the what-if's baseline spread both use it. None below 3 steps.
+    """
+    from ..thresholds import RESAMPLES
+
+    period = np.asarray(period, dtype=float)
+    n = np.asarray(samples, dtype=float)
+    if period.size < 3 or period.size != n.size or period.sum() <= 0:
+        return None
+    reps = resamples or RESAMPLES
+    rng = np.random.default_rng(seed)
+    n_steps = period.size
+    block = max(2, min(n_steps, int(round(np.sqrt(n_steps)))))
+    k = -(-n_steps // block)
+    starts = rng.integers(0, n_steps - block + 1, size=(reps, k))
+    idx = (starts[:, :, None] + np.arange(block)).reshape(reps, k * block)[:, :n_steps]
+    rates = n[idx].sum(axis=1) / np.maximum(period[idx].sum(axis=1), 1e-12)
+    return rates / (n.sum() / period.sum())
+
+
+def step_periods(steps: Any, measured_only: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """(samples, seconds) of each step, a step being one wait_start to the next (the last to its compute end)."""
+    ws = np.asarray(steps.get("wait_start") or [], dtype=float)
+    if ws.size == 0:
+        return np.zeros(0), np.zeros(0)
+    nxt = np.append(ws[1:], np.asarray(steps["compute_end"], dtype=float)[-1])
+    period = nxt - ws
+    n = np.asarray(steps["samples"], dtype=float)
+    if measured_only and steps.get("measured") is not None and len(steps["measured"]) == ws.size:
+        m = np.asarray(steps["measured"], dtype=bool)
+        return n[m], period[m]
+    return n, period

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..thresholds import CONFIDENCE, RESAMPLES
+from ..thresholds import CONFIDENCE
+from .stats import block_bootstrap_rate, step_periods
 
 if TYPE_CHECKING:  # annotations only: analysis takes the typed record
     from ..record import RunRecord
@@ -19,28 +20,12 @@ if TYPE_CHECKING:  # annotations only: analysis takes the typed record
 
 def measured_interval(rec: RunRecord, seed: int = 0) -> tuple[float, float] | None:
     """95 % interval of samples/s over the measured steps (moving-block bootstrap of consecutive steps)."""
-    st = rec.timeline.get("steps") or {}
-    m = np.asarray(st.get("measured") or [], dtype=bool)
-    if m.size < 3:
+    n, period = step_periods(rec.timeline["steps"])
+    rel = block_bootstrap_rate(n, period, seed)
+    if rel is None:
         return None
-    ws = np.asarray(st["wait_start"], dtype=float)
-    nxt = np.append(ws[1:], np.asarray(st["compute_end"], dtype=float)[-1])
-    period = (nxt - ws)[m]
-    n = np.asarray(st["samples"], dtype=float)[m]
-    if period.size < 3 or period.sum() <= 0:
-        return None
-    # Moving-block bootstrap: with workers, batches arrive in bursts (a queued batch's step takes ~0 s, the next one
-    # waits for all of them), so single steps are not independent; blocks of ~sqrt(n) consecutive steps keep a burst
-    # together, and resampling single steps would make the interval several times too wide.
-    rng = np.random.default_rng(seed)
-    n_steps = period.size
-    block = max(2, min(n_steps, int(round(np.sqrt(n_steps)))))
-    k = -(-n_steps // block)
-    starts = rng.integers(0, n_steps - block + 1, size=(RESAMPLES, k))
-    idx = (starts[:, :, None] + np.arange(block)).reshape(RESAMPLES, k * block)[:, :n_steps]
-    rates = n[idx].sum(axis=1) / np.maximum(period[idx].sum(axis=1), 1e-12)
-    lo, hi = np.percentile(rates, [(1 - CONFIDENCE) / 2 * 100, (1 + CONFIDENCE) / 2 * 100])
     point = n.sum() / period.sum()
+    lo, hi = np.percentile(rel * point, [(1 - CONFIDENCE) / 2 * 100, (1 + CONFIDENCE) / 2 * 100])
     x = float((rec.throughput or {}).get("samples_per_s") or point)
     return float(lo / point * x), float(hi / point * x)  # the interval around the window's own figure
 
@@ -53,11 +38,9 @@ def summarise(points: list[dict[str, Any]]) -> dict[str, Any]:
     done = [p for p in points if p.get("measured_samples_per_s")]
     base = next((p for p in done if p.get("inputs")), None)
     errors = []
+    inside: list[bool] = []
     if base is not None:
         r = rates_from_dict(base["inputs"])
-        lo_hi = base.get("interval")
-        rel = ((lo_hi[0] / base["measured_samples_per_s"], lo_hi[1] / base["measured_samples_per_s"])
-               if lo_hi else None)
         for p in done:
             s = p["setting"]
             pred = predict_setting(r, workers=s.get("--workers"), batch_size=s.get("--batch-size"),
@@ -66,14 +49,19 @@ def summarise(points: list[dict[str, Any]]) -> dict[str, Any]:
             p["predicted_samples_per_s"] = pred["samples_per_s"]
             p["predicted_binds"] = pred["binds"]
             p["assumption"] = pred["assumption"]
-            p["predicted_interval"] = [round(pred["samples_per_s"] * rel[0], 3),
-                                       round(pred["samples_per_s"] * rel[1], 3)] if rel else None
-            if p is not base:
+            p["predicted_interval"] = pred.get("interval")
+            if p is not base and pred["samples_per_s"] is not None:
                 err = (pred["samples_per_s"] - p["measured_samples_per_s"]) / p["measured_samples_per_s"]
                 p["error"] = round(err, 4)
                 errors.append(abs(err))
+                iv = pred.get("interval")
+                if iv:
+                    p["inside_interval"] = bool(iv[0] <= p["measured_samples_per_s"] <= iv[1])
+                    inside.append(p["inside_interval"])
     best = max(done, key=lambda p: p["measured_samples_per_s"]) if done else None
     return {"baseline": base["index"] if base else None,
             "median_abs_error": round(float(np.median(errors)), 4) if errors else None,
+            # The share of predicted points whose measured samples/s fell inside the predicted interval.
+            "coverage": round(sum(inside) / len(inside), 4) if inside else None,
             "best": {"index": best["index"], "label": best["label"],
                      "samples_per_s": best["measured_samples_per_s"]} if best else None}

@@ -1,11 +1,14 @@
 """The verdict: which one thing limits the job, in one sentence a person reads first."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .. import thresholds as th
 from .. import vocab
 from .context import Context
+
+if TYPE_CHECKING:  # annotations only
+    from ..record.schema import Ceilings, OutOfMemory, Stall, Verdict, WhatIf
 
 # The causes a verdict can name: every idle cause the registry has except "other", which explains nothing.
 VERDICT_CAUSES = tuple(c for c in vocab.CAUSE_NAMES if c != "other")
@@ -26,7 +29,7 @@ def _pct(x: float) -> str:
     return f"{x * 100:.0f} %" if x >= 0.1 else f"{x * 100:.1f} %"
 
 
-def decide(stall: dict[str, Any], ctx: Context, oom: dict[str, Any] | None = None) -> dict[str, Any]:
+def decide(stall: Stall, ctx: Context, oom: OutOfMemory | None = None) -> Verdict:
     """``verdict`` section: bottleneck, severity, summary, the numbers behind it."""
     if oom:
         return {
@@ -55,11 +58,16 @@ def decide(stall: dict[str, Any], ctx: Context, oom: dict[str, Any] | None = Non
             summary += " The model ran on the CPU: no GPU was used."
         return {"bottleneck": "compute", "severity": sev, "summary": summary}
     causes = {k: float(by.get(k, 0.0)) for k in VERDICT_CAUSES}
-    cause = max(causes, key=causes.get)
+    cause = max(causes, key=lambda c: causes[c])
     share = causes[cause] / total if total > 0 else 0.0
     detail = f"{_pct(share)} of that wait was {vocab.CAUSE[cause].words}"
     if cause == "cpu":
         detail += f" in {workers} that had {cores} between them" if ctx.workers > 0 else f" in {workers}, with {cores}"
+    elif cause == "io" and ctx.reads_off_device:
+        # Blocked while reading nothing: not storage. What blocks a worker without bytes is a sleep, a lock or the
+        # network (docs/attribution.md), and storage advice would mislead.
+        detail = (f"{_pct(share)} of that wait was {workers} blocked, not on the storage device: sleeps, locks, "
+                  "network (no byte came from the device)")
     elif cause == "io":
         detail += f" in {workers}, {ctx.sample_read_ms:.1f} ms per file"
         if ctx.page_cache_hit is not None:
@@ -70,3 +78,30 @@ def decide(stall: dict[str, Any], ctx: Context, oom: dict[str, Any] | None = Non
     if other_share >= th.OTHER_SHARE_WARN:
         summary += f" Note: {_pct(other_share)} of the wait could not be tied to a stage (other)."
     return {"bottleneck": cause, "severity": sev, "summary": summary, "cause_share": round(share, 4)}
+
+
+def agree_on_shared_cores(verdict: Verdict, whatif: WhatIf, ceilings: Ceilings) -> None:
+    """On a run whose model and workers share the cores (a CPU-only run), say what binds in the what-if's words.
+
+    Why: the verdict (from the wait), the ceilings (each stage alone) and the what-if (the whole job on its cores)
+    otherwise give three answers to one question: "compute-bound" beside a decode/augment ceiling beside "bound by
+    cores". When the what-if finds the measured setting bound by the shared cores, the verdict's summary says so in
+    the same words and the ceilings' lowest row is the shared cores; the bottleneck field keeps its cause (it is
+    what the wait was for), and ``verdict.binds`` carries the shared answer."""
+    words = (whatif or {}).get("binds_words")
+    if (whatif or {}).get("binds") != "cores" or not words or verdict.get("bottleneck") in (NOTHING_MEASURED,
+                                                                                         "memory"):
+        return
+    verdict["binds"] = words
+    head = "Compute-bound:"
+    if verdict.get("summary", "").startswith(head):
+        verdict["summary"] = f"Compute-bound on shared cores ({words}):" + verdict["summary"][len(head):]
+    else:
+        verdict["summary"] += f" What binds: {words}."
+    verdict["summary"] += " More of one takes cores from the other."
+    rows = (ceilings or {}).get("rows") or []
+    cores = next((r for r in rows if r.get("stage") == "cores"), None)
+    # The shared cores are the ceiling when they are the lowest (to within the model's softness, 3 %).
+    if cores and cores["samples_per_s"] <= 1.03 * min(r["samples_per_s"] for r in rows):
+        ceilings["lowest"] = "cores"
+        ceilings["lowest_words"] = words

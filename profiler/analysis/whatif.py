@@ -24,18 +24,21 @@ The model (docs in README "What would help?"; every prediction carries the assum
 from __future__ import annotations
 
 import math
-from dataclasses import replace
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from .. import thresholds as th
-from ..storage.spec import STORAGE_PRESETS, format_rate
+from ..storage.spec import STORAGE_PRESETS, ThrottleSpec, format_rate
 from .rates import Rates
+
+if TYPE_CHECKING:  # annotations only
+    from ..record.schema import Ceilings, WhatIf
 
 # Worker counts are predicted up to this many times the usable cores: past 2 per core, a CPU-bound loader only
 # time-slices, and an IO-bound one has usually reached the device's queue limit.
 MAX_WORKERS_PER_CORE = 2
 # A what-if changes the run by less than this (relative) is "no change": within the run-to-run noise of a shared host.
-NO_CHANGE_BELOW = 0.05
+NO_CHANGE_BELOW = th.GAIN_CLAIMED_FROM
 # Pinned host memory copies at roughly twice the bandwidth of pageable memory (pageable copies are staged through a
 # pinned bounce buffer by the driver; typical PCIe 3/4 hosts: ~12 vs ~25 GB/s). An assumption, stated as one.
 PINNED_SPEEDUP = 2.0
@@ -47,9 +50,18 @@ CORES_USED_UP = 0.97
 # Softness of the capacity bound in the share formula (phi = (A - demand) / SOFT): small, so the bound is all but
 # sharp (it moves no prediction by more than a fraction of a per cent), but it keeps the bisection continuous.
 SOFT = 0.02
+# When the cores are used up and the model's own step could go at most this much faster, the model sets the pace:
+# "then bound by" names it rather than the cores (3 %: within the bisection's softness and a step's jitter).
+MODEL_BINDS_WITHIN = 1.03
+# The model is named among those sharing the cores when its threads take at least this share of the job's CPU per
+# sample: below, it is a rounding error next to the loading (a loader-only run's empty step).
+MODEL_SHARE_NAMED_FROM = 0.1
+# The low end of an interval never falls below this share of its prediction before widening: the errors added in
+# quadrature are relative errors of a rate, which cannot fall to 0 because of its measurement's spread.
+MIN_LOW_SHARE = 0.1
 
 
-def _bisect(f, hi: float) -> float:
+def _bisect(f: Callable[[float], float], hi: float) -> float:
     """Largest X in (0, hi] with f(X) >= X, f decreasing in X."""
     lo = 0.0
     if f(hi) >= hi:
@@ -149,8 +161,21 @@ class Model:
         b = self._bounds(n, x, p)
         # The calibration scales the solved pipeline (storage caps were divided by it above, so they stay nominal).
         if x >= hi * CORES_USED_UP:  # the job's own demand fills the usable cores
+            # ... but where the model's own step allows no more either, the model sets the pace: say so. Not on a
+            # CPU run: there the model's step is only as fast as its share of the same cores ("cores" names both).
+            if self.r.device_type != "cpu" and b.get("compute", math.inf) <= x * MODEL_BINDS_WITHIN:
+                return x * self.kappa, "compute"
             return x * self.kappa, "cores"
         return x * self.kappa, min(b, key=lambda k: b[k])
+
+    def with_cores(self, cores: float, n: int | None = None, **change: Any) -> tuple[float, str]:
+        """``predict`` had other load left the job ``cores`` instead of what it had (the calibration kept)."""
+        kept = self.A
+        self.A = min(max(cores, 0.05), self.P)
+        try:
+            return self.predict(n, **change)
+        finally:
+            self.A = kept
 
     def predict(self, n: int | None = None, **change: Any) -> tuple[float, str]:
         p = {**self._base(), **change}
@@ -169,9 +194,17 @@ def storage_cap(bytes_per_sample: float, reads_per_sample: float, spec: dict[str
     return 1.0 / cost if cost > 0 else None
 
 
-def _row(kind: str, setting: str, x: float, binds: str, now: float, assumption: str, **extra: Any) -> dict[str, Any]:
-    return {"kind": kind, "setting": setting, "samples_per_s": round(x, 3), "binds": binds,
-            "change": round(x / now - 1, 4) if now > 0 else None, "assumption": assumption, **extra}
+def _read_cost(nbytes: float, spec: ThrottleSpec) -> float:
+    """Device seconds of one read of ``nbytes`` from a --storage preset: bytes over bandwidth plus one operation
+    (the userspace throttle's additive model; a limit the preset does not set costs nothing)."""
+    return (nbytes / spec.bytes_per_s if spec.bytes_per_s else 0.0) + (1.0 / spec.iops if spec.iops else 0.0)
+
+
+def _row(kind: str, setting: str, x: float | None, binds: str, now: float, assumption: str,
+         **extra: Any) -> dict[str, Any]:
+    return {"kind": kind, "setting": setting, "samples_per_s": None if x is None else round(x, 3), "binds": binds,
+            "change": round(x / now - 1, 4) if now > 0 and x is not None else None, "assumption": assumption,
+            **extra}
 
 
 def worker_counts(cores: float, measured: int) -> list[int]:
@@ -185,72 +218,217 @@ def worker_counts(cores: float, measured: int) -> list[int]:
     return sorted(set(out + [top, measured]))
 
 
-def whatif(r: Rates) -> dict[str, Any]:
-    """The ``whatif`` section: predictions for other settings from this run alone."""
+def binds_words(binds: str, r: Rates, n: int | None = None, available: float | None = None) -> str:
+    """What binds, in the words the verdict, the ceilings and the what-if all use (one phrase per stage).
+    ``available``: the cores other load left the job, said when it took a visible part of them."""
+    n = r.workers if n is None else n
+    cores = f"{r.cores:g} core{'s' if r.cores != 1 else ''}"
+    if available is not None and available < r.cores - 0.05:
+        cores = f"the {available:.2f} of {r.cores:g} cores other load left"
+    who = f"{n} worker{'s' if n != 1 else ''}" if n > 0 else "the main process's loading"
+    if binds == "cores":
+        if _model_shares_cores(r):
+            return f"cores: the model and {who} share {cores}"
+        if n == 0:
+            return f"cores: the main process loads and steps on {cores}"
+        return f"cores: {who} and the main process share {cores}"
+    return {"compute": "the model sets the pace", "cpu": f"CPU work per sample in {who}",
+            "io": f"blocked reads in {who}", "storage": "the storage device", "unknown": "not predicted"
+            }.get(binds, binds)
+
+
+def _model_shares_cores(r: Rates) -> bool:
+    """Does the model take a real part of the cores (a CPU run whose model's threads use at least a tenth of the
+    job's CPU per sample)? A loader-only run (``--model none``) has a step of microseconds: its cores are the
+    workers' and the main process's."""
+    if r.device_type != "cpu" or r.compute_s <= 0:
+        return False
+    model = min(r.model_threads, max(int(math.ceil(r.cores)), 1)) * r.compute_s / max(r.batch, 1.0)
+    return model >= MODEL_SHARE_NAMED_FROM * (model + r.cpu_s)
+
+
+def steadiness(r: Rates, m: Model) -> dict[str, Any]:
+    """Was the measured window steady enough to predict from? Notices (each with its figure), how much each widens
+    the intervals, and the command that would measure it better."""
+    notices: list[str] = []
+    widen = 0.0
+    up_to_costs = False
+    if r.drift is not None and abs(r.drift) >= th.DRIFT_FROM:
+        notices.append(f"the rate drifted {r.drift * 100:+.0f} % from the window's first half to its second")
+        widen = max(widen, abs(r.drift))
+    if r.other_load_spread is not None and r.other_load_spread >= th.OTHER_LOAD_VARIED_FROM:
+        half = r.other_load_spread / 2
+        notices.append(f"other load came and went: other processes used between {max(m.others - half, 0):.1f} "
+                       f"and {min(m.others + half, m.P):.1f} of the {m.P:g} cores during the window")
+    if r.warmup_gap is not None and abs(r.warmup_gap) >= th.WARMUP_UNSETTLED_FROM:
+        notices.append(f"the warm-up had not settled: the window's first quarter ran {r.warmup_gap * 100:+.0f} % "
+                       "from the rest")
+        widen = max(widen, abs(r.warmup_gap))
+    if m.kappa < th.BELOW_OWN_COSTS_FROM:
+        notices.append(f"throughput was {m.kappa * 100:.0f} % of what this run's own per-sample costs allow "
+                       "(something the run did not measure took time)")
+        up_to_costs = True
+    steps = max(r.steps_measured, 1)
+    more = max(2 * steps, 60)
+    if r.target:
+        cmd = f"python -m profiler sweep --workers {r.workers},{max(r.workers + 1, 2)} {r.target}"
+    else:
+        cmd = (f"python -m profiler run --steps {more} (with this run's other options), or measure the settings "
+               f"directly: python -m profiler sweep --workers {r.workers},{max(r.workers + 1, 2)}")
+    return {"steady": not notices, "notices": notices, "widen": round(widen, 4), "up_to_own_costs": up_to_costs,
+            "remeasure": cmd}
+
+
+def interval(m: Model, r: Rates, x: float, steady: dict[str, Any], measured: bool = False, n: int | None = None,
+             extra_residual: float = 0.0, **change: Any) -> list[float]:
+    """(low, high) samples/s around a prediction ``x``: the baseline's own spread (block bootstrap over its steps),
+    the spread of its per-sample CPU cost, the other load seen (the prediction re-solved with the cores other load
+    left at its 10th and 90th percentile), the model's calibration residual, and the window's unsteadiness.
+    The measured point is a measurement: its interval is the bootstrap's alone."""
+    lo_b = 1.0 - (r.rate_rel_low if r.rate_rel_low is not None else 1.0)
+    hi_b = (r.rate_rel_high if r.rate_rel_high is not None else 1.0) - 1.0
+    if measured:
+        return [round(x * (1 - max(lo_b, 0.0)), 3), round(x * (1 + max(hi_b, 0.0)), 3)]
+    down = [lo_b, r.cpu_rel_half or 0.0, th.WHATIF_RESIDUAL, extra_residual]
+    up = [hi_b, r.cpu_rel_half or 0.0, th.WHATIF_RESIDUAL, extra_residual]
+    spread = r.other_load_spread or 0.0
+    if spread > 0.05 and x > 0:
+        more = m.with_cores(m.A + spread / 2, n, **change)[0]
+        less = m.with_cores(m.A - spread / 2, n, **change)[0]
+        up.append(max(more / x - 1, 0.0))
+        down.append(max(1 - less / x, 0.0))
+    # The unsteadiness widens by a factor each way (a rate that ran 2x faster for a while may as well run 2x slower),
+    # so the low end stays above 0 however unsteady the window was.
+    w = 1.0 + float(steady.get("widen") or 0.0)
+    lo = x * max(1.0 - math.sqrt(sum(v * v for v in down)), MIN_LOW_SHARE) / w
+    hi = x * (1.0 + math.sqrt(sum(v * v for v in up))) * w
+    if steady.get("up_to_own_costs") and m.kappa > 0:
+        hi = max(hi, x / m.kappa)  # the loss may have been passing: what the run's own costs allow
+    return [round(lo, 3), round(hi, 3)]
+
+
+def _finish(m: Model, r: Rates, row: dict[str, Any], steady: dict[str, Any], n: int | None = None,
+            extra_residual: float = 0.0, **change: Any) -> dict[str, Any]:
+    """A row with its interval, the low end's change, and the binding stage in the shared words."""
+    x = row["samples_per_s"]
+    row["binds_words"] = binds_words(row["binds"], r, n, m.A)
+    if x is None:
+        row["interval"], row["change_low"] = None, None
+        return row
+    iv = interval(m, r, x, steady, bool(row.get("measured")), n, extra_residual, **change)
+    row["interval"] = iv
+    now = r.samples_per_s
+    row["change_low"] = round(iv[0] / now - 1, 4) if now > 0 else None
+    return row
+
+
+def whatif(r: Rates) -> WhatIf:
+    """The ``whatif`` section: predictions for other settings from this run alone, each with its interval."""
     m = Model(r)
+    steady = steadiness(r, m)
     now = r.samples_per_s
     preds: list[dict[str, Any]] = []
     core_note = (f"the job keeps the {m.A:.2f} of {m.P:g} cores it had (other load took the rest and is assumed "
                  "to keep it)" if m.others > 0.05 else f"{m.P:g} cores, no other load seen")
     for n in worker_counts(r.cores, r.workers):
-        x, b = m.predict(n)
         a = (f"each worker needs {r.cpu_s * 1e3:.1f} ms on a core and {r.blocked_s * 1e3:.1f} ms blocked per sample, "
              f"as measured; {core_note}")
-        if r.device_type == "cpu" and r.compute_s > 0:
+        if _model_shares_cores(r):
             a += "; the model's threads share the same cores and slow down as workers take them"
+        extra = 0.0
+        if n == 0 and r.workers > 0 and not r.main_sample_cpu_s:
+            preds.append(_finish(m, r, _row(
+                "workers", "workers=0", None, "unknown", now,
+                "cannot be predicted from this run: with 0 workers the dataset runs in the main process, whose "
+                "per-sample cost (its torch ops on all its threads, serial with the step) this run did not measure; "
+                "measure it: python -m profiler sweep --workers 0," + str(r.workers) + (f" {r.target}" if r.target
+                                                                                       else ""),
+                workers=0, measured=False, predictable=False), steady, 0))
+            continue
+        x, b = m.predict(n)
         if n == 0:
             a += "; with 0 workers the main process loads every batch between steps"
-            a += (f", at {r.main_sample_cpu_s * 1e3:.1f} ms of CPU per sample (timed in the main process after the "
-                  "window)" if r.workers > 0 and r.main_sample_cpu_s else
-                  ", at the same CPU per sample (its torch ops then use the main process's threads: not measured)"
-                  if r.workers > 0 else "")
+            if r.workers > 0 and r.main_sample_cpu_s:
+                a += (f", at {r.main_sample_cpu_s * 1e3:.1f} ms of CPU per sample (a few samples timed in the main "
+                      "process after the window: a wider interval)")
+                extra = th.WORKERS0_RESIDUAL
         if r.workers == 0 and n > 0:
             a += "; worker->main transfer not measured (0 workers) and taken as free"
-        preds.append(_row("workers", f"workers={n}", x, b, now, a, workers=n, measured=n == r.workers))
+        preds.append(_finish(m, r, _row("workers", f"workers={n}", x, b, now, a, workers=n, measured=n == r.workers),
+                             steady, n, extra))
     # Page cache warm vs cold.
     if r.read_blocked_s > 0 or r.read_bytes > 0:
-        x, b = m.predict(blocked=max(r.blocked_s - r.read_blocked_s, 0.0), storage_cap=None)
-        preds.append(_row("cache", "cache warm", x, b, now, "every file already in the page cache: the "
-                          f"{r.read_blocked_s * 1e3:.1f} ms blocked in reads per sample disappears"))
+        ch: dict[str, Any] = {"blocked": max(r.blocked_s - r.read_blocked_s, 0.0), "storage_cap": None}
+        x, b = m.predict(**ch)
+        preds.append(_finish(m, r, _row("cache", "cache warm", x, b, now, "every file already in the page cache: "
+                                        f"the {r.read_blocked_s * 1e3:.1f} ms blocked in reads per sample disappears"),
+                             steady, None, 0.0, **ch))
     cold = _cold_read_s(r)
     if cold is not None and r.rchar > 0:
         per_read, why, spec = cold
-        x, b = m.predict(blocked=max(r.blocked_s - r.read_blocked_s, 0.0) + per_read,
-                         storage_cap=storage_cap(r.rchar, 1.0, spec) if spec else None)
-        preds.append(_row("cache", "cache cold", x, b, now, why))
-    # Storage presets: every file read from the device, a single queue shared by the workers.
-    for name, spec in STORAGE_PRESETS.items():
-        d = {**spec.to_dict(), "mechanism": "userspace"}
-        cost = r.rchar / spec.bytes_per_s + 1.0 / spec.iops if r.rchar > 0 else 0.0
-        x, b = m.predict(blocked=max(r.blocked_s - r.read_blocked_s, 0.0) + cost,
-                         storage_cap=storage_cap(r.rchar, 1.0, d))
-        cap = storage_cap(r.rchar, 1.0, d)
-        preds.append(_row("storage", f"--storage {name}", x, b, now,
-                          f"{spec.describe()} with a cold cache: each {r.rchar / 1e3:.0f} kB sample costs "
-                          f"{cost * 1e3:.2f} ms of device time in one shared queue",
-                          storage=name, storage_cap_samples_per_s=round(cap, 3) if cap else None))
+        ch = {"blocked": max(r.blocked_s - r.read_blocked_s, 0.0) + per_read,
+              "storage_cap": storage_cap(r.rchar, 1.0, spec) if spec else None}
+        x, b = m.predict(**ch)
+        preds.append(_finish(m, r, _row("cache", "cache cold", x, b, now, why), steady, None, 0.0, **ch))
+    # Storage presets: every file read from the device, a single queue shared by the workers. Only for a job that
+    # read files: a dataset in memory reads nothing from any device, and a row would invent a cost for it.
+    storage_note = None
+    reads_files = r.read_blocked_s > 0 or r.read_bytes > 0 or r.rchar >= th.READS_FILES_FROM_BYTES
+    if reads_files and r.rchar > 0:
+        for name, preset in STORAGE_PRESETS.items():
+            d = {**preset.to_dict(), "mechanism": "userspace"}
+            cost = _read_cost(r.rchar, preset)
+            cap = storage_cap(r.rchar, 1.0, d)
+            ch = {"blocked": max(r.blocked_s - r.read_blocked_s, 0.0) + cost, "storage_cap": cap}
+            x, b = m.predict(**ch)
+            preds.append(_finish(m, r, _row(
+                "storage", f"--storage {name}", x, b, now,
+                f"{preset.describe()} with a cold cache: each {r.rchar / 1e3:.0f} kB sample costs "
+                f"{cost * 1e3:.2f} ms of device time in one shared queue",
+                storage=name, storage_cap_samples_per_s=round(cap, 3) if cap else None), steady, None, 0.0, **ch))
+    elif reads_files:
+        storage_note = "no storage rows: this run did not measure the bytes its dataset read per sample"
+    else:
+        storage_note = ("no storage rows: this job read no files (its data came from memory), so no storage device "
+                        "can speed it up or slow it down")
     # The model k times faster.
     if r.compute_s > 0:
         for k in MODEL_SPEEDUPS:
-            x, b = m.predict(compute=m.compute1 / k,
-                             C_main=max(m.C_main - (1 - 1 / k) * _model_cpu(m, r), 0.0))
-            preds.append(_row("model", f"model {k:g}x faster", x, b, now,
-                              f"the step's compute takes 1/{k:g} of the measured {r.compute_s * 1e3:.1f} ms "
-                              "(e.g. mixed precision or a GPU); the input pipeline as measured", speedup=k))
+            ch = {"compute": m.compute1 / k, "C_main": max(m.C_main - (1 - 1 / k) * _model_cpu(m, r), 0.0)}
+            x, b = m.predict(**ch)
+            preds.append(_finish(m, r, _row(
+                "model", f"model {k:g}x faster", x, b, now,
+                f"the step's compute takes 1/{k:g} of the measured {r.compute_s * 1e3:.1f} ms "
+                "(e.g. mixed precision or a GPU); the input pipeline as measured", speedup=k), steady, None, 0.0,
+                **ch))
     # pin_memory on/off: only a GPU copies from host memory.
     if r.device_type == "cuda" and r.h2d_s > 0:
         h2d = r.h2d_s / PINNED_SPEEDUP if not r.pin_memory else r.h2d_s * PINNED_SPEEDUP
         x, b = m.predict(h2d=h2d)
-        preds.append(_row("pin_memory", f"pin_memory={'on' if not r.pin_memory else 'off'}", x, b, now,
-                          f"pinned host memory copies ~{PINNED_SPEEDUP:g}x faster than pageable (typical, not measured "
-                          f"here); H2D {r.h2d_s * 1e3:.2f} ms -> {h2d * 1e3:.2f} ms per step"))
-    best = max((p for p in preds if p["kind"] == "workers"), key=lambda p: p["samples_per_s"])
-    return {"measured": {"samples_per_s": round(now, 3), "workers": r.workers},
-            "calibration": round(m.kappa, 4), "cores_available": round(m.A, 3),
-            "other_load_cores": round(m.others, 3), "core_share": round(m.phi_m, 4),
-            "model": "processor-sharing cores + per-worker supply + single-queue storage + model step; calibrated "
-                     "to this run (see profiler/analysis/whatif.py)",
-            "predictions": preds, "best_workers": best["workers"], "inputs": r.to_dict()}
+        preds.append(_finish(m, r, _row(
+            "pin_memory", f"pin_memory={'on' if not r.pin_memory else 'off'}", x, b, now,
+            f"pinned host memory copies ~{PINNED_SPEEDUP:g}x faster than pageable (typical, not measured "
+            f"here); H2D {r.h2d_s * 1e3:.2f} ms -> {h2d * 1e3:.2f} ms per step"), steady, None, 0.0, h2d=h2d))
+    best = max((p for p in preds if p["kind"] == "workers" and p["samples_per_s"] is not None),
+               key=lambda p: p["samples_per_s"])
+    measured_row = next((p for p in preds if p.get("measured")), None)
+    out: WhatIf = {
+        "measured": {"samples_per_s": round(now, 3), "workers": r.workers,
+                     "interval": measured_row["interval"] if measured_row else None},
+        "calibration": round(m.kappa, 4), "cores_available": round(m.A, 3),
+        "other_load_cores": round(m.others, 3), "core_share": round(m.phi_m, 4),
+        "model": "processor-sharing cores + per-worker supply + single-queue storage + model step; calibrated "
+                 "to this run (see profiler/analysis/whatif.py)",
+        "binds": measured_row["binds"] if measured_row else None,
+        "binds_words": measured_row["binds_words"] if measured_row else None,
+        "steadiness": {k: v for k, v in steady.items() if k != "up_to_own_costs"},
+        "interval_method": (f"95 % block bootstrap of the window's steps, per-sample CPU spread, other load's 10th-"
+                            f"90th percentile re-solved, calibration residual {th.WHATIF_RESIDUAL:g}"
+                            + (", widened for an unsteady window" if not steady["steady"] else "")),
+        "predictions": preds, "best_workers": best["workers"], "inputs": r.to_dict()}
+    if storage_note:
+        out["storage_note"] = storage_note
+    return out
 
 
 def _model_cpu(m: Model, r: Rates) -> float:
@@ -282,7 +460,7 @@ def _device_rate_measured(r: Rates) -> bool:
             and r.read_bytes / r.rchar >= th.DEVICE_RATE_MIN_SHARE)
 
 
-def ceilings(r: Rates) -> dict[str, Any]:
+def ceilings(r: Rates) -> Ceilings:
     """The ``ceilings`` section: samples/s each stage alone could sustain; the lowest sets the pace."""
     rows: list[dict[str, Any]] = []
     b = max(r.batch, 1.0)
@@ -291,9 +469,10 @@ def ceilings(r: Rates) -> dict[str, Any]:
         if x is not None and math.isfinite(x) and x > 0:
             rows.append({"stage": stage, "samples_per_s": round(x, 3), "basis": basis, "how": how, **extra})
 
-    cap = storage_cap(r.read_bytes, r.cold_reads, r.throttle)
-    if cap is not None:
-        add("storage", cap, "derived", f"throttle {r.throttle.get('bytes_per_s')} B/s, {r.throttle.get('iops')} IOPS "
+    thr = r.throttle
+    cap = storage_cap(r.read_bytes, r.cold_reads, thr)
+    if thr and cap is not None:  # a cap needs a throttle
+        add("storage", cap, "derived", f"throttle {thr.get('bytes_per_s')} B/s, {thr.get('iops')} IOPS "
             f"at {r.read_bytes / 1e3:.0f} kB from the device per sample")
     elif _device_rate_measured(r):
         rate = r.read_bytes / r.read_blocked_s
@@ -324,20 +503,29 @@ def ceilings(r: Rates) -> dict[str, Any]:
     elif r.compute_s > 0:
         add("model", b / r.compute_s, "measured", f"{r.compute_s * 1e3:.1f} ms per step in the window (with the "
             "loader's contention)")
-    lowest = min(rows, key=lambda c: c["samples_per_s"])["stage"] if rows else None
-    return {"samples_per_s": round(r.samples_per_s, 3), "rows": rows, "lowest": lowest}
+    if r.samples_per_s > 0:
+        # The cores everything shares: the job's whole CPU demand per sample (dataset work and the main process's,
+        # the model's threads included on a CPU run) against the cores other load left it. On a CPU-only run this,
+        # not decode/augment alone, is what the model and the workers run into together.
+        m = Model(r)
+        demand = (m._cpu0(m._base(), demand=True) if r.workers == 0 else m.cpu1) + m.C_main
+        if demand > 0:
+            add("cores", m.A / demand * m.kappa, "derived",
+                f"{binds_words('cores', r, None, m.A)}: {demand * 1e3:.1f} ms of CPU per sample in all",
+                words=binds_words("cores", r, None, m.A))
+    low = min(rows, key=lambda c: c["samples_per_s"]) if rows else None
+    lowest = low["stage"] if low else None
+    out: Ceilings = {"samples_per_s": round(r.samples_per_s, 3), "rows": rows, "lowest": lowest}
+    if low and lowest == "cores":
+        out["lowest_words"] = low["words"]  # the shared cores in the what-if's words (the row says them)
+    return out
 
 
-def analyse(r: Rates) -> tuple[dict[str, Any], dict[str, Any]]:
+def analyze(r: Rates) -> tuple[WhatIf, Ceilings]:
     """(whatif, ceilings) of one run; a run without steps gives empty sections."""
     if r.samples_per_s <= 0 or r.batch <= 0:
         return {"predictions": [], "note": "no measured steps: nothing to predict from"}, {"rows": []}
     return whatif(r), ceilings(r)
-
-
-def with_rates(r: Rates, **change: Any) -> Rates:
-    """A copy of ``r`` with fields changed (tests and the sweep build hypothetical runs this way)."""
-    return replace(r, **change)
 
 
 def rates_from_dict(d: dict[str, Any]) -> Rates:
@@ -362,14 +550,14 @@ def predict_setting(r: Rates, workers: int | None = None, batch_size: int | None
         change.update(batch=float(batch_size), compute=m.compute1 * k, h2d=r.h2d_s * k)
         notes.append(f"batch {batch_size}: compute and H2D per step scale with the batch (x{k:.2f})")
     if storage not in (None, "", "none"):
-        spec = STORAGE_PRESETS[storage]
-        d = {**spec.to_dict(), "mechanism": mechanism or "userspace"}
+        preset = STORAGE_PRESETS[storage]
+        d = {**preset.to_dict(), "mechanism": mechanism or "userspace"}
         kernel = str(d["mechanism"]).startswith(("kernel", "cgroup"))
         # A real device (and the userspace emulation) charges every read its service time; the kernel throttle
         # passes reads at the device's own speed until the rate limit, then queues them (the cap below).
-        cost = 0.0 if kernel else (r.rchar / spec.bytes_per_s + 1.0 / spec.iops if r.rchar > 0 else 0.0)
+        cost = 0.0 if kernel else (_read_cost(r.rchar, preset) if r.rchar > 0 else 0.0)
         change.update(blocked=warm_blocked + cost, storage_cap=storage_cap(r.rchar, 1.0, d))
-        notes.append(f"--storage {storage}: every file from a {spec.describe()} single-queue device"
+        notes.append(f"--storage {storage}: every file from a {preset.describe()} single-queue device"
                      + (" (kernel throttle: no per-read delay below the limits)" if kernel else ""))
     elif cache == "warm":
         change.update(blocked=warm_blocked, storage_cap=None)
@@ -383,6 +571,15 @@ def predict_setting(r: Rates, workers: int | None = None, batch_size: int | None
             notes.append("cache cold: " + why)
         else:
             notes.append("cache cold: device rate unknown (this run read from the page cache); predicted as measured")
+    steady = steadiness(r, m)
+    n = r.workers if workers is None else workers
+    if n == 0 and r.workers > 0 and not r.main_sample_cpu_s:
+        return {"samples_per_s": None, "binds": "unknown", "interval": None, "predictable": False,
+                "assumption": "cannot be predicted from this run: the main process's per-sample cost was not measured",
+                "calibration": round(m.kappa * m.storage_kappa, 4), "steady": steady["steady"]}
     x, binds = m.predict(workers, **change)
-    return {"samples_per_s": round(x, 3), "binds": binds, "assumption": "; ".join(notes),
-            "calibration": round(m.kappa * m.storage_kappa, 4)}
+    extra = th.WORKERS0_RESIDUAL if n == 0 and r.workers > 0 else 0.0
+    iv = interval(m, r, x, steady, False, workers, extra, **change)
+    return {"samples_per_s": round(x, 3), "binds": binds, "binds_words": binds_words(binds, r, n, m.A),
+            "interval": iv, "assumption": "; ".join(notes), "calibration": round(m.kappa * m.storage_kappa, 4),
+            "steady": steady["steady"], "notices": steady["notices"]}

@@ -2,7 +2,7 @@
 
 Each command module exposes ``add_arguments(parser)`` (its options; its usage and epilog where it has its own) and
 ``main(args) -> int`` (the exit status). A handler is orchestration only: it loads or measures (profiler/harness,
-profiler/record), analyses (profiler/analysis, profiler/fit), writes the files of its registry in profiler/render and
+profiler/record), analyzes (profiler/analysis, profiler/fit), writes the files of its registry in profiler/render and
 prints its terminal view (profiler/render). UserError raised anywhere below is one line on stderr and exit 2; the
 rest of the error handling is cli.py's, which builds the parser from :data:`COMMANDS` and dispatches to them.
 
@@ -16,7 +16,7 @@ import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import compare, fit, report, run, sweep
+from . import attach, compare, fit, report, run, sweep
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("compare", "compare runs (the first is the baseline)", compare.add_arguments, compare.main),
     Command("sweep", "several profiled runs over --workers/--batch-size/--storage/--cache lists: "
                      "measured vs predicted, best setting", sweep.add_arguments, sweep.main, own_argv=True),
+    Command("attach", "diagnose a running job from outside (PID): no restart, nothing injected",
+            attach.add_arguments, attach.main),
     Command("fit", "will it fit? device memory breakdown and the largest batch size", fit.add_arguments, fit.main),
 )
 COMMAND = {c.name: c for c in COMMANDS}

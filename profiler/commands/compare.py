@@ -1,6 +1,6 @@
 """``python -m profiler compare RUN_A RUN_B [RUN_C ...] [--out DIR] [--force]``.
 
-Loads and re-analyses each run (so runs saved by an older analysis compare on today's definitions), compares them
+Loads and re-analyzes each run (so runs saved by an older analysis compare on today's definitions), compares them
 (``profiler.analysis.compare``), writes the registry's compare outputs (``profiler.render.COMPARE``: compare.png,
 compare.html, compare.json — the whole comparison, for scripts) to --out, and prints the terminal view
 (``profiler.render.compare_terminal``).
@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def load_runs(paths: list[str]) -> tuple[list[Any], list[str]]:
-    """Load and analyse every run; UserError (one line) for the first that cannot be read."""
+    """Load and analyze every run; UserError (one line) for the first that cannot be read."""
     from .. import record
     from ..analysis import analyze
 
@@ -59,6 +59,8 @@ def main(args: argparse.Namespace) -> int:
     from ..render.compare_terminal import print_comparison
 
     recs, names = load_runs(list(args.runs))
+    if any((r.job or {}).get("kind") == "attach" for r in recs):  # sampled shares, not per-step rows
+        return _compare_attach(recs, names, out_dir(getattr(args, "out", None)))
     c = compare(recs, names=names, force=bool(getattr(args, "force", False)))
     out = out_dir(getattr(args, "out", None))
     ctx: dict[str, Any] = {}
@@ -68,4 +70,22 @@ def main(args: argparse.Namespace) -> int:
         failed = next((r.file for r in COMPARE if r.name not in ctx.get("results", {})), "its files")
         raise UserError(f"--out {printable(out)}: cannot write {failed} ({e.strerror or e})") from None
     print_comparison(c, Console(), [str(f) for f in files])
+    return 0
+
+
+def _compare_attach(recs: list[Any], names: list[str], out: Path) -> int:
+    import json
+
+    from rich.console import Console
+
+    from ..analysis.attach_compare import compare_attach
+    from ..render.attach_terminal import print_attach_comparison
+
+    c = compare_attach(recs, names)
+    path = out / "compare.json"
+    try:
+        path.write_text(json.dumps(c, indent=1), encoding="utf-8")
+    except OSError as e:
+        raise UserError(f"--out {printable(out)}: cannot write compare.json ({e.strerror or e})") from None
+    print_attach_comparison(c, Console(), [str(path)])
     return 0

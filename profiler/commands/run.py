@@ -11,9 +11,15 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..config import AUGMENTS, CACHE_MODES, MODES, THROTTLE_MECHANISMS, RunConfig
 from ..errors import UserError
+from .ranks import RankHook
+
+if TYPE_CHECKING:
+    from ..harness.job import Outcome, RunResult
+    from ..saving import Saved
 
 D = RunConfig()
 
@@ -71,7 +77,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "halves its series and rate beyond 4,000 points")
     g.add_argument("--no-progress", action="store_true", help="no live progress bar")
     g.add_argument("--no-plots", action="store_true", help="write run.json and the terminal summary only")
-    # issue 10 (sweep of a script): change the profiled loader's settings without editing the script.
+    # sweep of a script: change the profiled loader's settings without editing the script.
+    g.add_argument("--loader", metavar="CLASS|FILE:LINE", help="script: profile this DataLoader: its dataset's "
+                   "class (MyDataset or pkg.data.MyDataset), where it was created (train.py:42), or both "
+                   "(MyDataset@train.py:42). Default: the first loader iterated, or the one the job goes on with "
+                   "when that stops early (a sanity check)")
     g.add_argument("--override-workers", type=int, metavar="N", help="script: run its profiled DataLoader with N "
                    "workers instead of its own num_workers (what `sweep --workers` uses)")
     g.add_argument("--override-batch-size", type=int, metavar="B", help="script: run its profiled DataLoader with "
@@ -101,86 +111,23 @@ def _config_from(args: argparse.Namespace) -> RunConfig:
                      sample_interval_s=args.sample_interval, **given)
 
 
-def _write_outputs(rec, out: Path, args: argparse.Namespace, console, reraise: bool = False) -> list[str]:
-    """Analyse, save run.json first (small, safe), then the reports; a signal meanwhile waits until they are done.
-
-    A signal held that way is raised when the block ends, with everything saved: the terminal report is still
-    printed, then the signal is re-raised (``reraise``: the job goes on after this, so it must see it) or kept in
-    ``rec.late_signal`` for the command's exit status."""
-    from .. import signals
-    from ..analysis import analyze
-    from ..instrument.torch_hooks import worker_watchdog_paused
-    from ..render import write_reports
-    from ..render.terminal import print_report
-
-    held: KeyboardInterrupt | None = None
-    # A worker dying now (a failed job's loader, a scheduler signalling the process group) must not abort the save.
-    with worker_watchdog_paused():
-        saved = False
-        try:
-            with signals.deferred():
-                path = _save_somewhere(rec, out / "run.json")  # the raw record first: safe before the expensive work
-                analyze(rec)
-                path = _save_somewhere(rec, path)
-                files = [str(path)]
-                if not args.no_plots and path.parent == out:
-                    files += [str(f) for f in write_reports(rec, out)]
-                saved = True
-        except KeyboardInterrupt as e:
-            if not saved:
-                raise  # forced (the last Ctrl-C): the block was cut short
-            held = e
-        print_report(rec, console, files)
-    if held is not None:
-        print(f"profiler: {signals.describe(signals.signal_number(held))} received while saving; everything "
-              f"measured is in {files[0]}", file=sys.stderr)
-        if reraise:
-            raise held
-        rec.late_signal = held
-    return files
-
-
-def _save_somewhere(rec, path: Path) -> Path:
-    """Save run.json at ``path``; if that fails (disk full, folder gone), keep the measurement in the temp folder and
-    say where, rather than lose it."""
-    import tempfile
-
-    try:
-        return rec.save(path)
-    except OSError as e:
-        fallback = Path(tempfile.gettempdir()) / f"profiler-{os.getpid()}-run.json"
-        try:
-            rec.save(fallback)
-        except OSError:
-            raise UserError(f"could not save the record to {path} ({e.strerror or e}) nor to {fallback}") from None
-        print(f"profiler: could not save {path} ({e.strerror or e}); the record is in {fallback}", file=sys.stderr)
-        return fallback
-
-
-def _out_dir(args: argparse.Namespace, c: RunConfig, script: str | None) -> Path:
+def _out_dir(args: argparse.Namespace, c: RunConfig, script: str | None, ranks: RankHook) -> Path:
+    """The run's output folder, absolute (a script's os.chdir cannot move it); an explicit --out is claimed for this
+    run, so a second run into it at the same time is refused with one line instead of replacing this record."""
     from .. import outdir
     from ..harness.runner import default_run_name
 
+    name = default_run_name(c, script)
+    ranked = ranks.out_dir(args.out, c.out, name)
+    if ranked is not None:
+        return ranked
     if args.out is not None:
-        return outdir.prepare_out(args.out)
-    return outdir.create_run_dir(c.out, default_run_name(c, script))
-
-
-def _rank_out(args: argparse.Namespace, c: RunConfig, script: str | None):
-    """distributed (profiler/distributed): under torchrun, (rank, <run folder>/rank<k>); else (None, None)."""
-    from ..distributed import detect
-
-    denv = detect()
-    if denv is None:
-        return None, None
-    from ..distributed.launch import rank_out
-    from ..harness.runner import default_run_name
-
-    return denv, rank_out(denv, args.out, c.out, default_run_name(c, script))
+        return outdir.claim(outdir.prepare_out(args.out))
+    return outdir.create_run_dir(c.out, name)
 
 
 def _override(args: argparse.Namespace) -> dict[str, int]:
-    """--override-workers / --override-batch-size as Session(override=...) (issue 10); checked here, one line."""
+    """--override-workers / --override-batch-size as Session(override=...) ; checked here, one line."""
     out = {}
     for key, flag, low in (("num_workers", "override_workers", 0), ("batch_size", "override_batch_size", 1)):
         v = getattr(args, flag, None)
@@ -195,22 +142,38 @@ def _override(args: argparse.Namespace) -> dict[str, int]:
     return out
 
 
+def _save(result: RunResult, out: Path, args: argparse.Namespace, console: Any, ranks: RankHook,
+          reraise: bool = False) -> Saved:
+    """This run's one save: the rank section (under torchrun), then run.json, the reports and the summary."""
+    from ..saving import save_and_report
+
+    assert result.record is not None
+    ranks.attach(result.record, out, result.t0_ns, result.ddp)
+    return save_and_report(result.record, out, plots=not args.no_plots, console=console, reraise=reraise)
+
+
 def main(args: argparse.Namespace) -> int:
     """``run [options]``: the built-in pipeline; ``run [options] SCRIPT args`` / ``-m MODULE args``: the user's job."""
     _override(args)
+    if getattr(args, "loader", None) is not None:
+        if args.target is None:
+            raise UserError("--loader applies to a script; the built-in pipeline has one loader")
+        from ..instrument.loaders import LoaderSelector
+
+        LoaderSelector.parse(args.loader)  # a malformed one fails here, before the script starts
     if args.target is not None:
         return run_script(args)
     from rich.console import Console
 
     from .. import outdir
-    from ..harness.runner import execute, prepare
+    from ..harness.runner import execute_run, prepare
     from ..render.terminal import LiveProgress
 
     c = _config_from(args)
     c.validate()
-    denv, out = _rank_out(args, c, None)  # distributed: this rank's folder; terminal output from rank 0 only
-    console = Console(stderr=False, quiet=denv is not None and not denv.is_main)
-    out = out or _out_dir(args, c, None)
+    ranks = RankHook.detect()
+    console = Console(stderr=False, quiet=ranks.quiet)
+    out = _out_dir(args, c, None, ranks)
     show = not args.no_progress and console.is_terminal and not console.quiet
 
     def sample_progress(i: int, n: int) -> None:
@@ -223,30 +186,41 @@ def main(args: argparse.Namespace) -> int:
                       f"with model={c.model} mode={c.mode} workers={c.workers} batch={c.batch_size} on {p.device}",
                       markup=False)
         with LiveProgress(c.warmup + c.steps, console=console, enabled=show) as live:
-            rec = execute(p, on_step=live.on_step)
-        if not rec.window.get("steps") and rec.outcome.status == "interrupted":  # type: ignore[attr-defined]
+            result = execute_run(p, on_step=live.on_step)
+        rec = result.record
+        assert rec is not None
+        if not rec.window.get("steps") and result.outcome.status == "interrupted":
             print("profiler: interrupted before the first measured step", file=sys.stderr)
-        if denv is not None:  # distributed: the record's rank section
-            from ..distributed.launch import attach
-            attach(rec, denv, out)
-        _write_outputs(rec, out, args, console)
-    if denv is not None:  # distributed: rank 0 merges the ranks' records
-        from .ranks import finish
-        finish(denv, out, console, plots=not args.no_plots)
-    return _exit_status(rec.outcome, rec, f"the run failed ({rec.partial_reason})", out)  # type: ignore[attr-defined]
+        _check_something_decoded(rec, result.outcome)
+        saved = _save(result, out, args, console, ranks)
+    ranks.finish(out, console, plots=not args.no_plots)
+    return _exit_status(result.outcome, saved, f"the run failed ({rec.partial_reason})")
 
 
-def _exit_status(outcome, rec, failure: str, out: Path) -> int:
+def _check_something_decoded(rec: Any, outcome: Outcome) -> None:
+    """The built-in pipeline measured steps but not one sample: every file it drew failed to read or decode. A verdict
+    from zero samples would be a confident judgement of nothing, so it is bad input, said in one line."""
+    window, skipped = rec.window or {}, rec.skipped or {}
+    if outcome.status not in ("window closed", "ended") or not window.get("steps") or window.get("samples"):
+        return
+    files = skipped.get("files") or []
+    first = "; ".join(f"{Path(f['path']).name}: {f['reason']}" for f in files[:2])
+    raise UserError(f"--data: every image the run drew failed to decode ({skipped.get('count', 0)} skipped"
+                    f"{'; first: ' + first if first else ''}); nothing to measure")
+
+
+def _exit_status(outcome: Outcome, saved: Saved | None, failure: str) -> int:
     """The command's exit status from how the job ended, and a signal held while its record was saved."""
     from .. import signals
 
     if outcome.status == "interrupted":
         return signals.exit_status(outcome.error)
-    late = getattr(rec, "late_signal", None)
+    late = saved.late_signal if saved is not None else None
     if late is not None and outcome.status != "failed":
         return signals.exit_status(late)  # a signal held while saving: ended by it, with everything saved
     if outcome.status == "failed":
-        print(f"profiler: {failure}; the partial record is in {out / 'run.json'}", file=sys.stderr)
+        if saved is not None:
+            print(f"profiler: {failure}; the partial record is in {saved.run_json}", file=sys.stderr)
         return 1
     if outcome.status == "exit":
         return outcome.exit_code or 0
@@ -257,8 +231,15 @@ def run_script(args: argparse.Namespace) -> int:
     """``run [options] SCRIPT args`` / ``run [options] -m MODULE args``: the user's job, unchanged."""
     from rich.console import Console
 
-    from .. import outdir, signals
-    from ..harness.external import ExternalRun, list_files, print_user_traceback, resolve_target, script_job
+    from .. import outdir
+    from ..harness.external import (
+        ExternalRun,
+        list_files,
+        print_user_traceback,
+        resolve_target,
+        script_config,
+        script_job,
+    )
     from ..harness.job import JobSpec
     from ..harness.runner import storage_setup
     from ..render.terminal import LiveProgress
@@ -273,10 +254,11 @@ def run_script(args: argparse.Namespace) -> int:
     c = _config_from(args)
     c.validate()
     name = Path(path).name if not args.is_module else target.rsplit(".", 1)[-1]
-    denv, out = _rank_out(args, c, name)  # distributed: this rank's folder; terminal output from rank 0 only
-    console = Console(stderr=False, quiet=denv is not None and not denv.is_main)
-    out = out or _out_dir(args, c, name)
+    ranks = RankHook.detect()
+    console = Console(stderr=False, quiet=ranks.quiet)
+    out = _out_dir(args, c, name, ranks)
     show = not args.no_progress and console.is_terminal and not console.quiet
+    pid = os.getpid()
     with outdir.removed_if_unused(out):
         storage = None
         if args.data:
@@ -288,46 +270,81 @@ def run_script(args: argparse.Namespace) -> int:
         elif c.storage or c.throttle or c.cache != "as-is":
             raise UserError("--cache/--storage/--throttle on a script need --data DIR (where the script's data lives)")
         spec = JobSpec("module" if args.is_module else "script", target, list(args.script_args), then=args.then)
-        config = {**c.to_dict(), "workers": None, "batch_size": None, "model": None, "then": args.then,
-                  "script": target}
-        written: list[str] = []
+        config = script_config(c.to_dict(), then=args.then, script=target, argv=list(args.script_args),
+                               loader=args.loader)
+        saved: list[Saved] = []
         live = LiveProgress(c.warmup + c.steps, console=console, enabled=show)
 
-        def on_closed(rec) -> None:
+        def on_closed(rec: Any) -> None:
+            if os.getpid() != pid:
+                return  # a process the script forked: the record is the parent's to write (one process, one record)
             live.__exit__(None, None, None)
-            if denv is not None:  # distributed: the record's rank section
-                from ..distributed.launch import attach
-                attach(rec, denv, out, run.t0)
-            written.extend(_write_outputs(rec, out, args, console, reraise=True))
+            from ..harness.job import Outcome, RunResult
+
+            saved.append(_save(RunResult(rec, Outcome("window closed"), run.t0), out, args, console, ranks,
+                               reraise=True))
             console.print("Window closed; the script goes on unprofiled.")
 
         run = ExternalRun(spec, c.warmup, c.steps, config, data=args.data, storage=storage,
-                          sample_interval_s=c.sample_interval_s, on_step=live.on_step, on_window_closed=on_closed)
-        run.session.override = _override(args)  # issue 10: sweep's per-point loader settings
+                          sample_interval_s=c.sample_interval_s, on_step=live.on_step, on_window_closed=on_closed,
+                          loader=args.loader)
+        run.session.override = _override(args)  # sweep's per-point loader settings
         from ..redact import redact_argv
 
         shown = " ".join(redact_argv(list(args.script_args)))  # a terminal log is shared as often as a report
         console.print(f"Profiling {'-m ' if args.is_module else ''}{target} {shown} "
-                      f"({c.warmup} warm-up + {c.steps} measured batches of the first DataLoader it iterates)",
-                      markup=False)
+                      f"({c.warmup} warm-up + {c.steps} measured batches of "
+                      + (f"the DataLoader --loader {args.loader} names)" if args.loader else
+                         "the DataLoader it trains from: the first it iterates, or the next one if that stops "
+                         "early)"),
+                      markup=False, highlight=False)  # rich's highlighter is quadratic in a long argument
         with live:
-            rec, outcome = run.run(script_job(path if not args.is_module else target, list(args.script_args),
-                                              args.is_module))
-        if outcome.status == "failed":
+            result = run.run(script_job(path if not args.is_module else target, list(args.script_args),
+                                        args.is_module))
+        outcome = result.outcome
+        if os.getpid() != pid:  # a forked child of the script ran off its end: it is not the profiled process
+            outdir.forget(out)
+            return _child_status(outcome)
+        if outcome.status == "failed" and outcome.error is not None:  # failed always carries its exception
             print_user_traceback(outcome.error)
-        if rec is None:
-            if outcome.status in ("failed", "interrupted"):
-                return 1 if outcome.status == "failed" else signals.exit_status(outcome.error)
-            if outcome.status == "exit" and outcome.exit_code:
-                return outcome.exit_code
-            raise UserError(f"{target} iterated no DataLoader: nothing to profile (the profiler measures the first "
-                            "torch.utils.data.DataLoader the job iterates)")
-        if not written:
-            if denv is not None:  # distributed: the record's rank section
-                from ..distributed.launch import attach
-                attach(rec, denv, out, run.t0)
-            _write_outputs(rec, out, args, console)
-    if denv is not None:  # distributed: rank 0 merges the ranks' records
-        from .ranks import finish
-        finish(denv, out, console, plots=not args.no_plots)
-    return _exit_status(outcome, rec, f"the script raised {type(outcome.error).__name__}", out)
+        if result.record is None:
+            outdir.discard_if_empty(out)  # nothing measured (a syntax error, no loader): no empty folder left
+            return _nothing_iterated(target, outcome)
+        if not saved:
+            saved.append(_save(result, out, args, console, ranks))
+    ranks.finish(out, console, plots=not args.no_plots)
+    if saved and outcome.status == "failed" and not result.record.partial:
+        # The window closed and its (complete) record was written; the script raised later, unprofiled.
+        print(f"profiler: the script raised {type(outcome.error).__name__} after the window closed; the record "
+              f"(complete) is in {saved[0].run_json}", file=sys.stderr)
+        return 1
+    return _exit_status(outcome, saved[0] if saved else None, f"the script raised {type(outcome.error).__name__}")
+
+
+def _child_status(outcome: Outcome) -> int:
+    """The exit status of a process the script forked that returned into the profiler instead of exiting: what Python
+    would give it, and no record (its parent writes the one record)."""
+    from .. import signals
+
+    if outcome.status == "interrupted":
+        return signals.exit_status(outcome.error)
+    if outcome.status == "failed":
+        return 1
+    return outcome.exit_code or 0 if outcome.status == "exit" else 0
+
+
+def _nothing_iterated(target: str, outcome: Outcome) -> int:
+    """A script that iterated no DataLoader: its own status when it failed, was interrupted or exited non-zero;
+    otherwise (it finished, e.g. its own --help) 0 with one line, as plain Python would end it."""
+    from .. import signals
+
+    if outcome.status == "failed":
+        return 1
+    if outcome.status == "interrupted":
+        return signals.exit_status(outcome.error)
+    if outcome.status == "exit" and outcome.exit_code:
+        return outcome.exit_code
+    print(f"profiler: {target} iterated no DataLoader in its main process and thread: nothing to profile, no "
+          "record written (the profiler measures the first torch.utils.data.DataLoader the job iterates)",
+          file=sys.stderr)
+    return 0

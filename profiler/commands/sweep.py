@@ -1,10 +1,11 @@
 """``python -m profiler sweep``: several full profiled runs over a list of settings, measured against what the first
-run predicted for the others (issue 10).
+run predicted for the others.
 
 Why subprocesses: each point is an ordinary ``python -m profiler run ... --out DIR/pointN``, so a point that crashes,
 runs out of memory or is interrupted cannot take the finished points with it, and every point's folder is a normal
 run that ``report`` and ``compare`` read. Ctrl-C: the running point is interrupted (it writes its partial record),
-then sweep.json/png/html are written from the points that finished, and the sweep exits 130.
+then sweep.json/png/html are written from the points that finished, and the sweep exits 128 + the signal (130 for
+Ctrl-C, 143 for SIGTERM). A sweep in which no point succeeded exits 1.
 
 Its own argv: the list options are sweep's, everything else is passed to each ``run`` unchanged, so cli.py hands
 :func:`main` the raw tokens (``args.argv``) and the ``run`` parser (``args.run_parser``, to tell an option that takes
@@ -25,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .. import signals
 from ..config import CACHE_MODES
 from ..errors import UserError
 from ..storage.spec import STORAGE_PRESETS
@@ -154,7 +156,7 @@ def run_args(pt: dict[str, Any], script: bool) -> list[str]:
 
 
 def _load_point(out: Path) -> Any | None:
-    """The point's run.json as the run wrote it (analysed already), or None if there is none or it is not JSON.
+    """The point's run.json as the run wrote it (analyzed already), or None if there is none or it is not JSON.
 
     Read as plain JSON rather than through ``record.load``: the sweep needs only the run's own derived figures, and a
     record that today's validator rejects for an unrelated field must not cost the sweep a finished point.
@@ -199,7 +201,7 @@ def main(args: argparse.Namespace) -> int:
     pts = points_of(lists)
     console = Console()
     if own["out"]:
-        out = outdir.prepare_out(own["out"])
+        out = outdir.claim(outdir.prepare_out(own["out"]))
     else:
         out = outdir.create_run_dir("reports", "sweep-" + _dt.datetime.now().strftime("%Y%m%d-%H%M%S"))
     points: list[dict[str, Any]] = []
@@ -222,6 +224,8 @@ def main(args: argparse.Namespace) -> int:
                                      "command": cmd[1:]}
             t0 = time.monotonic()
             rc, interrupted = _run_point(cmd, pdir)
+            if interrupted is not None:
+                status = signals.exit_status(interrupted)
             entry.update(exit_status=rc, seconds=round(time.monotonic() - t0, 2))
             rec = _load_point(pdir)
             if rec is not None and not rec.partial and rc == 0:
@@ -237,35 +241,46 @@ def main(args: argparse.Namespace) -> int:
                 # How this point's --storage was emulated (a setting of the run, not a measurement of its speed).
                 entry["throttle_mechanism"] = ((rec.storage or {}).get("throttle") or {}).get("mechanism")
             else:
-                entry["failed"] = "interrupted" if interrupted else f"exit status {rc}" + (
-                    "" if rec is None else " (partial record)")
+                entry["failed"] = ("interrupted" if interrupted is not None
+                                   else "no record (the job iterated no DataLoader)" if rc == 0 and rec is None
+                                   else f"exit status {rc}" + ("" if rec is None else " (partial record)"))
             points.append(entry)
             progress.advance(task)
-            if interrupted:
-                status = 130
+            if interrupted is not None:
                 break
             if entry.get("failed"):
                 console.print(f"point {i + 1} failed ({entry['failed']}); see {pdir}/run.log", markup=False)
     summary = summarise(points)
     doc = {"kind": "profiler sweep", "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
            "lists": {k[2:]: v for k, v in lists.items()}, "target": target or None, "run_options": fwd,
-           "points": points, "interrupted": status == 130, **summary}
-    files = [str(f) for f in write_sweep(doc, out, plots=not own["no_plots"])]
+           "points": points, "interrupted": status != 0, **summary}
+    with signals.deferred():  # the finished points' summary is written even when a second signal comes now
+        files = [str(f) for f in write_sweep(doc, out, plots=not own["no_plots"])]
     print_sweep(doc, console, files)
-    return status
+    if status:
+        return status
+    late = signals.pending()
+    if late is not None:
+        return signals.exit_status(late)
+    if not any(p.get("measured_samples_per_s") is not None or not p.get("failed") for p in points):
+        print(f"profiler: sweep: no point succeeded (the first: {points[0].get('failed')}; see "
+              f"{points[0]['out']}/run.log)", file=sys.stderr)
+        return 1
+    return 0
 
 
-def _run_point(cmd: list[str], pdir: Path) -> tuple[int, bool]:
-    """Run one point; on Ctrl-C, interrupt it (it writes its partial record) and report the interruption."""
+def _run_point(cmd: list[str], pdir: Path) -> tuple[int, KeyboardInterrupt | None]:
+    """Run one point; on Ctrl-C / SIGTERM / SIGHUP, pass the same signal on to it (it writes its partial record) and
+    return the interruption (the sweep's exit status is 128 + its signal)."""
     pdir.mkdir(parents=True, exist_ok=True)
     with open(pdir / "run.log", "wb") as log:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
         try:
-            return proc.wait(), False
-        except KeyboardInterrupt:
+            return proc.wait(), None
+        except KeyboardInterrupt as e:
             try:
-                proc.send_signal(signal.SIGINT)
+                proc.send_signal(signals.signal_number(e) or signal.SIGINT)
             except ProcessLookupError:
                 pass
             try:
@@ -273,4 +288,4 @@ def _run_point(cmd: list[str], pdir: Path) -> tuple[int, bool]:
             except (subprocess.TimeoutExpired, KeyboardInterrupt):
                 proc.kill()
                 proc.wait()
-            return proc.returncode, True
+            return proc.returncode, e

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from typing import TypeVar
 
 from ..errors import UserError
 
@@ -41,7 +43,7 @@ class RankEnv:
         return asdict(self)
 
 
-def _int(env: dict, key: str, default: int | None = None) -> int | None:
+def _int(env: Mapping[str, str], key: str, default: int | None = None) -> int | None:
     v = env.get(key)
     if v is None or v == "":
         return default
@@ -51,7 +53,7 @@ def _int(env: dict, key: str, default: int | None = None) -> int | None:
         raise UserError(f"environment variable {key}={v!r} is not an integer (set by torchrun?)") from None
 
 
-def detect(environ: dict | None = None) -> RankEnv | None:
+def detect(environ: Mapping[str, str] | None = None) -> RankEnv | None:
     """The rank this process is, or None for a single process (no torchrun variables, or WORLD_SIZE <= 1)."""
     env = os.environ if environ is None else environ
     if "RANK" not in env or "WORLD_SIZE" not in env:
@@ -70,6 +72,27 @@ def detect(environ: dict | None = None) -> RankEnv | None:
                    master_port=_int(env, "MASTER_PORT"), run_id=env.get("TORCHELASTIC_RUN_ID"),
                    restart_count=_int(env, "TORCHELASTIC_RESTART_COUNT", 0) or 0,
                    agent_store=env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true")
+
+
+_Seam = TypeVar("_Seam", bound="RankSeam")
+
+
+class RankSeam:
+    """Base of the objects that do a torchrun rank's steps for a caller that must not test ``if distributed``
+    itself (profiler/commands/ranks.py ``RankHook``, profiler/distributed/pipeline.py ``PipelineRanks``): this
+    process's rank, or None outside torchrun, where every step does nothing."""
+
+    def __init__(self, denv: RankEnv | None) -> None:
+        self.denv = denv
+
+    @classmethod
+    def detect(cls: type[_Seam]) -> _Seam:
+        """This process's part, from torchrun's environment variables (:func:`detect`)."""
+        return cls(detect())
+
+    @property
+    def active(self) -> bool:
+        return self.denv is not None
 
 
 def boot_id() -> str | None:

@@ -16,12 +16,12 @@ rank still working (wait for its record) from one that died (stop waiting, name 
 """
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import os
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 from .. import outdir
 from ..errors import UserError
@@ -37,18 +37,11 @@ def rank_dir(folder: Path, rank: int) -> Path:
     return Path(folder) / f"rank{rank}"
 
 
-def _store(denv: RankEnv, timeout_s: float):
+def _store(denv: RankEnv, timeout_s: float) -> Any | None:
     """torchrun's agent TCPStore as a client, or None where there is none to reach."""
-    if not (denv.agent_store and denv.master_addr and denv.master_port):
-        return None
-    from torch.distributed import PrefixStore, TCPStore
+    from .store import connect
 
-    try:
-        tcp = TCPStore(denv.master_addr, denv.master_port, is_master=False,
-                       timeout=_dt.timedelta(seconds=timeout_s))
-    except (RuntimeError, OSError):
-        return None
-    return PrefixStore(f"{STORE_KEY}/{denv.run_id}/restart{denv.restart_count}", tcp)
+    return connect(denv, timeout_s, prefix=STORE_KEY)
 
 
 def agree_run_folder(denv: RankEnv, out: str | None, base: str, name: str, timeout_s: float = RANK_WAIT_S) -> Path:
@@ -91,7 +84,7 @@ def read_marker(folder: Path, rank: int) -> dict | None:
     return d if isinstance(d, dict) else None
 
 
-def _alive(marker: dict) -> bool | None:
+def process_alive(marker: dict) -> bool | None:
     """Is the marker's process still running? None: it is on another machine (or boot), we cannot tell."""
     if marker.get("hostname") != hostname() or marker.get("boot_id") != boot_id() or boot_id() is None:
         return None
@@ -123,7 +116,7 @@ def wait_for_ranks(folder: Path, world_size: int, me: int, timeout_s: float = RA
                 pending.remove(r)
                 continue
             m = read_marker(folder, r)
-            if m is not None and _alive(m) is False:
+            if m is not None and process_alive(m) is False:
                 time.sleep(poll_s)  # it may have written its record just before it ended
                 state[r] = "record" if (rank_dir(folder, r) / "run.json").exists() else "died"
                 pending.remove(r)

@@ -1,241 +1,203 @@
-"""Pure: the ranks' records → one merged ``ranks`` view. No I/O, no drawing.
+"""Pure: the ranks' summaries (or records) -> one merged ``ranks`` view. No I/O, no drawing.
 
-Per rank: throughput, step time, input wait, stall and its causes, collective wait, verdict.
+Input: per rank, its compact summary (profiler/distributed/summary.py; a full record is summarised first), so the
+merge is O(ranks x kept steps) in time and memory whatever the records' sizes (scripts/bench_merge.py: 1,024 ranks).
+
+Per rank: throughput, step time, input wait, stall and its causes, collective wait, verdict, where its full record is.
 Across ranks, steps aligned by step index (every rank runs the same steps: DDP meets in every all-reduce):
 - step-time skew per step (slowest − fastest rank's step);
 - collective wait per rank and step: *measured* where the rank recorded all-reduce spans (the built-in pipeline's
   DDP hook on gloo: time inside the all-reduce, waiting for the others included), else *derived*: the rank's compute
   time (batch in hand → next ``next()``; it contains the backward's all-reduce) minus the fastest rank's compute time
   at that step. The view names the method.
-- the straggler: the rank the others waited for (its own collective wait is the smallest while the others' is at
-  least STRAGGLER_WAIT_SHARE of their step), with its own cause: input-bound (its stall's leading cause: io, cpu,
-  transfer) or compute-bound (its compute beyond the others').
-- clocks: ranks with one boot id share CLOCK_MONOTONIC and are laid out on one time axis (``offset_s``); otherwise
-  each rank's first measured step is put at 0 and the view says the alignment is by step index.
-- missing ranks (no record) and partial ones are named.
+- the stragglers, their causes, and slow hosts (profiler/distributed/straggler.py: the rule).
+- clocks (profiler/distributed/clocks.py): one boot id → one CLOCK_MONOTONIC; several hosts → each host's offset to
+  rank 0 from store round trips with its uncertainty; neither → aligned by step index.
+- missing ranks (no summary) and partial ones are named.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from .. import vocab
-from ..thresholds import STRAGGLER_CONSISTENT_FROM, STRAGGLER_WAIT_SHARE
+import numpy as np
+
+from ..thresholds import RANKS_LANES_MAX, STRAGGLER_WAIT_SHARE
+from . import straggler as rule
+from .clocks import clocks_view
+from .summary import RankSummary, is_summary, summarize
+
+VIEW_ROUND = 6  # seconds to the microsecond in the view's per-step series
 
 
-def _pct(x: float) -> str:
-    return f"{x * 100:.0f} %"
-
-
-def _ranks_words(ranks: list[int]) -> str:
-    if not ranks:
-        return "no rank"
-    nums = ", ".join(str(r) for r in ranks)
-    return f"rank {nums}" if len(ranks) == 1 else f"ranks {nums}"
-
-
-def _measured_steps(rec: dict) -> dict[int, dict[str, float]]:
-    """step index → {start, got, end} (s since the rank's run start) for measured, completed steps."""
-    st = (rec.get("timeline") or {}).get("steps") or {}
-    out: dict[int, dict[str, float]] = {}
-    cols = [st.get(k) or [] for k in ("step", "wait_start", "wait_end", "compute_end", "measured")]
-    for step, ws, we, ce, m in zip(*cols):
-        if m and ce and ce >= we >= ws:
-            out[int(step)] = {"start": float(ws), "got": float(we), "end": float(ce)}
-    return out
-
-
-def _collective_per_step(rec: dict, steps: dict[int, dict[str, float]]) -> dict[int, float] | None:
-    """Seconds inside recorded collectives per step (spans that start within the step's compute), or None."""
-    col = ((rec.get("distributed") or {}).get("collectives")) or None
-    if not col or not isinstance(col.get("start"), list):
-        return None
-    spans = sorted(zip(col.get("start") or [], col.get("end") or []))
-    out = {k: 0.0 for k in steps}
-    order = sorted(steps.items(), key=lambda kv: kv[1]["got"])
-    j = 0
-    for a, b in spans:
-        while j < len(order) and order[j][1]["end"] < a:
-            j += 1
-        if j < len(order) and order[j][1]["got"] <= a <= order[j][1]["end"]:
-            k, s = order[j]
-            out[k] += max(0.0, min(b, s["end"]) - a)
-    return out
-
-
-def _rank_row(rank: int, rec: dict, steps: dict[int, dict[str, float]]) -> dict[str, Any]:
-    d = rec.get("distributed") or {}
-    tp, stall, verdict = rec.get("throughput") or {}, rec.get("stall") or {}, rec.get("verdict") or {}
-    n = len(steps)
-    step_s = sum(s["end"] - s["start"] for s in steps.values())
-    wait_s = sum(s["got"] - s["start"] for s in steps.values())
+def _row(s: RankSummary) -> dict[str, Any]:
     return {
-        "rank": rank, "hostname": d.get("hostname"), "local_rank": d.get("local_rank"), "backend": d.get("backend"),
-        "samples_per_s": tp.get("samples_per_s"), "steps": n,
-        "step_ms": round(step_s / n * 1e3, 3) if n else None,
-        "wait_ms": round(wait_s / n * 1e3, 3) if n else None,
-        "compute_ms": round((step_s - wait_s) / n * 1e3, 3) if n else None,
-        "input_wait_share": round(wait_s / step_s, 4) if step_s > 0 else None,
-        "stall_fraction": stall.get("fraction"), "stall_by_cause": stall.get("by_cause") or {},
-        "stall_share_by_cause": stall.get("share_by_cause") or {}, "stall_s": stall.get("seconds"),
-        "bottleneck": verdict.get("bottleneck"), "verdict": verdict.get("summary"),
-        "partial": bool(rec.get("partial")), "partial_reason": rec.get("partial_reason"),
+        "rank": s["rank"], "hostname": s.get("hostname"), "group_rank": s.get("group_rank"),
+        "local_rank": s.get("local_rank"), "backend": s.get("backend"), "samples_per_s": s.get("samples_per_s"),
+        "steps": s.get("steps_total", 0), "step_ms": s.get("step_ms"), "wait_ms": s.get("wait_ms"),
+        "compute_ms": s.get("compute_ms"), "input_wait_share": s.get("input_wait_share"),
+        "stall_fraction": s.get("stall_fraction"), "stall_by_cause": s.get("stall_by_cause") or {},
+        "stall_share_by_cause": s.get("stall_share_by_cause") or {}, "stall_s": s.get("stall_s"),
+        "bottleneck": s.get("bottleneck"), "verdict": s.get("verdict"), "partial": bool(s.get("partial")),
+        "partial_reason": s.get("partial_reason"), "record": s.get("record_path"),
     }
 
 
-def _clocks(recs: dict[int, dict]) -> dict[str, Any]:
-    boots = {r: (rec.get("distributed") or {}).get("boot_id") for r, rec in recs.items()}
-    t0s = {r: (rec.get("distributed") or {}).get("t0_monotonic_ns") for r, rec in recs.items()}
-    hosts = sorted({str((rec.get("distributed") or {}).get("hostname")) for rec in recs.values()})
-    shared = (len(set(boots.values())) == 1 and None not in boots.values()
-              and all(isinstance(t, int) for t in t0s.values()))
-    if shared and recs:
-        base = min(t0s.values())
-        offsets = {r: (t0s[r] - base) / 1e9 for r in recs}
-        return {"shared": True, "offset_s": offsets, "hosts": hosts,
-                "note": "one machine (one boot id): the ranks share CLOCK_MONOTONIC, timelines are on one clock"}
-    offsets = {}
-    for r, rec in recs.items():
-        steps = _measured_steps(rec)
-        offsets[r] = -min((s["start"] for s in steps.values()), default=0.0)
-    return {"shared": False, "offset_s": offsets, "hosts": hosts,
-            "note": (f"{len(hosts)} machines (or boots): no shared clock, so ranks are aligned by step index (each "
-                     "rank's first measured step drawn at 0); cross-rank instants are not comparable")}
+def merge(records: dict[int, Any], world_size: int | None = None, states: dict[int, str] | None = None,
+          clock_sync: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """``records``: rank → its summary or its analyzed run.json dict (None: nothing from it). ``clock_sync``: boot id →
+    that host's measured offset to rank 0's clock (profiler/distributed/clocks.py). Returns the merged view."""
+    summaries: dict[int, RankSummary] = {}
+    for r, rec in records.items():
+        if rec:
+            summaries[r] = rec if is_summary(rec) else summarize(rec)
+    return merge_summaries(summaries, world_size, states, clock_sync)
 
 
-def merge(records: dict[int, dict | None], world_size: int | None = None,
-          states: dict[int, str] | None = None) -> dict[str, Any]:
-    """``records``: rank → its analysed run.json dict (None: no record). Returns the merged ``ranks`` view."""
-    states = dict(states or {})
-    present = {r: rec for r, rec in records.items() if rec}
-    sizes = [(rec.get("distributed") or {}).get("world_size") for rec in present.values()]
-    world = max([world_size or 0, *[s for s in sizes if isinstance(s, int)], *(r + 1 for r in records)] or [0])
-    missing = [r for r in range(world) if r not in present]
+def merge_summaries(summaries: dict[int, RankSummary], world_size: int | None = None,
+                    states: dict[int, str] | None = None,
+                    clock_sync: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    states = {int(k): v for k, v in (states or {}).items()}
+    present = sorted(summaries)
+    sizes = [s.get("world_size") for s in summaries.values()]
+    world = max([world_size or 0, *[x for x in sizes if isinstance(x, int)], *(r + 1 for r in present),
+                 *(r + 1 for r in states)] or [0])
+    missing = [r for r in range(world) if r not in summaries]
     for r in missing:
         states.setdefault(r, "no record")
-    steps = {r: _measured_steps(rec) for r, rec in present.items()}
-    rows = [_rank_row(r, present[r], steps[r]) for r in sorted(present)]
-    common = sorted(set.intersection(*(set(s) for s in steps.values()))) if steps else []
-    measured_col = {r: _collective_per_step(present[r], steps[r]) for r in present}
-    method = "measured" if present and all(v is not None for v in measured_col.values()) else "derived"
-    per_step: dict[str, Any] = {"step": common, "step_s": {}, "wait_s": {}, "compute_s": {}, "collective_s": {}}
+    rows = [_row(summaries[r]) for r in present]
+    by_rank = {row["rank"]: row for row in rows}
+
+    # Aligned steps: the step indices every rank kept (one pass per rank; a set intersection, O(ranks x steps)).
+    common_set: set[int] | None = None
     for r in present:
-        s = steps[r]
-        per_step["step_s"][r] = [round(s[k]["end"] - s[k]["start"], 6) for k in common]
-        per_step["wait_s"][r] = [round(s[k]["got"] - s[k]["start"], 6) for k in common]
-        per_step["compute_s"][r] = [round(s[k]["end"] - s[k]["got"], 6) for k in common]
-    fastest = [min(per_step["compute_s"][r][i] for r in present) for i in range(len(common))]
-    for r in present:
-        if method == "measured":
-            per_step["collective_s"][r] = [round(measured_col[r][k], 6) for k in common]  # type: ignore[index]
-        else:
-            per_step["collective_s"][r] = [round(c - f, 6) for c, f in zip(per_step["compute_s"][r], fastest)]
-    per_step["skew_s"] = [round(max(per_step["step_s"][r][i] for r in present)
-                                - min(per_step["step_s"][r][i] for r in present), 6) for i in range(len(common))]
-    for row in rows:
-        r = row["rank"]
-        tot_step = sum(per_step["step_s"][r])
-        tot_col = sum(per_step["collective_s"][r])
-        row["collective_ms"] = round(tot_col / len(common) * 1e3, 3) if common else None
-        row["collective_share"] = round(tot_col / tot_step, 4) if tot_step > 0 else None
-    clocks = _clocks(present)
-    per_step["start_s"] = {r: [round(clocks["offset_s"][r] + steps[r][k]["start"], 6) for k in common]
-                           for r in present}
-    skew = per_step["skew_s"]
+        ks = set(summaries[r]["series"]["step"])
+        common_set = ks if common_set is None else common_set & ks
+    common = sorted(common_set or ())
+    n_r, n_s = len(present), len(common)
+    start, got, end = (np.zeros((n_r, n_s)) for _ in range(3))
+    measured_col = np.zeros((n_r, n_s))
+    all_measured = bool(present)
+    for i, r in enumerate(present):
+        ser = summaries[r]["series"]
+        pos = {k: j for j, k in enumerate(ser["step"])}
+        idx = [pos[k] for k in common]
+        start[i] = np.asarray(ser["start"], dtype=float)[idx] if idx else []
+        got[i] = np.asarray(ser["got"], dtype=float)[idx] if idx else []
+        end[i] = np.asarray(ser["end"], dtype=float)[idx] if idx else []
+        if ser.get("collective") is None:
+            all_measured = False
+        elif idx:
+            measured_col[i] = np.asarray(ser["collective"], dtype=float)[idx]
+    step, wait, compute = end - start, got - start, end - got
+    if all_measured:
+        coll = measured_col
+    else:
+        coll = compute - (compute.min(axis=0, keepdims=True) if n_r else 0.0)
+    tot_step = step.sum(axis=1) if n_s else np.zeros(n_r)
+    tot_col = coll.sum(axis=1) if n_s else np.zeros(n_r)
+    shares = np.where(tot_step > 0, tot_col / np.where(tot_step > 0, tot_step, 1.0), 0.0)
+    for i, row in enumerate(rows):
+        row["collective_ms"] = round(float(tot_col[i]) / n_s * 1e3, 3) if n_s else None
+        row["collective_share"] = round(float(shares[i]), 4) if n_s and tot_step[i] > 0 else None
+    if n_s and n_r:
+        least = np.argmin(coll, axis=0)
+        counts = np.bincount(least, minlength=n_r)
+        for i, row in enumerate(rows):  # steps in which it waited least in collectives
+            row["least_waiting_steps"] = int(counts[i])
+
+    clocks = clocks_view(summaries, clock_sync or {})
+    off = np.asarray([clocks["offset_s"][r] for r in present], dtype=float).reshape(n_r, 1)
+    abs_start = start + off
+    skew = (step.max(axis=0) - step.min(axis=0)) if n_r and n_s else np.zeros(0)
+    start_skew = (abs_start.max(axis=0) - abs_start.min(axis=0)) if n_r and n_s and clocks["comparable"] \
+        else None
+
+    def series(a: np.ndarray) -> dict[int, list[float]]:
+        return {r: np.round(a[i], VIEW_ROUND).tolist() for i, r in enumerate(present)}
+
+    per_step: dict[str, Any] = {"step": common, "step_s": series(step), "collective_s": series(coll),
+                                "skew_s": np.round(skew, VIEW_ROUND).tolist(),
+                                "start_skew_s": (np.round(start_skew, VIEW_ROUND).tolist()
+                                                 if start_skew is not None else None)}
+    if n_r <= RANKS_LANES_MAX:  # the lanes drawing's input; beyond it the heatmap needs step and collective only,
+        # and each rank's full series stay in rank_summaries.json (ranks x steps numbers would triple ranks.json)
+        per_step.update(wait_s=series(wait), compute_s=series(compute), start_s=series(abs_start))
+    else:
+        per_step["detail"] = "wait_s, compute_s and start_s per rank: each rank's series in rank_summaries.json"
+    stragglers = rule.find(present, shares, coll, step, by_rank) if n_r >= 2 and n_s else []
+    hosts = rule.slow_hosts(stragglers, rows)
     view: dict[str, Any] = {
-        "world_size": world, "present": sorted(present), "missing": missing, "states": states,
+        "world_size": world, "present": present, "missing": missing, "states": states,
         "partial": [r["rank"] for r in rows if r["partial"]],
-        "collective_method": _method_words(method, present),
-        "collective_measured": method == "measured",
-        "aligned_steps": len(common), "clocks": clocks, "ranks": rows, "per_step": per_step,
-        "skew_ms": {"mean": round(sum(skew) / len(skew) * 1e3, 3) if skew else None,
-                    "max": round(max(skew) * 1e3, 3) if skew else None},
+        "collective_method": _method_words(all_measured, summaries),
+        "collective_measured": all_measured,
+        "aligned_steps": n_s, "clocks": clocks, "ranks": rows, "per_step": per_step,
+        "skew_ms": {"mean": round(float(skew.mean()) * 1e3, 3) if n_s else None,
+                    "max": round(float(skew.max()) * 1e3, 3) if n_s else None},
+        "start_skew_ms": ({"mean": round(float(start_skew.mean()) * 1e3, 3),
+                           "max": round(float(start_skew.max()) * 1e3, 3)} if start_skew is not None and n_s
+                          else None),
+        "stragglers": stragglers, "straggler": stragglers[0] if stragglers else None, "slow_hosts": hosts,
+        "records": {r: {"node": summaries[r].get("group_rank"), "host": summaries[r].get("hostname"),
+                        "path": summaries[r].get("record_path")} for r in present},
     }
-    n = len(common)
-    least = [min(present, key=lambda r: per_step["collective_s"][r][i]) for i in range(n)]
-    for row in rows:  # in how many aligned steps this rank waited least in collectives (the others waited for it)
-        row["least_waiting_steps"] = sum(1 for x in least if x == row["rank"])
-    view["straggler"] = straggler(rows, n)
+    view["clocks"]["versus_effect"] = _clock_vs_effect(view)
     view["summary"] = summary(view)
     return view
 
 
-def _method_words(method: str, present: dict[int, dict]) -> str:
-    if method == "measured":
-        m = {((rec.get("distributed") or {}).get("collectives") or {}).get("method") for rec in present.values()}
+def _method_words(measured: bool, summaries: dict[int, RankSummary]) -> str:
+    if measured:
+        m = {s.get("collective_method") for s in summaries.values()}
         return "measured: " + "; ".join(sorted(str(x) for x in m))
     return ("derived: a rank's compute time (batch in hand to the next next(), which holds the backward's all-reduce) "
             "minus the fastest rank's at the same step")
 
 
-def straggler(rows: list[dict], aligned: int) -> dict[str, Any] | None:
-    """The rank the others waited for, and why; None when no rank waited a meaningful share for another, or not
-    consistently (the rank that waited least in collectives must be so in STRAGGLER_CONSISTENT_FROM of the steps)."""
-    rows = [r for r in rows if r.get("collective_share") is not None and r.get("steps")]
-    if len(rows) < 2 or aligned <= 0:
+def _clock_vs_effect(view: dict[str, Any]) -> str | None:
+    """Whether the clocks' uncertainty is larger than the cross-rank instants shown (the start skew)."""
+    unc = view["clocks"].get("uncertainty_ms")
+    ss = view.get("start_skew_ms")
+    if unc is None or ss is None:
         return None
-    s = min(rows, key=lambda r: (r["collective_share"], -(r.get("input_wait_share") or 0.0)))
-    if s.get("least_waiting_steps", aligned) < STRAGGLER_CONSISTENT_FROM * aligned:
-        return None
-    others = [r for r in rows if r is not s]
-    waiting = [r for r in others if r["collective_share"] >= STRAGGLER_WAIT_SHARE]
-    if not waiting or min(r["collective_share"] for r in waiting) - s["collective_share"] < STRAGGLER_WAIT_SHARE:
-        return None
-    mean_other_wait = sum(r.get("input_wait_share") or 0.0 for r in others) / len(others)
-    input_excess = (s.get("input_wait_share") or 0.0) - mean_other_wait
-    by = {k: float(v) for k, v in (s.get("stall_by_cause") or {}).items() if k != "other"}
-    total = float(s.get("stall_s") or 0.0)
-    out: dict[str, Any] = {"rank": s["rank"], "waiting_ranks": [r["rank"] for r in waiting],
-                           "consistent_steps": f"{s.get('least_waiting_steps', aligned)} of {aligned}",
-                           "waiting_share": round(sum(r["collective_share"] for r in waiting) / len(waiting), 4)}
-    if input_excess >= STRAGGLER_WAIT_SHARE and total > 0 and by and max(by.values()) > 0:
-        cause = max(by, key=by.get)
-        out.update(kind="input", cause=cause, cause_share=round(by[cause] / total, 4),
-                   input_wait_share=s.get("input_wait_share"))
-    else:
-        # compute_ms holds the all-reduce waits too (the waiting ranks' are longer by exactly what they waited), so
-        # compare compute net of them: a rank that waited least but did not compute longer is no straggler.
-        own_net = _net_compute(s)
-        others_net = sum(_net_compute(r) for r in others) / len(others)
-        if own_net <= others_net:
-            return None
-        out.update(kind="compute", cause="compute", compute_ms=round(own_net, 3),
-                   others_compute_ms=round(others_net, 3))
-    out["sentence"] = straggler_sentence(out)
-    return out
-
-
-def _net_compute(row: dict) -> float:
-    """A rank's compute per step without its waits in collectives (ms)."""
-    return (row.get("compute_ms") or 0.0) - (row.get("collective_share") or 0.0) * (row.get("step_ms") or 0.0)
-
-
-def straggler_sentence(st: dict[str, Any]) -> str:
-    waiting = _ranks_words(st["waiting_ranks"])
-    their = "its" if len(st["waiting_ranks"]) == 1 else "their"
-    tail = f"{waiting} waited {_pct(st['waiting_share'])} of {their} step in the all-reduce for it"
-    if st["kind"] == "input":
-        cause = st["cause"]
-        words = vocab.CAUSE[cause].words if cause in vocab.CAUSE else cause
-        return (f"rank {st['rank']} is {cause}-bound: {_pct(st['cause_share'])} of its input stall was {words} "
-                f"(it waited for input {_pct(st.get('input_wait_share') or 0.0)} of its step); {tail}.")
-    return (f"rank {st['rank']} is the slowest to compute: its step's own compute (waits in collectives excluded) "
-            f"took {st['compute_ms']:.0f} ms against {st['others_compute_ms']:.0f} ms on the others; {tail}.")
+    if unc >= (ss["mean"] or 0.0):
+        return (f"the clock uncertainty across hosts (±{unc:.2f} ms) is at least the mean step-start skew shown "
+                f"({ss['mean']:.2f} ms): which rank started a step first is not known at that scale; step durations "
+                "and collective waits (one clock each) are unaffected")
+    return (f"the clock uncertainty across hosts (±{unc:.2f} ms) is below the mean step-start skew "
+            f"({ss['mean']:.2f} ms): the cross-host timeline can be read at that scale")
 
 
 def summary(view: dict[str, Any]) -> str:
     parts = []
-    st = view.get("straggler")
-    if st:
-        parts.append(st["sentence"][0].upper() + st["sentence"][1:])
-    elif view["present"]:
-        waits = ", ".join(f"rank {r['rank']} {_pct(r['collective_share'] or 0.0)}" for r in view["ranks"])
-        parts.append(f"No straggler: no rank waited in collectives {_pct(STRAGGLER_WAIT_SHARE)} of a step or more "
-                     f"beyond the rank that waited least ({waits}); step-time skew "
+    sts = view.get("stragglers") or []
+    hosts = view.get("slow_hosts") or []
+    in_hosts = {r for h in hosts for r in h["ranks"]}
+    for h in hosts:
+        parts.append(h["sentence"][0].upper() + h["sentence"][1:] + ".")
+    shown = [s for s in sts if s["rank"] not in in_hosts]
+    if len(shown) > rule.NAMED_MAX:
+        parts.append(f"{len(shown)} stragglers, the worst {rule.NAMED_MAX} named:")
+    for s in shown[:rule.NAMED_MAX]:
+        parts.append(s["sentence"][0].upper() + s["sentence"][1:])
+    if in_hosts and not shown:
+        parts.append(f"Worst: {sts[0]['sentence']}")
+    if not sts and view["present"]:
+        rows = view["ranks"]
+        if len(rows) <= rule.NAMED_MAX:
+            waits = ", ".join(f"rank {r['rank']} {rule.pct(r['collective_share'] or 0.0)}" for r in rows)
+        else:
+            sh = sorted(r["collective_share"] or 0.0 for r in rows)
+            waits = f"from {rule.pct(sh[0])} to {rule.pct(sh[-1])} over {len(rows)} ranks"
+        parts.append(f"No straggler: no rank waited in collectives {rule.pct(STRAGGLER_WAIT_SHARE)} of a step or "
+                     f"more less than the others, beyond their spread and consistently ({waits}); step-time skew "
                      f"{view['skew_ms']['mean'] or 0:.1f} ms on average.")
     if view["missing"]:
-        why = "; ".join(f"rank {r}: {view['states'].get(r, 'no record')}" for r in view["missing"])
-        parts.append(f"Missing: {_ranks_words(view['missing'])} left no record ({why}); figures cover "
-                     f"{_ranks_words(view['present'])}.")
+        miss = view["missing"]
+        why = "; ".join(f"rank {r}: {view['states'].get(r, 'no record')}" for r in miss[:rule.NAMED_MAX])
+        more = f"; {len(miss) - rule.NAMED_MAX} more" if len(miss) > rule.NAMED_MAX else ""
+        parts.append(f"Missing: {rule.ranks_words(miss)} left no record ({why}{more}); figures cover "
+                     f"{rule.ranks_words(view['present'])}.")
     if view["partial"]:
-        parts.append(f"Partial: {_ranks_words(view['partial'])} ended early (see their records).")
+        parts.append(f"Partial: {rule.ranks_words(view['partial'])} ended early (see their records).")
     return " ".join(parts)

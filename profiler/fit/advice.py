@@ -66,7 +66,8 @@ def _smaller_model(name: str, params: int, num_classes: int) -> tuple[str, int] 
     """The largest model of the same family (same leading letters: resnet, efficientnet, vit...) with fewer
     parameters, else a small mobile model; None when nothing smaller is known."""
     family = re.match(r"[a-z]+", name)
-    siblings = [n for n in model_names()[2:] if family and re.match(r"[a-z]+", n).group(0) == family.group(0)]
+    siblings = [n for n in model_names()[2:]
+                if family and (m := re.match(r"[a-z]+", n)) and m.group(0) == family.group(0)]
     for group in (siblings, list(FALLBACK_SMALL_MODELS)):
         counted = [(n, _param_count(n, num_classes)) for n in group if n != name]
         smaller = [(n, p) for n, p in counted if p < params]

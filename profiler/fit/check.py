@@ -32,6 +32,7 @@ def fit_result(model: str, batch_size: int, *, mode: str, precision: str, amp: b
 
     ``gpu_mem``: a size or preset (profiler/fit/sizes.py), or None for the detected GPU's total memory.
     """
+    gpu: tuple[int, str] | None
     if gpu_mem is not None:
         gpu = resolve_gpu_mem(gpu_mem)
     else:

@@ -149,6 +149,11 @@ def _run_forward(model: nn.Module, batch: int, image_size: int, num_classes: int
     amp_ctx = torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype is not None else nullcontext()
     failure: str | None = None
     oom = False
+    # Optional: each is dropped (set to None) below, before the caller frees the cache.
+    x: torch.Tensor | None
+    target: torch.Tensor | None
+    out: torch.Tensor | None
+    loss: torch.Tensor | None = None
     try:
         x = torch.randn(batch, 3, image_size, image_size, generator=gen).to(device=device, dtype=dtype)
         target = torch.randint(0, num_classes, (batch,), generator=gen).to(device)
@@ -156,7 +161,7 @@ def _run_forward(model: nn.Module, batch: int, image_size: int, num_classes: int
             out = primary_output(model(x))
             if train:
                 loss = F.cross_entropy(out.float(), target)
-        if train and backward:
+        if train and backward and loss is not None:
             loss.backward()
     except (RuntimeError, ValueError, AssertionError) as exc:
         oom = is_out_of_memory(exc)

@@ -154,6 +154,7 @@ def make_step_fn(model: torch.nn.Module | None, mode: str, device: torch.device,
                 loss = loss_fn(primary_output(model(x)), y)
         else:
             loss = loss_fn(primary_output(model(x)), y)
+        assert opt is not None  # train mode always has one
         opt.zero_grad(set_to_none=True)
         if scaler is not None:
             scaler.scale(loss).backward()

@@ -1,4 +1,5 @@
-"""The "model alone" ceiling: a few extra steps after the window on a batch already on the device (issue 10).
+"""The "model alone" ceiling: a few extra steps after the window on a batch already on the device, and
+what 0 workers would cost (a few samples loaded in the main process).
 
 Why: what the model could do if input were free is the ceiling every input-pipeline change runs into, and the steps
 in the window cannot tell it (on a CPU run the loader's workers take cores from the model; on a GPU the step waits
@@ -8,9 +9,12 @@ no figure of the window changes; their cost (seconds of wall time added to the r
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
+
+if TYPE_CHECKING:  # annotations only
+    from ..record.schema import MainProcessSamples, ModelAlone
 
 # Steps timed after one untimed warm-up step: 5 steps give a mean within a few per cent for a steady model step and
 # cost at most 6 steps of wall time, small next to a window of tens of steps.
@@ -18,7 +22,7 @@ MODEL_ALONE_STEPS = 5
 
 
 def measure_model_alone(step_fn: Callable[[torch.Tensor, torch.Tensor], None], device: torch.device, batch: int,
-                        image_size: int, num_classes: int, steps: int = MODEL_ALONE_STEPS) -> dict[str, Any]:
+                        image_size: int, num_classes: int, steps: int = MODEL_ALONE_STEPS) -> ModelAlone:
     """{steps, seconds_per_step, cost_s} of ``step_fn`` on one random batch already on ``device``."""
     t_start = time.perf_counter()
     gen = torch.Generator().manual_seed(0)
@@ -45,7 +49,7 @@ def measure_model_alone(step_fn: Callable[[torch.Tensor, torch.Tensor], None], d
 MAIN_PROCESS_SAMPLES = 16
 
 
-def measure_main_process_samples(dataset: Any, indices: list[int], n: int = MAIN_PROCESS_SAMPLES) -> dict[str, Any]:
+def measure_main_process_samples(dataset: Any, indices: list[int], n: int = MAIN_PROCESS_SAMPLES) -> MainProcessSamples:
     """{samples, wall_s, cpu_s (main thread), process_cpu_s (all its threads), torch_threads, cost_s}:
     ``dataset[i]`` called in the main process for up to ``n`` of ``indices`` (files the window just read, so from
     the page cache).

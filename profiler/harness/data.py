@@ -114,10 +114,10 @@ class _Scan:
         try:
             with os.scandir(d) as it:
                 entries = sorted(it, key=lambda e: e.name)
-        except OSError as e:
+        except OSError as err:
             if d == self.root:
-                raise UserError(f"--data {d}: cannot list it ({e.strerror or e})") from None
-            self.skipped.append((d, f"folder not scanned: {e.strerror or e}"))
+                raise UserError(f"--data {d}: cannot list it ({err.strerror or err})") from None
+            self.skipped.append((d, f"folder not scanned: {err.strerror or err}"))
             return [], []
         self.count(len(entries))
         images: list[tuple[str, int]] = []
@@ -129,9 +129,9 @@ class _Scan:
                 st = e.stat()  # follows links; cached by scandir for plain entries
             except OSError as err:
                 if _is_image(e.name):
-                    why = "a link that loops" if err.errno == errno.ELOOP else \
-                        "a broken link" if isinstance(err, FileNotFoundError) else f"cannot stat: {err.strerror}"
-                    self.skipped.append((e.path, why))
+                    self.skipped.append((e.path, "a link that loops" if err.errno == errno.ELOOP else
+                                         "a broken link" if isinstance(err, FileNotFoundError) else
+                                         f"cannot stat: {err.strerror}"))
                 continue
             if stat.S_ISDIR(st.st_mode):
                 if self.enter(e.path, st):
@@ -141,6 +141,8 @@ class _Scan:
                     self.skipped.append((e.path, _special_reason(st.st_mode)))
                 elif e.is_symlink() and (why := _virtual_place(os.path.realpath(e.path))):
                     self.skipped.append((e.path, f"a link to a file that {why}"))
+                elif st.st_size == 0:  # knowable now: listed even when no batch would have drawn it
+                    self.skipped.append((e.path, "empty file (0 bytes)"))
                 else:
                     images.append((e.path, st.st_size))
         return images, subdirs
@@ -199,7 +201,8 @@ def scan_dataset(root: str | os.PathLike) -> DatasetIndex:
         labels = [0] * len(pairs)
         classes = ["all"]
     if not pairs:
-        extra = f"; skipped {len(scan.skipped)} that are not regular files" if scan.skipped else ""
+        extra = (f"; skipped {len(scan.skipped)} that are empty or not regular files (first: "
+                 f"{scan.skipped[0][0]}: {scan.skipped[0][1]})" if scan.skipped else "")
         raise UserError(f"--data {text}: no images found (looked for {', '.join(IMAGE_EXTENSIONS)}){extra}")
     files = [p for p, _ in pairs]
     total = sum(size for _, size in pairs)
@@ -214,17 +217,6 @@ def _walk(top: str, scan: _Scan):
         images, subdirs = scan.list_dir(d)
         yield from images
         stack.extend(reversed(subdirs))
-
-
-def _walk_images(top: str):
-    """Paths of the images under ``top`` (a folder), with the same skips and cycle detection as ``scan_dataset``."""
-    scan = _Scan(top)
-    try:
-        scan.enter(top, os.stat(top))
-    except OSError:
-        return
-    for path, _ in _walk(top, scan):
-        yield path
 
 
 def bounded_read(f: BinaryIO, limit: int = MAX_FILE_BYTES) -> bytes:
@@ -277,16 +269,16 @@ def synthetic_jpeg(rng: np.random.Generator, size: tuple[int, int] = SAMPLE_SIZE
                    quality: int = SAMPLE_QUALITY) -> bytes:
     """One photo-like JPEG: smooth large-scale structure, mid-frequency texture and sensor-like noise.
 
-    Pure noise would compress badly and decode unrealistically slowly; flat colour would be far too small. Layering
+    Pure noise would compress badly and decode unrealistically slowly; flat color would be far too small. Layering
     three scales gives ~60-120 KB at 500x375 q90, in the range of real ImageNet photos.
     """
     from PIL import Image
 
     w, h = size
     base = rng.integers(0, 256, size=(4, 5, 3), dtype=np.uint8)
-    img = np.asarray(Image.fromarray(base).resize((w, h), Image.BICUBIC), dtype=np.float32)
+    img = np.asarray(Image.fromarray(base).resize((w, h), Image.Resampling.BICUBIC), dtype=np.float32)
     mid = rng.integers(0, 256, size=(h // 12, w // 12, 3), dtype=np.uint8)
-    img += (np.asarray(Image.fromarray(mid).resize((w, h), Image.BILINEAR), dtype=np.float32) - 128) * 0.35
+    img += (np.asarray(Image.fromarray(mid).resize((w, h), Image.Resampling.BILINEAR), dtype=np.float32) - 128) * 0.35
     img += rng.normal(0, 9, size=(h, w, 3)).astype(np.float32)
     out = io.BytesIO()
     Image.fromarray(np.clip(img, 0, 255).astype(np.uint8)).save(out, format="JPEG", quality=quality)

@@ -2,7 +2,8 @@
 
 The job runs in this process, unchanged, as ``__main__`` (``runpy``: ``sys.argv`` and ``sys.path[0]`` as Python
 sets them, so classes defined in the script pickle for spawn/forkserver workers exactly as under ``python
-train.py``). The Session (profiler/instrument/) profiles the first DataLoader the job iterates. When the window
+train.py``). The Session (profiler/instrument/) profiles the loader the job trains from (session.py says how it is
+chosen; ``--loader`` names one). When the window
 closes, the record is written and the job is stopped (``then='exit'``) or left to finish unprofiled
 (``then='continue'``).
 """
@@ -16,9 +17,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import UserError
+from ..instrument.loaders import LoaderSelector
 from ..instrument.session import Session
 from ..record import RunRecord
-from .job import JobSpec, Outcome, build_record, run_session
+from .job import JobSpec, Outcome, RunResult, build_record, compute_device_facts, run_session, storage_into_environment
 
 # A --data folder for a script is listed (for cache control and residency) up to this many files: beyond, the
 # scan itself would cost minutes on network storage, and residency samples a few thousand files anyway.
@@ -48,6 +50,30 @@ def list_files(root: str) -> list[str]:
     return out
 
 
+# The options of `run` that apply to a user's own job (the rest configure the built-in pipeline: its model, images,
+# augmentation, workers and batch size, which a script decides itself and job.loader records as it ran).
+SCRIPT_OPTIONS = ("data", "steps", "warmup", "cache", "throttle", "storage", "throttle_mechanism", "out",
+                  "sample_interval_s")
+
+
+def script_config(options: dict[str, Any], *, then: str, script: str | None = None, argv: list[str] | None = None,
+                  loader: str | None = None) -> dict[str, Any]:
+    """run.json ``config`` for a script, a module or an API block: what applies to it and nothing of the built-in
+    pipeline's; options left at nothing (no --data, no throttle) are left out rather than shown as null."""
+    from ..redact import redact_argv
+
+    out = {k: options[k] for k in SCRIPT_OPTIONS if options.get(k) is not None}
+    if not out.get("throttle") and not out.get("storage"):
+        out.pop("throttle_mechanism", None)
+    out["then"] = then
+    if script is not None:
+        out["script"] = script
+        out["argv"] = redact_argv(list(argv or []))
+    if loader:
+        out["loader"] = loader
+    return out
+
+
 def resolve_target(target: str, is_module: bool) -> str:
     """Check the script or module exists before anything starts (exit 2 otherwise); returns its path."""
     if is_module:
@@ -61,9 +87,29 @@ def resolve_target(target: str, is_module: bool) -> str:
             raise UserError(f"-m {target}: no module of that name (is its package on the path?)")
         return spec.origin or target
     p = Path(target)
+    if p.is_dir():  # `python DIR` runs DIR/__main__.py with DIR first on sys.path
+        if not (p / "__main__.py").is_file():
+            raise UserError(f"{target}: a folder without __main__.py (python runs a folder through its __main__.py)")
+        return str(p.resolve())
     if not p.is_file():
         raise UserError(f"{target}: no such script")
     return str(p.resolve())
+
+
+def _script_code(path: str, shown: str) -> tuple[Any, str]:
+    """(code object, __file__) of what ``python PATH`` runs: a source file, a compiled ``.pyc`` (as python runs one)
+    or a folder's ``__main__.py``."""
+    import importlib.util
+    import marshal
+
+    if os.path.isdir(path):
+        path = os.path.join(path, "__main__.py")
+        shown = os.path.join(shown, "__main__.py")
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:4] == importlib.util.MAGIC_NUMBER:  # compiled by this Python: header of 16 bytes, then the code
+        return marshal.loads(data[16:]), path
+    return compile(data, shown, "exec"), shown
 
 
 def script_job(target: str, args: list[str], is_module: bool) -> Callable[[], Any]:
@@ -85,20 +131,20 @@ def script_job(target: str, args: list[str], is_module: bool) -> Callable[[], An
             spec = importlib.util.find_spec(target)
             if spec is not None and spec.submodule_search_locations is not None:  # a package: run its __main__
                 spec = importlib.util.find_spec(f"{target}.__main__")
-            if spec is None or spec.loader is None:
+            get_code = getattr(spec.loader, "get_code", None) if spec is not None else None  # an InspectLoader's
+            if spec is None or spec.loader is None or get_code is None:
                 raise UserError(f"-m {target}: cannot run it")
-            code = spec.loader.get_code(spec.name)  # type: ignore[attr-defined]
+            code = get_code(spec.name)
             mod.__file__, mod.__spec__, mod.__loader__ = spec.origin, spec, spec.loader
             mod.__package__ = spec.parent
             sys.argv = [spec.origin or target, *args]
             sys.path.insert(0, os.getcwd())
         else:
             path = os.path.abspath(target)
-            with open(path, "rb") as f:
-                code = compile(f.read(), target, "exec")
-            mod.__file__, mod.__spec__, mod.__loader__, mod.__package__ = target, None, None, None
+            code, shown = _script_code(path, target)
+            mod.__file__, mod.__spec__, mod.__loader__, mod.__package__ = shown, None, None, None
             sys.argv = [target, *args]
-            sys.path.insert(0, os.path.dirname(path))
+            sys.path.insert(0, path if os.path.isdir(path) else os.path.dirname(path))
         sys.modules["__main__"] = sys.modules["__mp_main__"] = mod
         try:
             exec(code, mod.__dict__)
@@ -127,59 +173,68 @@ class ExternalRun:
 
     def __init__(self, spec: JobSpec, warmup: int, steps: int, config: dict, data: str | None = None,
                  storage: tuple[dict, Any] | None = None, sample_interval_s: float = 0.1,
-                 on_step: Callable | None = None, on_window_closed: Callable[[RunRecord], None] | None = None):
+                 on_step: Callable | None = None, on_window_closed: Callable[[RunRecord], None] | None = None,
+                 loader: str | None = None):
         from ..samplers.background import Sampler
 
         self.spec, self.config, self.data = spec, config, data
         self.t0 = time.perf_counter_ns()
+        self.storage: dict[str, Any] | None
+        self.throttle_ctx: Any
         self.storage, self.throttle_ctx = storage if storage else (None, None)
         disk = ((self.storage or {}).get("device") or {}).get("disk")
         self.sampler = Sampler(t0_ns=self.t0, interval_s=sample_interval_s, disk=disk)
         self.on_window_closed = on_window_closed
         self.session = Session(warmup, steps, then=spec.then, t0_ns=self.t0, on_step=on_step,
                                on_first_pid=lambda pid, w: self.sampler.label_pid(pid, "worker", w) if w >= 0 else None,
-                               on_window_closed=self._window_closed if spec.then == "continue" else None)
+                               on_window_closed=self._window_closed if spec.then == "continue" else None,
+                               select=LoaderSelector.parse(loader) if loader else None)
         self.record: RunRecord | None = None
 
     def _window_closed(self, session: Session) -> None:
-        """then='continue': write the record now; the job goes on unprofiled."""
+        """then='continue': write the record now; the job goes on unprofiled.
+
+        Only when the window closed by itself: closed by ``stop()`` (the job ended, failed or was interrupted first)
+        the run's outcome decides the record, partial with its reason, not "window closed"."""
+        if session.measured_steps < session.steps:
+            return
         self.session.samples = self.sampler.stop()
         self.record = self._build(Outcome("window closed"))
         if self.on_window_closed is not None:
             self.on_window_closed(self.record)
 
-    def run(self, job: Callable[[], Any]) -> tuple[RunRecord | None, Outcome]:
+    def run(self, job: Callable[[], Any]) -> RunResult:
+        """Run ``job`` profiled; the record is None when it iterated no DataLoader."""
         outcome = run_session(job, self.session, self.sampler if not self.record else None, self.throttle_ctx)
         if self.record is not None:  # already written when the window closed
-            return self.record, outcome
+            return RunResult(self.record, outcome, self.t0)
         if not self.session.rows and self.session.loader is None:
-            return None, outcome
+            return RunResult(None, outcome, self.t0)
         self.session.samples = getattr(self.session, "samples", None) or {}
-        return self._build(outcome), outcome
+        return RunResult(self._build(outcome), outcome, self.t0)
 
     def _build(self, outcome: Outcome) -> RunRecord:
         from ..samplers.environment import probe_environment
 
         env = probe_environment(gpu_index=None)
         storage = dict(self.storage) if self.storage else None
-        if storage is None and self.session.read_from:
+        folders = self.session.data_folders()
+        if storage is None and folders:
             # No --data: describe the storage of the folder the workers opened most files in, learned as they ran.
             from ..storage.device import describe_storage
 
-            top = max(self.session.read_from, key=self.session.read_from.get)
+            top = max(folders, key=lambda k: folders[k])
             try:
                 storage = {"device": describe_storage(top).to_dict(), "cache_mode": "as-is",
                            "learned_from": f"files the workers opened ({top})"}
             except Exception:  # noqa: BLE001 - a fact for the report, never worth failing the run
                 storage = None
         if storage is not None:
-            env["storage"] = storage.get("device")
-            env["residency_start"] = storage.get("residency_start")
+            storage_into_environment(env, storage)
         import torch
 
         cuda = self.session.device_timing == "cuda events"
-        dev = {"type": "cuda" if cuda else "cpu", "index": torch.cuda.current_device() if cuda else None,
-               "name": torch.cuda.get_device_name() if cuda else ((env.get("cpu") or {}).get("model") or "CPU")}
+        dev = compute_device_facts("cuda" if cuda else "cpu", torch.cuda.current_device() if cuda else None, env)
         dataset: dict[str, Any] = {"root": self.data, "sample": False}
         if self.storage and self.storage.get("files"):
             dataset.update(files=self.storage["files"], total_bytes=self.storage.get("total_bytes", 0))

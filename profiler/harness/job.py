@@ -12,9 +12,8 @@ Nothing measured is ever lost on the way: the record is built in a ``finally``.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from .. import signals
 from ..errors import UserError
@@ -22,6 +21,24 @@ from ..instrument import collect, torch_hooks
 from ..instrument.session import Session, StepRow, WindowClosed
 from ..record import RunRecord
 from ..redact import redact_argv
+
+if TYPE_CHECKING:  # annotations only
+    from ..record.schema import (
+        ComputeDevice,
+        Config,
+        Dataset,
+        Environment,
+        Job,
+        Memory,
+        Samples,
+        Skipped,
+        Storage,
+        Timeline,
+        Window,
+    )
+
+# Other loaders listed with their figures in run.json: a job that builds a loader per step must not grow the record.
+MAX_OTHER_LOADERS = 50
 
 
 class OutOfDeviceMemory(Exception):
@@ -40,6 +57,18 @@ class Outcome:
     error: BaseException | None = None
     exit_code: int | None = None
     oom: dict | None = None
+
+
+@dataclass
+class RunResult:
+    """What the harness hands back: the raw record (None when the job iterated no DataLoader) and the facts about the
+    run that are not part of the record — how the job ended (the command's exit status), the CLOCK_MONOTONIC origin
+    of the record's times (``t0_ns``: the ranks' clocks are aligned on it) and, for the built-in pipeline under
+    torchrun, the process group's backend and collective timings (``ddp``)."""
+    record: RunRecord | None
+    outcome: Outcome
+    t0_ns: int
+    ddp: dict[str, Any] | None = None
 
 
 @dataclass
@@ -118,18 +147,42 @@ def build_record(session: Session, outcome: Outcome, spec: JobSpec, *, config: d
     loader = session.loader.to_dict() if session.loader else None
     job = {"kind": spec.kind, "target": spec.target, "argv": redact_argv(spec.argv), "then": spec.then,
            "ended": _ended_words(outcome), "loader": loader, "other_loaders": session.other_loaders,
+           "other_loader_figures": [o.to_dict(session.t0_ns) for o in session.others[:MAX_OTHER_LOADERS]],
+           "window_restarts": session.restarts,
            "read_from": [{"folder": k, "files_opened": v} for k, v in
-                         sorted(session.read_from.items(), key=lambda kv: -kv[1])[:20]]}
+                         sorted(session.data_folders().items(), key=lambda kv: -kv[1])[:20]]}
     mem = dict(memory or {})
     mem.setdefault("device_peak_bytes", session.peak_device_memory_bytes)
     mem.setdefault("oom", outcome.oom)
     cd = dict(compute_device)
     cd["timing"] = session.device_timing
+    # The one place the raw sections are assembled: the harness builds them as plain dicts, and here they become
+    # the record's declared types (what `load` validates them against when the record is read back).
     return RunRecord(
-        config=config, environment=environment, compute_device=cd, window=collect.window(session),
-        timeline=collect.timeline(session), samples=getattr(session, "samples", {}) or {}, dataset=dataset,
-        skipped=collect.skipped(session, extra_skipped), storage=storage, memory=mem, job=job,
-        partial=reason is not None, partial_reason=reason)
+        config=cast("Config", config), environment=cast("Environment", environment),
+        compute_device=cast("ComputeDevice", cd), window=cast("Window", collect.window(session)),
+        timeline=cast("Timeline", collect.timeline(session)),
+        samples=cast("Samples", getattr(session, "samples", {}) or {}), dataset=cast("Dataset", dataset),
+        skipped=cast("Skipped", collect.skipped(session, extra_skipped)), storage=cast("Storage | None", storage),
+        memory=cast("Memory", mem), job=cast("Job", job), partial=reason is not None, partial_reason=reason)
+
+
+def compute_device_facts(device_type: str, index: int | None, environment: dict[str, Any]) -> dict[str, Any]:
+    """The raw ``compute_device`` section (timing is added by ``build_record``): the device the model ran on, named
+    by CUDA, or by the CPU model the environment probe read; the one definition for the built-in run and a script."""
+    if device_type == "cuda":
+        import torch
+
+        name = torch.cuda.get_device_name(index)
+    else:
+        name = (environment.get("cpu") or {}).get("model") or "CPU"
+    return {"type": device_type, "index": index, "name": name}
+
+
+def storage_into_environment(environment: dict[str, Any], storage: dict[str, Any]) -> None:
+    """The storage facts the environment section repeats (the data's device, residency at the start)."""
+    environment["storage"] = storage.get("device")
+    environment["residency_start"] = storage.get("residency_start")
 
 
 def _ended_words(outcome: Outcome) -> str:
@@ -141,9 +194,5 @@ def _ended_words(outcome: Outcome) -> str:
             "oom": "CUDA out of memory"}[outcome.status]
 
 
-def now_ns() -> int:
-    return time.perf_counter_ns()
-
-
-__all__ = ["JobSpec", "Outcome", "OutOfDeviceMemory", "Session", "StepRow", "build_record", "partial_reason",
-           "run_session"]
+__all__ = ["JobSpec", "Outcome", "OutOfDeviceMemory", "RunResult", "Session", "StepRow", "build_record",
+           "partial_reason", "run_session"]

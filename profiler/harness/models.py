@@ -129,12 +129,12 @@ def _find_tensor(out: object, depth: int) -> torch.Tensor | None:
         for key in ("out", "logits"):
             if isinstance(out.get(key), torch.Tensor):
                 return out[key]
-        items: object = list(out.values())
+        items: list[object] = list(out.values())
     elif isinstance(out, (tuple, list)):
-        items = out
+        items = list(out)
     else:
         return None
-    for item in items:  # type: ignore[union-attr]
+    for item in items:
         found = _find_tensor(item, depth + 1)
         if found is not None:
             return found

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -16,10 +16,11 @@ import torch
 from torch.utils.data import DataLoader
 
 from ..config import RunConfig
+from ..distributed.pipeline import PipelineRanks
 from ..errors import UserError
 from ..record import RunRecord
 from .data import DatasetIndex, ensure_sample_dataset, scan_dataset
-from .job import JobSpec, build_record, run_session
+from .job import JobSpec, RunResult, build_record, compute_device_facts, run_session, storage_into_environment
 
 # Residency is checked on at most this many files (a seeded sample beyond): mincore on 100k files would take seconds.
 RESIDENCY_MAX_FILES = 2000
@@ -71,20 +72,14 @@ class Prepared:
     sample_data: bool
     device: torch.device
     model: torch.nn.Module | None
-    denv: Any = None  # distributed (profiler/distributed): this rank under torchrun, else None
-    backend: str | None = None  # distributed: the process group's backend
+    # This process's part in a torchrun job (profiler/distributed/pipeline.py); inactive for a single process.
+    ranks: PipelineRanks = field(default_factory=lambda: PipelineRanks(None))
 
 
 def prepare(c: RunConfig, on_sample_progress: Callable[[int, int], None] | None = None) -> Prepared:
     c.validate()
-    # --- distributed (profiler/distributed): under torchrun, one device per rank -------------------------------
-    from ..distributed import ddp as _ddp
-    from ..distributed import detect
-
-    denv = detect()
-    if denv is not None:
-        c.device = _ddp.rank_device(c.device, denv)
-    # --- end distributed ---------------------------------------------------------------------------------------
+    ranks = PipelineRanks.detect()
+    c.device = ranks.device(c.device)
     device = resolve_device(c.device)
     # torchvision is imported here, not at module level: a user's script needs only storage_setup from this module
     from .models import build_model, normalize_model_name
@@ -104,12 +99,8 @@ def prepare(c: RunConfig, on_sample_progress: Callable[[int, int], None] | None 
     if device.type == "cuda":
         # Events, synchronize and peak-memory calls act on the *current* device: make it the one asked for.
         torch.cuda.set_device(device)
-    backend = None
-    if denv is not None:  # distributed: join the process group (left again at the end of execute, or by the CLI)
-        if len(index.files) < denv.world_size:
-            raise UserError(f"{len(index.files)} images cannot be shared among {denv.world_size} ranks")
-        backend = _ddp.init_group(device)
-    return Prepared(c, index, sample, device, model, denv, backend)
+    ranks.join(device, len(index.files))  # under torchrun: the process group, left again at the end of execute_run
+    return Prepared(c, index, sample, device, model, ranks)
 
 
 def _storage_setup(p: Prepared) -> tuple[dict[str, Any], Any, Any]:
@@ -143,7 +134,7 @@ def storage_setup(root: str, files: list[str], c: RunConfig, userspace_ok: bool)
             raise UserError(f"--storage/--throttle on a script needs the kernel throttle, which is not available here "
                             f"({why}); the userspace emulation works only for the built-in pipeline's reads")
         if ok:
-            ctx = thr.KernelThrottle(spec, info.maj_min)
+            ctx = thr.KernelThrottle(spec, info.maj_min or "")
             section["throttle"] = {**spec.to_dict(), "mechanism": ctx.mechanism, "maj_min": info.maj_min}
         else:
             hook = thr.UserspaceThrottle(spec)
@@ -153,6 +144,13 @@ def storage_setup(root: str, files: list[str], c: RunConfig, userspace_ok: bool)
 
 def execute(p: Prepared, on_step: Callable | None = None) -> RunRecord:
     """Run the built-in pipeline under the same instrumentation as a user's script; return the raw record."""
+    rec = execute_run(p, on_step).record
+    assert rec is not None  # the built-in pipeline always iterates its loader
+    return rec
+
+
+def execute_run(p: Prepared, on_step: Callable | None = None) -> RunResult:
+    """Run the built-in pipeline; return the raw record with how the run ended, its clock origin and its DDP facts."""
     from ..instrument.session import Session
     from ..samplers.background import Sampler
     from .builtin import ImageDataset, StreamBatchSampler, builtin_loop, collate_skipping, make_step_fn, seed_worker
@@ -164,33 +162,33 @@ def execute(p: Prepared, on_step: Callable | None = None) -> RunRecord:
     from .transforms import build_transform
 
     dataset = ImageDataset(p.index.files, p.index.labels, build_transform(c.augment, c.image_size), read_hook=read_hook)
-    rank, world = (p.denv.rank, p.denv.world_size) if p.denv is not None else (0, 1)  # distributed: this share
+    rank, world = p.ranks.share()
+    # torch's batch sampler (which samples each batch draws), not the background system sampler below
+    batch_sampler = StreamBatchSampler(len(dataset), c.batch_size, c.warmup + c.steps, seed=c.seed, rank=rank,
+                                       world_size=world)
     loader = DataLoader(
-        dataset, batch_sampler=StreamBatchSampler(len(dataset), c.batch_size, c.warmup + c.steps, seed=c.seed,
-                                                  rank=rank, world_size=world),
+        dataset, batch_sampler=batch_sampler,
         num_workers=c.workers, collate_fn=collate_skipping, pin_memory=bool(c.pin_memory) and p.device.type == "cuda",
         prefetch_factor=c.prefetch_factor if c.workers > 0 else None, worker_init_fn=seed_worker,
     )
     torch.manual_seed(c.seed)
-    model, timer = p.model, None
-    if p.denv is not None and model is not None and c.mode == "train":  # distributed: DDP + the all-reduce timer
-        from ..distributed.ddp import wrap_model
-        model, timer = wrap_model(model, p.device, p.backend or "gloo")
+    model = p.ranks.wrap(p.model, p.device, c.mode)  # under torchrun: DDP and the all-reduce timer
     step_fn = make_step_fn(model, c.mode, p.device, c.amp)
     disk = (storage.get("device") or {}).get("disk")
-    sampler = Sampler(t0_ns=t0, interval_s=c.sample_interval_s, gpu_index=gpu_index, disk=disk)
+    # the system sampler: machine, process and GPU time series on its own thread (profiler/samplers/background.py)
+    system_sampler = Sampler(t0_ns=t0, interval_s=c.sample_interval_s, gpu_index=gpu_index, disk=disk)
     session = Session(c.warmup, c.steps, then="exit", t0_ns=t0, on_step=on_step,
-                      on_first_pid=lambda pid, w: sampler.label_pid(pid, "worker", w) if w >= 0 else None)
+                      on_first_pid=lambda pid, w: system_sampler.label_pid(pid, "worker", w) if w >= 0 else None)
     try:
-        outcome = run_session(lambda: builtin_loop(loader, step_fn, p.device, bool(c.pin_memory)), session, sampler,
-                              throttle_ctx)
+        outcome = run_session(lambda: builtin_loop(loader, step_fn, p.device, bool(c.pin_memory)), session,
+                              system_sampler, throttle_ctx)
     finally:
         if read_hook is not None:
             read_hook.close()
-            dataset.read_hook = None  # issue 10: the main-process sample timing below must not touch a closed hook
-        if p.denv is not None:  # distributed: leave the group, also on errors
-            from ..distributed.ddp import destroy_group
-            destroy_group()
+            # The ceilings below read samples in this process after the window: not through the throttle's read
+            # hook, whose descriptor is closed and shared state file deleted by now.
+            dataset.read_hook = None
+        p.ranks.leave()  # also on errors
     try:  # a fact for the report: an interrupted run must still write its record without it
         storage["residency_end"] = _residency(p.index.files, c.seed) if outcome.status != "interrupted" else None
     except Exception as e:  # noqa: BLE001
@@ -201,11 +199,18 @@ def execute(p: Prepared, on_step: Callable | None = None) -> RunRecord:
                        compute_device=_compute_device(p.device, env), dataset={**p.index.to_dict(),
                                                                                  "sample": p.sample_data},
                        storage=storage, memory=memory, extra_skipped=list(p.index.skipped))
-    rec.outcome = outcome  # type: ignore[attr-defined]  # not serialised: the CLI's exit status
-    rec.t0_ns = t0  # type: ignore[attr-defined]  # not serialised: distributed's CLOCK_MONOTONIC anchor
-    rec.ddp = {"backend": p.backend, "collectives": timer.section(t0) if timer else None}  # type: ignore[attr-defined]
-    # --- issue 10: ceilings measured after the window (raw, top level: `model_alone`, `main_process_samples`) -----
-    if outcome.status == "window closed" and c.workers > 0:
+    if outcome.status == "window closed":
+        _ceilings(rec, p, dataset, step_fn)
+    return RunResult(rec, outcome, t0, p.ranks.facts(t0))
+
+
+def _ceilings(rec: RunRecord, p: Prepared, dataset: Any, step_fn: Callable) -> None:
+    """Ceilings, measured once the window has closed (so the measured steps are undisturbed) and kept raw at the
+    record's top level: ``main_process_samples`` (samples the window read, loaded again in this process: what a
+    sample costs without workers) and ``model_alone`` (the step on a ready batch: the compute ceiling). Each is a
+    bonus figure: an error is recorded in its place, never the run lost for it."""
+    c = p.config
+    if c.workers > 0:
         from .ceiling import measure_main_process_samples
 
         try:
@@ -213,20 +218,18 @@ def execute(p: Prepared, on_step: Callable | None = None) -> RunRecord:
                 dataset, list(rec.timeline["sample_spans"].get("index") or []))
         except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - a bonus figure: never lose the run for it
             rec.main_process_samples = {"error": f"{type(e).__name__}: {e}"}
-    if p.model is not None and outcome.status == "window closed" and p.denv is not None:
-        # Under torchrun the step's backward all-reduces with the other ranks, and the group is gone by now: a
-        # "model alone" figure would measure the collective, not the model.
-        rec.model_alone = {"error": "not measured under torchrun (the step includes the all-reduce)"}
-    elif p.model is not None and outcome.status == "window closed":
-        from .ceiling import measure_model_alone
+    if p.model is None:
+        return
+    why_not = p.ranks.why_no_model_alone()
+    if why_not is not None:
+        rec.model_alone = {"error": why_not}
+        return
+    from .ceiling import measure_model_alone
 
-        try:
-            rec.model_alone = measure_model_alone(step_fn, p.device, c.batch_size, c.image_size,
-                                                           len(p.index.classes))
-        except Exception as e:  # noqa: BLE001 - a bonus figure: never lose the run for it
-            rec.model_alone = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
-    # --- end issue 10 ---------------------------------------------------------------------------------------------
-    return rec
+    try:
+        rec.model_alone = measure_model_alone(step_fn, p.device, c.batch_size, c.image_size, len(p.index.classes))
+    except Exception as e:  # noqa: BLE001 - a bonus figure: never lose the run for it
+        rec.model_alone = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
 
 
 def _environment(device: torch.device, storage: dict) -> tuple[dict, int | None]:
@@ -237,14 +240,12 @@ def _environment(device: torch.device, storage: dict) -> tuple[dict, int | None]
         from ..samplers.gpu import nvml_index_for_cuda_device
         gpu_index = nvml_index_for_cuda_device(device.index or 0)  # NVML numbering ignores CUDA_VISIBLE_DEVICES
     env = probe_environment(gpu_index=gpu_index, cuda_index=device.index or 0 if device.type == "cuda" else None)
-    env["storage"] = storage.get("device")
-    env["residency_start"] = storage.get("residency_start")
+    storage_into_environment(env, storage)
     return env, gpu_index
 
 
 def _compute_device(dev: torch.device, env: dict) -> dict[str, Any]:
-    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else ((env.get("cpu") or {}).get("model") or "CPU")
-    return {"type": dev.type, "index": dev.index, "name": name}
+    return compute_device_facts(dev.type, dev.index, env)
 
 
 def _residency(files: list[str], seed: int) -> dict:

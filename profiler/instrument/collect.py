@@ -20,6 +20,27 @@ def _dur(v: Any) -> Any:
     return np.round(np.maximum(np.asarray(v, dtype=np.int64), 0) / 1e9, 6).tolist()
 
 
+def samples_per_call(items: np.ndarray, held: int, returned: int) -> np.ndarray:
+    """Samples each dataset call of a batch contributed, so that they sum to what the batch holds.
+
+    A call's ``items`` is what the profiler saw go in (1 per ``__getitem__``, ``len(indices)`` per ``__getitems__``,
+    1 per ``next()`` of an iterable). When the batch holds another number — a batching dataset under
+    ``batch_size=None`` or webdataset's ``.batched()`` yields 16 samples per ``next()`` — the batch's own count is
+    shared out over its calls by their items, so per-sample stage times divide by the samples really returned.
+    Skipped samples (reported by the dataset) explain a shortfall themselves and are left as they are."""
+    items = np.asarray(items, dtype=np.int64)
+    if not items.size or held <= 0 or held == int(items.sum()) or held == returned:
+        return items
+    w = np.maximum(items, 0).astype(np.float64)
+    w = w / w.sum() if w.sum() > 0 else np.full(items.size, 1.0 / items.size)
+    exact = held * w
+    out = np.floor(exact).astype(np.int64)
+    rest = held - int(out.sum())
+    if rest > 0:  # largest remainders first, so the shares sum exactly to the batch's count
+        out[np.argsort(out - exact)[:rest]] += 1
+    return out
+
+
 def timeline(s: Session) -> dict[str, Any]:
     t0 = s.t0_ns
     rows = [r for r in s.rows if r.compute_end_ns]  # a step still waiting when the run ended has no end
@@ -31,14 +52,16 @@ def timeline(s: Session) -> dict[str, Any]:
         "compute_end": _sec([r.compute_end_ns for r in rows], t0), "idle": _dur([r.idle_ns for r in rows]),
         "measured": [r.measured for r in rows],
         "main_cpu": _dur([r.main_cpu_ns for r in rows]), "main_runq": _dur([r.main_runq_ns for r in rows]),
+        "profiler_wait": _dur([r.own_wait_ns for r in rows]), "profiler_rest": _dur([r.own_rest_ns for r in rows]),
     }
     received = {r.batch: r.wait_end_ns for r in s.rows if r.batch >= 0}
+    held = {r.batch: r.n_samples for r in s.rows if r.batch >= 0}
     metas = [(i, m) for i, m in enumerate(s.metas) if i in received]
     batches: dict[str, list] = {k: [] for k in ("batch", "worker", "pid", "collate_start", "collate_end", "sent",
                                                 "received", "samples", "rchar", "read_bytes", "collate_cpu",
                                                 "collate_runq")}
     span_cols = ("batch", "worker", "index", "items", "start", "end", "cpu", "runq", "rchar", "read_bytes", "pixels")
-    spans: dict[str, list] = {k: [] for k in span_cols}
+    spans: dict[str, Any] = {k: [] for k in span_cols}  # columns, then "stages": name -> column
     stage_parts: dict[str, list[np.ndarray]] = {}
     n_rows = 0
     for b, m in metas:
@@ -52,7 +75,8 @@ def timeline(s: Session) -> dict[str, Any]:
         batches["collate_end"].append(c1)
         batches["sent"].append(m.sent_ns if m.sent_ns >= c1 else c1)
         batches["received"].append(received[b])
-        batches["samples"].append(m.items)
+        items = samples_per_call(m.rows[:, 7], held[b], m.items - len(m.skipped))
+        batches["samples"].append(int(items.sum()) if items.size else m.items)
         batches["rchar"].append(int(m.io[0]))
         batches["read_bytes"].append(int(m.io[1]))
         batches["collate_cpu"].append(ccpu)
@@ -62,7 +86,7 @@ def timeline(s: Session) -> dict[str, Any]:
         spans["batch"].extend([b] * n)
         spans["worker"].extend([m.worker_id] * n)
         spans["index"].extend(a[:, 6].tolist())
-        spans["items"].extend(a[:, 7].tolist())
+        spans["items"].extend(items.tolist())
         spans["pixels"].extend(a[:, 8].tolist())
         for col, j in (("start", 0), ("end", 1)):
             spans[col].append(a[:, j])
@@ -94,6 +118,8 @@ def timeline(s: Session) -> dict[str, Any]:
         out["tail"] = {"steps": tl.steps, "samples": tl.samples, "wait_s": round(tl.wait_ns / 1e9, 6),
                        "idle_s": round(tl.idle_ns / 1e9, 6), "h2d_s": round(tl.h2d_ns / 1e9, 6),
                        "compute_s": round(tl.compute_ns / 1e9, 6), "main_runq_s": round(tl.main_runq_ns / 1e9, 6),
+                       "profiler_wait_s": round(tl.own_wait_ns / 1e9, 6),
+                       "profiler_rest_s": round(tl.own_rest_ns / 1e9, 6),
                        "start_s": round((tl.first_ns - t0) / 1e9, 6), "end_s": round((tl.last_ns - t0) / 1e9, 6),
                        "detail_steps": s.detail_steps,
                        "hist_us_log2": {k: list(v) for k, v in tl.hist.items()}}

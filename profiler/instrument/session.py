@@ -17,7 +17,6 @@ the window opens, so resolution does not decay over a long run (one anchor plus 
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 import weakref
@@ -25,7 +24,16 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from . import clocks, substages, torch_hooks
-from .worker import BatchMeta, Instrumented
+from .loaders import (
+    BASIS_CALLS,
+    BASIS_STEP,
+    LoaderSelector,
+    call_sites,
+    count_samples,
+    epoch_length,
+    is_data_folder,
+)
+from .worker import BatchMeta, Instrumented, call_cost_ns
 
 # Resolve completed CUDA events every this many steps: bounds live events on long runs without a synchronize.
 RESOLVE_EVERY = 32
@@ -52,23 +60,33 @@ class Tail:
     h2d_ns: int = 0
     compute_ns: int = 0
     main_runq_ns: int = 0
+    own_wait_ns: int = 0
+    own_rest_ns: int = 0
     first_ns: int = 0
     last_ns: int = 0
     hist: dict[str, list[int]] = field(default_factory=lambda: {k: [0] * HIST_BINS for k in ("wait", "compute")})
 
     def add(self, r: "StepRow") -> None:
-        wait, compute = r.wait_end_ns - r.wait_start_ns, max(0, r.compute_end_ns - r.h2d_end_ns)
+        # Once per step of a long run, on the main thread: plain arithmetic, no loops or temporaries.
+        wait, compute = r.wait_end_ns - r.wait_start_ns, r.compute_end_ns - r.h2d_end_ns
+        compute = compute if compute > 0 else 0
+        h2d = r.h2d_end_ns - r.h2d_start_ns
         self.steps += 1
         self.samples += r.n_samples
         self.wait_ns += wait
         self.idle_ns += r.idle_ns
-        self.h2d_ns += max(0, r.h2d_end_ns - r.h2d_start_ns)
+        self.h2d_ns += h2d if h2d > 0 else 0
         self.compute_ns += compute
         self.main_runq_ns += r.main_runq_ns
-        self.first_ns = self.first_ns or r.wait_start_ns
-        self.last_ns = max(self.last_ns, r.compute_end_ns)
-        for k, v in (("wait", wait), ("compute", compute)):
-            self.hist[k][min(HIST_BINS - 1, max(0, int(v // 1000)).bit_length())] += 1
+        self.own_wait_ns += r.own_wait_ns
+        self.own_rest_ns += r.own_rest_ns
+        if not self.first_ns:
+            self.first_ns = r.wait_start_ns
+        if r.compute_end_ns > self.last_ns:
+            self.last_ns = r.compute_end_ns
+        hist = self.hist
+        hist["wait"][min(HIST_BINS - 1, (wait // 1000 if wait > 0 else 0).bit_length())] += 1
+        hist["compute"][min(HIST_BINS - 1, (compute // 1000).bit_length())] += 1
 
 
 class WindowClosed(BaseException):
@@ -78,7 +96,7 @@ class WindowClosed(BaseException):
     """
 
 
-@dataclass
+@dataclass(slots=True)
 class StepRow:
     step: int
     epoch: int
@@ -96,6 +114,17 @@ class StepRow:
     idle_ns: int = 0
     batch: int = -1
     tail: bool = False  # beyond DETAIL_STEPS: folded into Session.tail once it has ended, then dropped
+    # The profiler's own main-thread time in this step: inside the wait (its hook before the batch is asked for, and
+    # with num_workers=0 the fetch's instrumentation, BatchMeta.own_ns), and in the rest of the step (its bookkeeping
+    # after the batch is in hand). Recorded so analysis takes it out of the wait instead of blaming the job for it.
+    own_wait_ns: int = 0
+    own_rest_ns: int = 0
+    # Device timing (CUDA events, resolved lazily by _CudaTimeline): the wait's ends on the device's clock, whether
+    # the step's device times resolved, and whether the step had an h2d stage (the built-in pipeline's).
+    wait_start_dev: int = 0
+    wait_end_dev: int = 0
+    device_ok: bool = False
+    h2d_seen: bool = False
 
 
 @dataclass
@@ -108,9 +137,10 @@ class EpochRow:
 
 @dataclass
 class LoaderInfo:
+    """The profiled DataLoader's facts (run.json ``job.loader``)."""
     dataset_class: str
-    created_at: str | None
-    iterated_at: str | None
+    created_at: str | None  # the user's line that made the loader (first frame in the user's own code)
+    iterated_at: str | None  # the user's line that first iterated it
     num_workers: int
     batch_size: int | None
     pin_memory: bool
@@ -119,10 +149,56 @@ class LoaderInfo:
     multiprocessing_context: str | None
     collate_fn: str
     sampler: str
-    overridden: dict | None = None  # {setting: [script's value, profiled value]} (run --override-*; issue 10)
+    overridden: dict[str, list[Any]] | None = None  # {setting: [script's value, profiled value]} (run --override-*)
+    created_in: str | None = None  # the library line that called DataLoader(...), when not the user's own
+    iterated_in: str | None = None  # the library line that called iter(loader), when not the user's own
+    batches_per_epoch: int | None = None  # len(loader); None for an IterableDataset without __len__
+    chosen: str = "the first loader the job iterated"  # why this loader is the profiled one
+    samples_basis: str | None = None  # what a step's sample count came from (loaders.BASIS_*; most steps')
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+@dataclass
+class OtherLoader:
+    """A loader the job iterated that is not the profiled one, with the little that was measured of it."""
+    dataset_class: str
+    created_at: str | None
+    num_workers: int
+    batch_size: int | None
+    role: str  # why it is not the profiled one (ROLE_*)
+    iterated_at: str | None = None
+    epochs: int = 0  # iter() calls
+    steps: int = 0  # batches it delivered
+    samples: int = 0
+    wait_ns: int = 0  # time spent inside its next()
+    first_ns: int = 0  # its first iter()
+    last_ns: int = 0  # its last batch
+
+    def to_dict(self, t0_ns: int) -> dict[str, Any]:
+        return {"dataset_class": self.dataset_class, "created_at": self.created_at, "iterated_at": self.iterated_at,
+                "num_workers": self.num_workers, "batch_size": self.batch_size, "role": self.role,
+                "epochs": self.epochs, "steps": self.steps, "samples": self.samples,
+                "wait_s": round(self.wait_ns / 1e9, 6),
+                "first_s": round((self.first_ns - t0_ns) / 1e9, 6) if self.first_ns else None,
+                "last_s": round((self.last_ns - t0_ns) / 1e9, 6) if self.last_ns else None}
+
+
+ROLE_ENDED_EARLY = "stopped early; the job went on with another loader"
+ROLE_NOT_NAMED = "not the one --loader named"
+ROLE_OTHER = "iterated beside or between the profiled loader's epochs"
+
+
+@dataclass
+class _OtherIter:
+    """One iterator of a loader that is not profiled: its loader's entry and when it was made."""
+    entry: OtherLoader
+    loader: Any  # weakref.ref to the DataLoader
+    iter_ns: int
+    eligible: bool  # may take the window over (not excluded by --loader)
+    sites: tuple[str | None, str | None] = (None, None)  # where it was iterated (user's line, library's line)
+    checked: bool = False  # the take-over question was asked (at its first next())
 
 
 def _name(obj: Any) -> str:
@@ -134,24 +210,8 @@ def _name(obj: Any) -> str:
     return f"{t.__module__}.{t.__qualname__}"
 
 
-_OUR_DIRS = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))),)
-
-
-def _user_site() -> str | None:
-    """file:line of the innermost frame outside torch, the standard library's runpy and the profiler."""
-    import torch
-
-    skip = _OUR_DIRS + (os.path.dirname(os.path.abspath(torch.__file__)),)
-    f = sys._getframe(1)
-    while f is not None:
-        fn = os.path.abspath(f.f_code.co_filename)
-        if not fn.startswith(skip) and not fn.endswith(("runpy.py", "contextlib.py")):
-            return f"{f.f_code.co_filename}:{f.f_lineno}"
-        f = f.f_back
-    return None
-
-
-def loader_info(loader: Any, created_at: str | None, iterated_at: str | None) -> LoaderInfo:
+def loader_info(loader: Any, created: tuple[str | None, str | None] | None,
+                iterated: tuple[str | None, str | None] | None) -> LoaderInfo:
     ctx = getattr(loader, "multiprocessing_context", None)
     if ctx is not None and not isinstance(ctx, str):
         ctx = ctx.get_start_method()
@@ -159,13 +219,16 @@ def loader_info(loader: Any, created_at: str | None, iterated_at: str | None) ->
         import multiprocessing
 
         ctx = f"{multiprocessing.get_start_method(allow_none=False)} (default)"
+    created = created or (None, None)
+    iterated = iterated or (None, None)
     return LoaderInfo(
-        dataset_class=_name(loader.dataset), created_at=created_at, iterated_at=iterated_at,
+        dataset_class=_name(loader.dataset), created_at=created[0], iterated_at=iterated[0],
         num_workers=int(loader.num_workers), batch_size=loader.batch_size, pin_memory=bool(loader.pin_memory),
         persistent_workers=bool(loader.persistent_workers),
         prefetch_factor=loader.prefetch_factor if loader.num_workers > 0 else None,
         multiprocessing_context=ctx, collate_fn=_name(loader.collate_fn),
-        sampler=_name(loader.batch_sampler if loader.batch_sampler is not None else loader.sampler))
+        sampler=_name(loader.batch_sampler if loader.batch_sampler is not None else loader.sampler),
+        created_in=created[1], iterated_in=iterated[1], batches_per_epoch=epoch_length(loader))
 
 
 class _CudaTimeline:
@@ -212,13 +275,16 @@ class Session:
                  on_step: Callable[[StepRow, bool], None] | None = None,
                  on_window_closed: Callable[["Session"], None] | None = None,
                  on_first_pid: Callable[[int, int], None] | None = None, t0_ns: int | None = None,
-                 detail_steps: int | None = None, override: dict[str, int] | None = None):
+                 detail_steps: int | None = None, override: dict[str, int] | None = None,
+                 select: LoaderSelector | None = None):
         self.warmup, self.steps, self.then = warmup, steps, then
+        self.select = select  # --loader: only a matching loader is profiled
         self.detail_steps = DETAIL_STEPS if detail_steps is None else detail_steps
         self.tail = Tail()
         self._n_steps = 0
         self._measured_done = 0
-        # {num_workers, batch_size}: applied to the profiled loader when first iterated (issue 10: sweep a script)
+        # {num_workers, batch_size}: applied to the profiled loader when first iterated, so that `sweep` can run a
+        # user's script unchanged at other settings (run --override-*)
         self.override = dict(override or {})
         self.on_step, self.on_window_closed, self.on_first_pid = on_step, on_window_closed, on_first_pid
         self.t0_ns = t0_ns or 0
@@ -229,8 +295,17 @@ class Session:
         self.loader: LoaderInfo | None = None
         self._loader_ref: Any = None
         self._iters: set[int] = set()
-        self._other_loaders: set[int] = set()
-        self._created: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._inthread: set[int] = set()  # of _iters, those whose batches are made in this thread (num_workers=0)
+        self.others: list[OtherLoader] = []  # every loader iterated that is not the profiled one, in first-seen order
+        self._other_entry: weakref.WeakKeyDictionary[Any, OtherLoader] = weakref.WeakKeyDictionary()  # loader ->
+        self._other_iters: weakref.WeakKeyDictionary[Any, _OtherIter] = weakref.WeakKeyDictionary()  # iterator ->
+        self._created: weakref.WeakKeyDictionary[Any, tuple[str | None, str | None]] = weakref.WeakKeyDictionary()
+        self._last_next_ns = 0  # the profiled loader's last next() (a loader iterated after it may take over)
+        self._epoch_batches = 0  # batches the profiled loader delivered since its last iter()
+        self._epoch_done = False  # its last iterator raised StopIteration
+        self._live_iter: Any = None  # weakref.ref to its last iterator (dead: the job dropped it)
+        self._basis: dict[str, int] = {}  # samples basis -> steps counted on it
+        self.restarts = 0  # times the window restarted on another loader
         self._open_row: StepRow | None = None
         self._h2d: tuple[StepRow, int] | None = None
         self.window_start_ns = 0
@@ -241,6 +316,11 @@ class Session:
         self.accounting: dict = {}
         self._pids: set[int] = set()
         self._main_thread = threading.main_thread()
+        self._pid = os.getpid()
+        # One process, one record: a loader iterated in another thread or in a process the job forked (a loader
+        # nested in a Dataset runs in the outer loader's workers) is left alone, never measured into this record.
+        self._owner_pid = os.getpid()
+        self._owner_thread = self._main_thread.ident
         self.peak_device_memory_bytes: int | None = None
         self.read_from: dict[str, int] = {}  # folder -> files the profiled loader's dataset opened there
         self.tail_skipped: list[tuple[int, str, str]] = []  # skipped files reported in tail steps (bounded)
@@ -249,10 +329,17 @@ class Session:
     def start(self) -> "Session":
         self.t0_ns = self.t0_ns or time.perf_counter_ns()
         self.accounting = clocks.accounting()
+        self.accounting["own_per_call_ns"] = call_cost_ns()
         torch_hooks.install(self._on_next, self._on_iter)
         substages.main_hook = self
-        _watch_loader_creation(self._created)
+        torch_hooks.watch_loader_creation(self._loader_created)
         return self
+
+    def _loader_created(self, loader: Any) -> None:
+        try:
+            self._created[loader] = call_sites(2)
+        except TypeError:  # not weak-referenceable (a DataLoader subclass with __slots__): no creation site
+            pass
 
     def stop(self) -> None:
         """End profiling: the open step ends now, the window closes if it has not, the hooks come out."""
@@ -260,29 +347,38 @@ class Session:
             self._close(time.perf_counter_ns())
         torch_hooks.uninstall()
         substages.main_hook = None
-        _watch_loader_creation(None)
+        torch_hooks.watch_loader_creation(None)
+        self._settle_basis()
 
     @property
     def measured_steps(self) -> int:
         """Measured steps that have ended (detail and tail)."""
         return self._measured_done
 
+    def data_folders(self) -> dict[str, int]:
+        """read_from without the interpreter's, site-packages', bytecode-cache and the profiler's own folders."""
+        return {k: v for k, v in self.read_from.items() if is_data_folder(k)}
+
     @property
     def other_loaders(self) -> int:
-        return len(self._other_loaders)
+        return len(self.others)
 
     # --- main-loop stages (the built-in pipeline's h2d) ----------------------------------------------------------
-    def enter(self, name: str) -> Any:
+    def begin_main_stage(self, name: str) -> Any:
+        """A ``profiler.stage(name)`` entered on the main thread outside any sample: for ``"h2d"`` (the built-in
+        pipeline's copy) inside a step, mark the step's h2d start and return the step's row as the token; any other
+        name, thread or moment is not timed (None)."""
         if threading.current_thread() is not self._main_thread or self._open_row is None or name != "h2d":
             return None
         row = self._open_row
-        row.h2d_seen = True  # type: ignore[attr-defined]
+        row.h2d_seen = True
         row.h2d_start_ns = time.perf_counter_ns()
         if self.cuda is not None and row.measured:
             self.cuda.mark(row, "h2d_start_ns")
         return row
 
-    def exit(self, name: str, row: Any) -> None:
+    def end_main_stage(self, name: str, row: Any) -> None:
+        """The stage begun by :meth:`begin_main_stage` ends: mark its step's h2d end (nothing for a None token)."""
         if row is None:
             return
         row.h2d_end_ns = time.perf_counter_ns()
@@ -291,29 +387,151 @@ class Session:
 
     # --- hooks ----------------------------------------------------------------------------------------------------
     def _on_iter(self, loader: Any, orig: Callable[[Any], Any]) -> Any:
+        if os.getpid() != self._owner_pid or threading.get_ident() != self._owner_thread:
+            return orig(loader)  # another thread, or a process the job forked: left alone (one process, one record)
+        adopt = self._loader_ref is None and not self.closed and loader not in self._other_entry
+        eligible = self.select is None or self.select.matches(_name(loader.dataset),
+                                                             self._created.get(loader, (None, None)))
         overridden = None
-        if self.override and self._loader_ref is None and not self.closed:  # the profiled loader, before it starts
+        if self.override and adopt and eligible:  # the profiled loader, before it starts
             overridden = torch_hooks.override_loader(loader, **self.override)
+        sites = call_sites(1)
         t0 = time.perf_counter_ns()
         it = orig(loader)
         t1 = time.perf_counter_ns()
         if self.closed:
             return it
-        if self._loader_ref is None:
-            self._loader_ref = weakref.ref(loader)
-            self.loader = loader_info(loader, self._created.get(loader), _user_site())
-            self.loader.overridden = overridden or None
-        if self._loader_ref() is loader:
+        if adopt and eligible:
+            self._adopt(loader, it, sites, t0, t1, "the first loader the job iterated" if self.select is None
+                        else f"named by --loader {self.select}")
+            self.loader.overridden = overridden or None  # type: ignore[union-attr]
+        elif self._loader_ref is not None and self._loader_ref() is loader:
             self._iters.add(id(it))
+            if loader.num_workers == 0:
+                self._inthread.add(id(it))
             self.epochs.append(EpochRow(len(self.epochs), t0, t1))
+            self._new_epoch(it)
         else:
-            self._other_loaders.add(id(loader))
+            self._iters.discard(id(it))  # a dropped profiled iterator's id, reused by this one's
+            self._inthread.discard(id(it))
+            entry = self._other_entry.get(loader)
+            if entry is None:
+                entry = OtherLoader(_name(loader.dataset), self._created.get(loader, (None, None))[0],
+                                    int(loader.num_workers), loader.batch_size,
+                                    ROLE_OTHER if eligible else ROLE_NOT_NAMED, iterated_at=sites[0], first_ns=t0)
+                self._other_entry[loader] = entry
+                self.others.append(entry)
+            entry.epochs += 1
+            try:
+                self._other_iters[it] = _OtherIter(entry, weakref.ref(loader), t0, eligible, sites)
+            except TypeError:
+                pass
         return it
 
-    def _on_next(self, it: Any, orig: Callable[[Any], Any]) -> Any:
-        if self.closed or id(it) not in self._iters:
+    def _adopt(self, loader: Any, it: Any, sites: tuple[str | None, str | None], t0: int, t1: int,
+               why: str) -> None:
+        self._loader_ref = weakref.ref(loader)
+        self.loader = loader_info(loader, self._created.get(loader), sites)
+        self.loader.chosen = why
+        self._iters = {id(it)}
+        self._inthread = {id(it)} if loader.num_workers == 0 else set()
+        self.epochs = [EpochRow(0, t0, t1)]
+        self._new_epoch(it)
+
+    def _new_epoch(self, it: Any) -> None:
+        self._epoch_batches, self._epoch_done = 0, False
+        try:
+            self._live_iter = weakref.ref(it)
+        except TypeError:
+            self._live_iter = None
+
+    def _takes_over(self, o: _OtherIter) -> bool:
+        """Does the window move to this other loader? Only when the profiled one has delivered nothing since this
+        one was iterated (it stopped or was dropped, not interleaved with it) and this one's epoch promises more
+        batches than the profiled one delivered in its last epoch (a sanity check, a shape probe)."""
+        if not o.eligible or self.closed or self._last_next_ns > o.iter_ns:
+            return False
+        loader = o.loader()
+        if loader is None:
+            return False
+        ahead = epoch_length(loader)
+        if ahead is None and o.entry.steps:  # a loader seen before: the longest epoch it ran
+            ahead = o.entry.steps // max(o.entry.epochs - 1, 1)
+        mine = self._epoch_batches
+        profiled = self._loader_ref() if self._loader_ref is not None else None
+        if not self._epoch_done and self._live_iter is not None and self._live_iter() is not None \
+                and profiled is not None:
+            # Its epoch is unfinished and its iterator still held: a validation pass in the middle of a training
+            # epoch, which returns to it. The rest of its epoch counts, so only a longer loader takes the window.
+            mine = max(mine, epoch_length(profiled) or 0)
+        return ahead is None or mine < ahead
+
+    def _restart_on(self, o: _OtherIter, it: Any) -> None:
+        """The profiled loader stopped early: keep its short figures as an other loader, start afresh on ``o``."""
+        old = self._loader_ref() if self._loader_ref is not None else None
+        loader = o.loader()
+        if loader is None:  # checked by _takes_over a moment ago; kept safe all the same
+            return
+        if self.loader is not None:
+            li = self.loader
+            measured = [r for r in self.rows if r.wait_end_ns]
+            entry = OtherLoader(li.dataset_class, li.created_at, li.num_workers, li.batch_size, ROLE_ENDED_EARLY,
+                                iterated_at=li.iterated_at, epochs=len(self.epochs),
+                                steps=len(measured) + self.tail.steps,
+                                samples=sum(r.n_samples for r in measured) + self.tail.samples,
+                                wait_ns=sum(r.wait_end_ns - r.wait_start_ns for r in measured) + self.tail.wait_ns,
+                                first_ns=self.epochs[0].iter_start_ns if self.epochs else 0,
+                                last_ns=max([r.wait_end_ns for r in measured] or [0]))
+            self.others.append(entry)
+            if old is not None:
+                self._other_entry[old] = entry
+        self.others.remove(o.entry)
+        del self._other_entry[loader]
+        self.rows, self.metas, self.tail, self.tail_skipped, self.read_from = [], [], Tail(), [], {}
+        self._n_steps = self._measured_done = 0
+        self._open_row, self._h2d, self.cuda, self.window_start_ns = None, None, None, 0
+        self._basis = {}
+        self.restarts += 1
+        self._adopt(loader, it, o.sites, o.iter_ns, o.iter_ns,
+                    f"the job went on with it after {self._restarted_from(old)} stopped early")
+        self._epoch_batches = o.entry.steps if o.entry.epochs == 1 else 0  # what it already delivered this epoch
+        if self.override and self.loader is not None:  # applied when the first loader started; too late for this one
+            self.loader.chosen += " (--override-* changed the first loader, not this one: name it with --loader)"
+
+    @staticmethod
+    def _restarted_from(old: Any) -> str:
+        return f"the {_name(old.dataset).rsplit('.', 1)[-1]} loader" if old is not None else "the first loader"
+
+    def _other_next(self, it: Any, orig: Callable[[Any], Any]) -> Any:
+        """next() of a loader that is not profiled: counted, or taking the window over (see _takes_over)."""
+        o = self._other_iters.get(it)
+        if o is None:
             return torch_hooks.unwrap(orig(it))
-        s0 = clocks.snapshot()
+        if not o.checked:
+            o.checked = True
+            if self._takes_over(o):
+                self._restart_on(o, it)
+                return self._on_next(it, orig)
+        t0 = time.perf_counter_ns()
+        batch = torch_hooks.unwrap(orig(it))
+        t1 = time.perf_counter_ns()
+        e = o.entry
+        e.steps += 1
+        e.wait_ns += t1 - t0
+        e.last_ns = t1
+        n = count_samples(batch, e.batch_size)
+        e.samples += n[0] if n is not None else (e.batch_size or 1)
+        return batch
+
+    def _on_next(self, it: Any, orig: Callable[[Any], Any]) -> Any:
+        if self.closed or threading.get_ident() != self._owner_thread:
+            return torch_hooks.unwrap(orig(it))
+        if id(it) not in self._iters:
+            return self._other_next(it, orig)
+        # num_workers=0: the batch is made in this thread, and its fetch reads the run-queue wait itself (shared below);
+        # reading it here too would only cost the step twice.
+        inthread = id(it) in self._inthread
+        s0 = clocks.cpu_snapshot() if inthread else clocks.sched_snapshot()
         t0 = s0[0]
         if self.cuda is not None and self._open_row is not None and self._open_row.measured:
             self.cuda.mark(self._open_row, "compute_end_ns")
@@ -328,21 +546,34 @@ class Session:
         if measured and not self.window_start_ns:
             self._open_window(t0)
             t0 = self.window_start_ns
-        row = StepRow(step, max(0, len(self.epochs) - 1), -1, os.getpid(), 0, t0, 0, 0, 0, measured,
+        row = StepRow(step, max(0, len(self.epochs) - 1), -1, self._pid, 0, t0, 0, 0, 0, measured,
                       tail=measured and step - self.warmup >= self.detail_steps)
         if self.cuda is not None and measured:
             self.cuda.mark(row, "wait_start_dev")
-        data = orig(it)
+        row.own_wait_ns = time.thread_time_ns() - s0[1]  # on-CPU: a preemption here is the machine's, not ours
+        try:
+            data = orig(it)
+        except StopIteration:
+            self._epoch_done = True
+            raise
+        s1 = clocks.cpu_snapshot(end=True) if inthread else clocks.sched_snapshot(end=True)
         self._n_steps += 1
-        s1 = clocks.snapshot(end=True)
+        self._epoch_batches += 1
+        self._last_next_ns = s1[0]
         row.wait_end_ns, row.main_cpu_ns, row.main_runq_ns = s1[0], s1[1] - s0[1], s1[2] - s0[2]
         if self.cuda is not None and measured:
             self.cuda.mark(row, "wait_end_dev")
         batch = data
+        meta = None
         if isinstance(data, Instrumented):
             meta, batch = data.meta, data.batch
+        self._count(row, batch, meta)
+        if meta is not None:
             row.worker_id, row.pid = meta.worker_id, meta.pid
-            row.n_samples = max(0, meta.items - len(meta.skipped))
+            if meta.worker_id < 0:  # fetched in this thread, inside the wait: its instrumentation's time is ours
+                row.own_wait_ns += meta.own_ns
+                if inthread:
+                    row.main_runq_ns = meta.counters[0]
             if row.tail:  # its spans are not kept; what the record lists of it is kept here
                 self.tail_skipped.extend(meta.skipped[:MAX_TAIL_SKIPPED - len(self.tail_skipped)])
             else:
@@ -365,7 +596,20 @@ class Session:
             self.cuda.resolve()
         if self.on_step is not None:
             self.on_step(row, row.measured)
+        row.own_rest_ns = time.thread_time_ns() - s1[1]
         return batch
+
+    def _count(self, row: StepRow, batch: Any, meta: BatchMeta | None) -> None:
+        """The step's samples: what the batch holds; else what the dataset calls returned; else one per step."""
+        li = self.loader
+        n = count_samples(batch, li.batch_size if li is not None else None)
+        if n is not None:
+            row.n_samples, basis = n
+        elif meta is not None and meta.items:
+            row.n_samples, basis = max(0, meta.items - len(meta.skipped)), BASIS_CALLS
+        else:
+            row.n_samples, basis = 1, BASIS_STEP
+        self._basis[basis] = self._basis.get(basis, 0) + 1
 
     # --- window ---------------------------------------------------------------------------------------------------
     def _open_window(self, t0_ns: int) -> None:
@@ -417,8 +661,13 @@ class Session:
         if not self.window_start_ns:
             self.window_start_ns = t_ns
         self.window_end_ns = max([t_ns, self.tail.last_ns] + [r.compute_end_ns for r in measured])
+        self._settle_basis()  # then='continue' writes the record now, before stop()
         if self.on_window_closed is not None:
             self.on_window_closed(self)
+
+    def _settle_basis(self) -> None:
+        if self.loader is not None and self._basis:
+            self.loader.samples_basis = max(self._basis, key=lambda k: self._basis[k])
 
     def _device_step_done(self, r: StepRow) -> None:
         """A tail step's device times are known: its idle by the device's clock, then into the totals."""
@@ -453,36 +702,4 @@ class Session:
             return
         for r in self.rows:
             if r.measured and self._device_idle(r):
-                r.device_ok = True  # type: ignore[attr-defined]
-
-
-_created_map: weakref.WeakKeyDictionary | None = None
-_ORIG_INIT: Any = None
-
-
-def _watch_loader_creation(target: weakref.WeakKeyDictionary | None) -> None:
-    """Remember where each DataLoader was created (file:line), for the record's ``job.loader.created_at``."""
-    global _created_map, _ORIG_INIT
-    from torch.utils.data import DataLoader
-
-    if target is None:
-        if _ORIG_INIT is not None:
-            DataLoader.__init__ = _ORIG_INIT
-            _ORIG_INIT = None
-        _created_map = None
-        return
-    _created_map = target
-    if _ORIG_INIT is None:
-        _ORIG_INIT = DataLoader.__init__
-        orig = _ORIG_INIT
-
-        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-            orig(self, *args, **kwargs)
-            if _created_map is not None:
-                try:
-                    _created_map[self] = _user_site()
-                except TypeError:
-                    pass
-
-        __init__.__wrapped__ = orig  # type: ignore[attr-defined]
-        DataLoader.__init__ = __init__
+                r.device_ok = True

@@ -24,36 +24,61 @@ from typing import Any, Callable
 _local = threading.local()
 _clock = time.perf_counter_ns
 # Stages entered on a thread with no sample open (the main loop's own, e.g. the built-in pipeline's h2d) go to this
-# object's ``enter(name) -> token`` / ``exit(name, token)``; set by the session while it profiles.
+# object's ``begin_main_stage(name) -> token`` / ``end_main_stage(name, token)``; set by the session while it profiles.
 main_hook: Any = None
 
 
-def begin_sample() -> None:
-    """Start collecting stage self-times (and decoded pixels) for one dataset call on this thread."""
-    _local.acc = {}
-    _local.stack = []
-    _local.pixels = 0
+class SampleStages:
+    """What the sub-stages saw during one batch's dataset calls on this thread, as flat event lists.
+
+    Why per batch and flat: the per-call path must stay free of allocations, dict building and thread-local lookups
+    (it runs for every sample; ~0.5 µs is its budget). A call does nothing here: a stage that closes appends one
+    ``(row, name, self_ns)`` event, its row being the number of calls already recorded (``len(calls) // width``,
+    the calls being ``width`` ints each: the open call's index); a decode appends ``(row, pixels)``. Stages that ran
+    outside any call (in the collate) get the row after the last call, which no call has, and are dropped as before.
+    The batch's columns are built from the events once, outside the hot path (``BatchMeta.stages``).
+    """
+
+    __slots__ = ("calls", "width", "stack", "events", "pixels")
+
+    def __init__(self, calls: list[Any], width: int = 1) -> None:
+        self.calls = calls  # the batch's recorded calls (worker.py): their count is the open call's row
+        self.width = width  # list items per call
+        self.stack: list[list[Any]] = []  # open stages: [name, start ns, children's ns]
+        self.events: list[tuple[int, str, int]] = []  # (row, stage, self ns)
+        self.pixels: list[tuple[int, int]] = []  # (row, decoded pixels)
+
+    def row(self) -> int:
+        """The open call's row: how many calls are already recorded (worker.CALL_FIELDS ints each)."""
+        return len(self.calls) // self.width
+
+    def close_open(self) -> None:
+        """Close stages still open at the batch's end (a stage entered without ``with``): their time is not lost."""
+        stack, now = self.stack, _clock()
+        while stack:
+            name, t0, child = stack.pop()
+            self.events.append((self.row(), name, (now - t0) - child))
+            if stack:
+                stack[-1][2] += now - t0
 
 
-def take_pixels() -> int:
-    """Pixels of the images decoded during the last dataset call (PIL, torchvision.io): decode cost grows with them."""
-    return int(getattr(_local, "pixels", 0) or 0)
+def begin_batch(calls: list[Any], width: int = 1) -> SampleStages:
+    """Start collecting stage self-times (and decoded pixels) for one batch's dataset calls on this thread (``calls``
+    holds ``width`` items per call)."""
+    smp = _local.sample = SampleStages(calls, width)
+    return smp
 
 
-def end_sample() -> dict[str, int]:
-    """Stop collecting; ``{stage: self ns}`` of the call (stages still open are closed at this instant)."""
-    acc = getattr(_local, "acc", None)
-    _local.acc = None
-    if acc is None:
-        return {}
-    stack = _local.stack
-    now = _clock()
-    while stack:  # an exception inside a stage left it open: close it here so its time is not lost
-        name, t0, child = stack.pop()
-        acc[name] = acc.get(name, 0) + (now - t0) - child
-        if stack:
-            stack[-1][2] += now - t0
-    return acc
+def end_batch() -> None:
+    smp = getattr(_local, "sample", None)
+    if smp is not None and smp.stack:
+        smp.close_open()
+    _local.sample = None
+
+
+def _open_sample() -> SampleStages | None:
+    smp: SampleStages | None = getattr(_local, "sample", None)
+    return smp
 
 
 class stage:
@@ -66,31 +91,31 @@ class stage:
 
     def __init__(self, name: str):
         self.name = str(name)
-        self._open = 0  # 0: no-op, 1: sample stage, 2: main-loop stage
+        self._open: SampleStages | int | None = None  # the sample's stages, 2: main-loop stage, None: no-op
 
     def __enter__(self) -> "stage":
-        if getattr(_local, "acc", None) is not None:
-            _local.stack.append([self.name, _clock(), 0])
-            self._open = 1
+        smp = _open_sample()
+        if smp is not None:
+            smp.stack.append([self.name, _clock(), 0])
+            self._open = smp
         elif main_hook is not None:
-            self._token = main_hook.enter(self.name)
+            self._token = main_hook.begin_main_stage(self.name)
             self._open = 2
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if self._open == 1:
-            stack = _local.stack
+        smp = self._open
+        if isinstance(smp, SampleStages):
+            stack = smp.stack
             if stack and stack[-1][0] == self.name:
                 name, t0, child = stack.pop()
                 dur = _clock() - t0
-                acc = _local.acc
-                if acc is not None:
-                    acc[name] = acc.get(name, 0) + dur - child
+                smp.events.append((smp.row(), name, dur - child))
                 if stack:
                     stack[-1][2] += dur
-        elif self._open == 2 and main_hook is not None:
-            main_hook.exit(self.name, self._token)
-        self._open = 0
+        elif smp == 2 and main_hook is not None:
+            main_hook.end_main_stage(self.name, self._token)
+        self._open = None
 
 
 def _pixels_of_self(args: tuple, result: Any) -> int:
@@ -110,13 +135,16 @@ def _named(name: str, fn: Callable, pixels: Callable[[tuple, Any], int] | None =
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if getattr(_local, "acc", None) is None:
+        smp = _open_sample()
+        if smp is None:
             return fn(*args, **kwargs)
         with stage(name):
             result = fn(*args, **kwargs)
         if pixels is not None:
             try:
-                _local.pixels += pixels(args, result)
+                n = pixels(args, result)
+                if n:
+                    smp.pixels.append((smp.row(), n))
             except Exception:  # noqa: BLE001 - a count for the report; never the user's problem
                 pass
         return result
@@ -152,7 +180,7 @@ def install_library_stages() -> list[str]:
     """Wrap the library calls in LIBRARY_STAGES (idempotent); returns what could not be wrapped."""
     import importlib
 
-    missing = []
+    missing: list[str] = []
     with _lock:
         if _patched:
             return missing

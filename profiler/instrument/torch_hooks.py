@@ -12,7 +12,12 @@ Profiling a user's DataLoader unchanged needs these seams. Public API offers non
 3. ``torch.utils.data.dataloader._BaseDataLoaderIter.__next__`` — the main side: one call per batch the user's loop
    takes; it unwraps the batch and marks the step boundary.
 4. ``torch.utils.data.DataLoader.__iter__`` — the start of each epoch (worker start-up, first prefetch).
-5. ``torch.utils.data._utils.signal_handling``'s SIGCHLD handler — recognised by its module and paused while the
+5. ``torch.utils.data.DataLoader.__init__`` — wrapped while profiling so the Session learns where each loader was
+   created (a public hook for that does not exist); the wrapper calls the original first and changes nothing.
+6. ``torch.utils.data._utils.fetch``'s fetchers — their ``dataset`` (map-style), ``dataset_iter`` (iterable),
+   ``collate_fn`` and ``fetch`` attributes are replaced on each fetcher instance (``instrument_fetcher``), and
+   ``torch.utils.data._utils.pin_memory.pin_memory`` pins what the envelope carries (``pin_batch``).
+7. ``torch.utils.data._utils.signal_handling``'s SIGCHLD handler — recognised by its module and paused while the
    profiler saves its record (``worker_watchdog_paused``), so a worker dying then cannot abort the save.
 
 ``check()`` fails loudly (tests/test_torch_hooks.py) when a torch release moves any of them; ``install`` refuses to
@@ -66,6 +71,22 @@ def check() -> list[str]:
 
     if not hasattr(fetch._IterableDatasetFetcher(iter(()), False, None, False), "dataset_iter"):
         problems.append("_IterableDatasetFetcher has no dataset_iter")
+    for cls in (fetch._MapDatasetFetcher, fetch._IterableDatasetFetcher):
+        f = cls([] if cls is fetch._MapDatasetFetcher else iter(()), False, None, False)
+        if not all(hasattr(f, a) for a in ("dataset", "collate_fn", "fetch")):
+            problems.append(f"{cls.__name__} lacks dataset/collate_fn/fetch")
+        # The timed stand-ins work only if fetch() looks these up on the instance each call.
+        src = inspect.getsource(cls.fetch)
+        want = ("self.dataset_iter", "self.collate_fn") if cls is fetch._IterableDatasetFetcher else \
+            ("self.dataset", "self.collate_fn")
+        if not all(w in src for w in want):
+            problems.append(f"{cls.__name__}.fetch no longer reads {' and '.join(want)}")
+    from torch.utils.data._utils import pin_memory as _pin
+
+    if not callable(getattr(_pin, "pin_memory", None)):
+        problems.append("torch.utils.data._utils.pin_memory.pin_memory is missing")
+    if "__init__" not in DataLoader.__dict__:
+        problems.append("DataLoader.__init__ is not defined on DataLoader itself")
     if not callable(getattr(_signal_handling, "_set_SIGCHLD_handler", None)):
         problems.append("torch.utils.data._utils.signal_handling._set_SIGCHLD_handler is missing")
     return problems
@@ -128,12 +149,103 @@ def _create_fetcher(kind: Any, dataset: Any, auto_collation: Any, collate_fn: An
 
     fetcher = _ORIG_CREATE_FETCHER.__func__(kind, dataset, auto_collation, collate_fn, drop_last)
     info = get_worker_info()
-    return worker.instrument_fetcher(fetcher, info.id if info is not None else -1)
+    return instrument_fetcher(fetcher, info.id if info is not None else -1)
+
+
+# torch's _MapDatasetFetcher.fetch, as worker.inline_map_fetch writes it out (whitespace aside). Where torch's differs,
+# the general path (proxy and timed collate_fn) is used instead: it relies only on what check() verifies.
+_MAP_FETCH_SOURCE = """
+def fetch(self, possibly_batched_index):
+    if self.auto_collation:
+        if hasattr(self.dataset, "__getitems__") and self.dataset.__getitems__:
+            data = self.dataset.__getitems__(possibly_batched_index)
+        else:
+            data = [self.dataset[idx] for idx in possibly_batched_index]
+    else:
+        data = self.dataset[possibly_batched_index]
+    return self.collate_fn(data)
+"""
+_map_fetch_known: bool | None = None
+
+
+def _squash(src: str) -> str:
+    return "\n".join(line.strip() for line in src.strip().splitlines() if line.strip())
+
+
+def map_fetch_is_known() -> bool:
+    """Is torch's map-style fetch exactly the one inline_map_fetch copies? (Read once per process.)"""
+    global _map_fetch_known
+    if _map_fetch_known is None:
+        import torch.utils.data._utils.fetch as fetch
+
+        try:
+            _map_fetch_known = _squash(inspect.getsource(fetch._MapDatasetFetcher.fetch)) == _squash(_MAP_FETCH_SOURCE)
+        except (OSError, TypeError):  # no source (a frozen install): the general path
+            _map_fetch_known = False
+    return _map_fetch_known
+
+
+def instrument_fetcher(fetcher: Any, worker_id: int) -> Any:
+    """Put worker.py's timed stand-ins on a torch fetcher (its ``dataset`` or ``dataset_iter``, ``collate_fn`` and
+    ``fetch``); ``check()`` verifies the fetchers still read these attributes per call. A plain map-style fetcher
+    over a dataset without ``__getitems__`` gets worker.inline_map_fetch instead, when torch's fetch is the one it
+    copies: only its ``fetch`` is replaced."""
+    import torch.utils.data._utils.fetch as fetch_module
+
+    kind = type(fetcher)
+    if kind is fetch_module._MapDatasetFetcher and not (hasattr(fetcher.dataset, "__getitems__")
+                                                        and fetcher.dataset.__getitems__) and map_fetch_is_known():
+        fetcher.fetch = worker.inline_map_fetch(fetcher, worker_id)
+        return fetcher
+    iterable = hasattr(fetcher, "dataset_iter")
+    source = fetcher.dataset_iter if iterable else fetcher.dataset
+    timed, collate, fetch = worker.instrumented_parts(source, iterable, fetcher.collate_fn, fetcher.fetch, worker_id)
+    if iterable:
+        fetcher.dataset_iter = timed
+    else:
+        fetcher.dataset = timed
+    fetcher.collate_fn = collate
+    fetcher.fetch = fetch
+    return fetcher
+
+
+def pin_batch(batch: Any, device: Any = None) -> Any:
+    """torch's own pinning of a batch (what the pin-memory thread would do to the user's batch)."""
+    from torch.utils.data._utils.pin_memory import pin_memory
+
+    return pin_memory(batch, device)
+
+
+_ORIG_INIT = DataLoader.__init__
+_on_created: Callable[[Any], None] | None = None
+
+
+def watch_loader_creation(on_created: Callable[[Any], None] | None) -> None:
+    """Call ``on_created(loader)`` after each ``DataLoader.__init__`` (subclasses included) until called with None.
+
+    Why: where a loader was made is the first fact a user needs to tell several loaders apart, and torch offers no
+    hook for it. The wrapper runs the original ``__init__`` first and returns nothing of its own."""
+    global _on_created
+    _on_created = on_created
+    if on_created is None:
+        DataLoader.__init__ = _ORIG_INIT  # type: ignore[method-assign]
+        return
+    if DataLoader.__init__ is not _ORIG_INIT:
+        return
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        _ORIG_INIT(self, *args, **kwargs)
+        cb = _on_created
+        if cb is not None:
+            cb(self)
+
+    __init__.__wrapped__ = _ORIG_INIT  # type: ignore[attr-defined]
+    DataLoader.__init__ = __init__  # type: ignore[method-assign]
 
 
 def install_worker_side() -> None:
     """In-worker hooks: fetchers and library sub-stages (idempotent)."""
-    _dl._DatasetKind.create_fetcher = staticmethod(_create_fetcher)
+    _dl._DatasetKind.create_fetcher = staticmethod(_create_fetcher)  # type: ignore[method-assign]
     substages.install_library_stages()
     worker.install_audit()
 
@@ -175,8 +287,8 @@ def install(on_next: Callable[[Any, Callable[[Any], Any]], Any],
     __iter__.__wrapped__ = _ORIG_ITER  # type: ignore[attr-defined]
     _worker_mod._worker_loop = profiled_worker_loop
     install_worker_side()
-    _dl._BaseDataLoaderIter.__next__ = __next__
-    DataLoader.__iter__ = __iter__
+    _dl._BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign]
+    DataLoader.__iter__ = __iter__  # type: ignore[method-assign]
     _installed = True
 
 
@@ -184,9 +296,9 @@ def uninstall() -> None:
     """Restore torch. Batches still in flight from instrumented workers are unwrapped by ``unwrap``."""
     global _installed
     _worker_mod._worker_loop = _ORIG_WORKER_LOOP
-    _dl._DatasetKind.create_fetcher = _ORIG_CREATE_FETCHER
-    _dl._BaseDataLoaderIter.__next__ = _unwrapping_next
-    DataLoader.__iter__ = _ORIG_ITER
+    _dl._DatasetKind.create_fetcher = _ORIG_CREATE_FETCHER  # type: ignore[method-assign]
+    _dl._BaseDataLoaderIter.__next__ = _unwrapping_next  # type: ignore[method-assign]
+    DataLoader.__iter__ = _ORIG_ITER  # type: ignore[method-assign]
     substages.uninstall_library_stages()
     _installed = False
 
@@ -206,7 +318,7 @@ def torch_version() -> str:
     return torch.__version__
 
 
-# --- loader override (issue 10: `sweep` of a user's script) -------------------------------------------------------
+# --- loader override: `sweep` runs a user's script unchanged at other num_workers / batch_size settings ------------
 def override_loader(loader: Any, num_workers: int | None = None, batch_size: int | None = None) -> dict[str, Any]:
     """Change an existing DataLoader's ``num_workers`` / ``batch_size`` before it is first iterated, so a sweep can run
     the user's script unchanged at other settings. Returns {setting: [before, after]} for what changed.

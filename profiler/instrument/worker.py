@@ -12,7 +12,19 @@ the user's objects:
   unwraps it before the user's loop sees anything, so batches, their types and their order are exactly the user's.
 
 Per dataset call we keep one row: wall start/end, the thread's on-CPU and run-queue time, bytes asked for vs bytes
-from the block device (clocks.snapshot at both ends), and the named sub-stages' self time (substages.py).
+from the block device, and the named sub-stages' self time (substages.py).
+
+The per-call path is the hot path (every sample of every batch): two wall-clock reads and five ints appended to a
+flat list, nothing else (~0.2 µs; no dict, no thread-local lookup, no /proc read, no object the garbage collector
+tracks). The thread's on-CPU clock (a system call, ~0.25-0.5 µs, more than the rest of the call's path) is read only
+at the end of a call that took CALL_CPU_FROM_NS or longer; a shorter call is taken as on a core, and what its batch's
+clock says it was not is shared out when the rows are built (:func:`call_cpu`). Run-queue wait and bytes read are read
+once per batch and shared out over its calls, and the batch's columns (the ``rows`` array, the stage columns) are
+built from the raw lists only when the main process reads them after the window, never on the way. The
+instrumentation's own time per fetch is kept in ``BatchMeta.own_ns`` (measured around its own per-batch work, plus
+the calls times the per-call cost calibrated once per process, :func:`call_cost_ns`, and the on-CPU clock reads times
+their calibrated cost), so it can be reported and, where the fetch ran
+inside the main thread's wait (``num_workers=0``), taken out of the wait before attribution.
 """
 from __future__ import annotations
 
@@ -21,7 +33,8 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from functools import cached_property
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -29,24 +42,104 @@ from . import clocks, substages
 
 # Columns of BatchMeta.rows (int64), one row per dataset call.
 ROW_COLUMNS = ("start", "end", "cpu", "runq", "rchar", "read_bytes", "index", "items", "pixels")
+# BatchMeta.calls is flat: these ints per dataset call (a list of ints is no work for the garbage collector, where a
+# tuple per call is one more tracked object until the next collection: 32 a batch made the profiled loop collect
+# ten times as often as the plain one). ``cpu`` is the thread's on-CPU clock at the call's end, or NO_CPU.
+CALL_FIELDS = ("start", "end", "cpu", "index", "items")
+NO_CPU = -1
+# A dataset call this long or longer reads the thread's on-CPU clock at its end; a shorter one does not. Why 10 µs:
+# time off a core comes in pieces far longer than that (a preemption is a time slice, ~ms; a disk read, a page fault
+# from storage or a wait for the GIL held by another thread is tens of µs or more), so a shorter call ran on a core,
+# and the clock would cost 3-5 % of a 10 µs call but a quarter of the profiler's whole per-call path for the ~2 µs
+# call of an in-memory dataset. The batch's clock is read at its ends all the same, so whatever off-core time hid in
+# short calls is still counted (call_cpu shares it out over them), never lost.
+CALL_CPU_FROM_NS = 10_000
 
 
 @dataclass
 class BatchMeta:
-    """What one worker did for one batch. Plain attributes, so it pickles cheaply and pin_memory leaves it alone."""
+    """What one worker did for one batch, as recorded (flat lists and tuples: cheap to build and to pickle).
+
+    The derived views (``rows``, ``stages``, ``collate``, ``items``) are computed on first use in the main process."""
     worker_id: int  # -1: the main process (num_workers = 0)
     pid: int
-    rows: np.ndarray  # int64 (n, len(ROW_COLUMNS))
-    stages: dict[str, np.ndarray]  # stage -> int64 self ns per row (rows where it occurred; zero elsewhere)
-    collate: tuple[int, int, int, int]  # start, end, cpu ns, runq ns
-    io: tuple[int, int]  # /proc/self/io of the process after the batch: (rchar, read_bytes), cumulative; -1 unknown
-    skipped: list[tuple[int, str, str]] = field(default_factory=list)  # (index, path, reason) reported by the dataset
+    calls: list[int]  # flat, CALL_FIELDS per dataset call: start, end, thread CPU clock at its end (NO_CPU: not
+    # read, a call shorter than CALL_CPU_FROM_NS), index, items
+    cpu_start: tuple[int, int]  # (wall, thread CPU clock) when the fetch began: the first calls count from it
+    cpu_end: tuple[int, int]  # (wall, thread CPU clock) after the last call: the collate's start, else the fetch's end
+    stage_events: Sequence[tuple[int, str, int]]  # (call row, stage, self ns)
+    pixel_events: Sequence[tuple[int, int]]  # (call row, decoded pixels)
+    counters: tuple[int, int, int]  # the fetch thread's run-queue ns, rchar, read_bytes over the whole fetch
+    collate_span: tuple[int, int, int]  # start, end, on-CPU ns of the collate (0s: none)
+    io: tuple[int, int]  # /proc/self/io of the worker after the batch: (rchar, read_bytes), cumulative; -1 unknown
+    # or not read (the main process: NOT_READ_IO)
+    skipped: list[tuple[int, str, str]] | tuple[()] = ()  # (index, path, reason) reported by the dataset
     sent_ns: int = 0  # when the worker's queue thread began pickling it (0: never pickled, e.g. num_workers = 0)
     opened: dict[str, int] = field(default_factory=dict)  # folder -> files opened for reading during this batch
+    n_items: int = 0  # samples the dataset calls returned (one per call, or len(keys) per __getitems__)
+    own_ns: int = 0  # the instrumentation's own time in this fetch (see the module docstring)
 
     @property
     def items(self) -> int:
-        return int(self.rows[:, 7].sum()) if self.rows.size else 0
+        return self.n_items
+
+    @cached_property
+    def _derived(self) -> tuple[np.ndarray, int]:
+        """(rows, the collate's run-queue share): the fetch's run-queue wait shared over its calls and its collate
+        by their off-CPU time (a thread waiting for a core is off it), then rchar by items and read_bytes by
+        blocked time (share_batch_counters)."""
+        w = len(CALL_FIELDS)
+        n = len(self.calls) // w
+        rows = np.zeros((n, len(ROW_COLUMNS)), dtype=np.int64)
+        if n:
+            flat = self.calls[:n * w]
+            # Column by column: an index is any int the dataset was called with (a hash id beyond int64 is -1).
+            rows[:, 6] = [k if -_I64 < k < _I64 else -1 for k in flat[3::w]]
+            for col, j in ((0, 0), (1, 1), (7, 4)):
+                rows[:, col] = flat[j::w]
+            rows[:, 2] = call_cpu(rows[:, 0], rows[:, 1], np.array(flat[2::w], dtype=np.int64), self.cpu_start,
+                                  self.cpu_end)
+            for r, px in self.pixel_events:
+                if 0 <= r < n:
+                    rows[r, 8] += px
+        runq, rchar, read_bytes = self.counters
+        c0, c1, ccpu = self.collate_span
+        collate_off = max(0, c1 - c0 - ccpu)
+        collate_runq = 0
+        if runq > 0:
+            off = np.maximum(rows[:, 1] - rows[:, 0] - rows[:, 2], 0).sum() if n else 0
+            collate_runq = min(collate_off, int(round(runq * collate_off / (off + collate_off)))) \
+                if off + collate_off > 0 else 0
+        share_batch_counters(rows, runq=runq - collate_runq, rchar=rchar, read_bytes=read_bytes)
+        return rows, collate_runq
+
+    @property
+    def rows(self) -> np.ndarray:
+        """int64 (n, len(ROW_COLUMNS)), one row per dataset call."""
+        return self._derived[0]
+
+    @property
+    def collate(self) -> tuple[int, int, int, int]:
+        """start, end, on-CPU ns, run-queue ns of the collate."""
+        c0, c1, ccpu = self.collate_span
+        return c0, c1, ccpu, self._derived[1]
+
+    @cached_property
+    def stages(self) -> dict[str, np.ndarray]:
+        """stage -> int64 self ns per row (rows where it occurred; zero elsewhere)."""
+        out: dict[str, np.ndarray] = {}
+        n = len(self.calls) // len(CALL_FIELDS)
+        for r, name, ns in self.stage_events:
+            if not 0 <= r < n:  # outside a call, or in an iterator's end (no row)
+                continue
+            if name not in out:
+                out[name] = np.zeros(n, dtype=np.int64)
+            out[name][r] += ns
+        return out
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The derived views are rebuilt where they are read: never pickled along.
+        return {k: v for k, v in self.__dict__.items() if k not in ("_derived", "stages")}
 
 
 class Instrumented:
@@ -58,9 +151,9 @@ class Instrumented:
         self.batch, self.meta = batch, meta
 
     def pin_memory(self, device: Any = None) -> "Instrumented":
-        from torch.utils.data._utils.pin_memory import pin_memory
+        from .torch_hooks import pin_batch  # torch's private pinning function lives behind torch_hooks
 
-        return Instrumented(pin_memory(self.batch, device), self.meta)
+        return Instrumented(pin_batch(self.batch, device), self.meta)
 
     def __reduce__(self) -> tuple:
         # Pickling happens in the worker's queue-feeder thread: this instant is when the batch started on its way.
@@ -69,28 +162,21 @@ class Instrumented:
 
 
 class _Recorder:
-    """Rows of the batch being fetched, in this thread."""
+    """Raw rows of the batch being fetched, in this thread: CALL_FIELDS ints per dataset call, appended by the
+    proxies, and how many of those calls read the on-CPU clock (its cost is counted in the fetch's own time)."""
+
+    __slots__ = ("calls", "skipped", "opened", "cpu_reads")
 
     def __init__(self) -> None:
-        self.rows: list[tuple[int, ...]] = []
-        self.stages: list[dict[str, int]] = []
+        self.calls: list[int] = []
         self.skipped: list[tuple[int, str, str]] = []
         self.opened: dict[str, int] = {}
-
-    def call(self, fn: Any, arg: Any, index: int, items: int) -> Any:
-        s0 = clocks.call_snapshot()
-        substages.begin_sample()
-        try:
-            return fn(arg)
-        finally:
-            named = substages.end_sample()
-            s1 = clocks.call_snapshot(end=True)
-            # runq, rchar, read_bytes (columns 3-5) are the batch's, shared out in fetch(): share_batch_counters
-            self.rows.append((s0[0], s1[0], s1[1] - s0[1], 0, 0, 0, index, items, substages.take_pixels()))
-            self.stages.append(named)
+        self.cpu_reads = 0
 
 
 _current: _Recorder | None = None
+# A batch that opened no file shares this one (never written to): one dict less for the garbage collector per batch.
+_NO_FOLDERS: dict[str, int] = {}
 # Folders a batch's dataset calls opened files in, at most this many per batch: enough to name where a job's data
 # lives (a few roots) without letting a dataset that opens files in thousands of folders grow every BatchMeta.
 MAX_FOLDERS_PER_BATCH = 8
@@ -166,15 +252,33 @@ def report_skipped(index: int, path: str, reason: str) -> None:
         _current.skipped.append((int(index), str(path), str(reason)))
 
 
+_I64 = 1 << 63  # dataset keys outside int64 (hash ids) are recorded as index -1
+
+
 def _index_of(key: Any) -> int:
     try:
-        return int(key)
+        k = int(key)
     except (TypeError, ValueError):
         return -1
+    return k if -_I64 < k < _I64 else -1
+
+
+_perf = time.perf_counter_ns
+_cpu = time.thread_time_ns
 
 
 class _MapProxy:
-    """Stands in for the dataset inside the fetcher only; times each ``__getitem__``."""
+    """Stands in for the dataset inside the fetcher only; times each ``__getitem__``.
+
+    The hot path, written out in each proxy rather than shared through a helper (one Python frame is ~0.1 µs of a
+    ~0.3 µs budget): the wall clock at both ends, and the thread's on-CPU clock at the end only of a call that took
+    CALL_CPU_FROM_NS or longer (see there; call_cpu turns the readings into each call's on-CPU time).
+    """
+
+    # torch's fetcher asks ``hasattr(dataset, "__getitems__") and dataset.__getitems__``: None answers both without
+    # the AttributeError that __getattr__ would raise from the user's dataset on every batch (~1 µs). _MapProxyItems
+    # has the real one.
+    __getitems__: Any = None
 
     def __init__(self, dataset: Any):
         self._dataset = dataset
@@ -183,7 +287,16 @@ class _MapProxy:
         rec = _current
         if rec is None:
             return self._dataset[key]
-        return rec.call(self._dataset.__getitem__, key, _index_of(key), 1)
+        t0 = _perf()
+        try:
+            return self._dataset[key]
+        finally:
+            t1 = _perf()
+            if t1 - t0 < CALL_CPU_FROM_NS:
+                rec.calls += (t0, t1, NO_CPU, key if key.__class__ is int else _index_of(key), 1)
+            else:
+                rec.calls += (t0, t1, _cpu(), key if key.__class__ is int else _index_of(key), 1)
+                rec.cpu_reads += 1
 
     def __len__(self) -> int:
         return len(self._dataset)
@@ -199,7 +312,13 @@ class _MapProxyItems(_MapProxy):
         rec = _current
         if rec is None:
             return self._dataset.__getitems__(keys)
-        return rec.call(self._dataset.__getitems__, keys, -1, len(keys))
+        t0 = _perf()
+        try:
+            return self._dataset.__getitems__(keys)
+        finally:
+            t1 = _perf()  # a call for a whole batch: always long enough to read the on-CPU clock
+            rec.calls += (t0, t1, _cpu(), -1, len(keys))
+            rec.cpu_reads += 1
 
 
 class _TimedIterator:
@@ -215,40 +334,80 @@ class _TimedIterator:
         rec = _current
         if rec is None:
             return next(self._it)
-        n0 = len(rec.rows)
+        t0 = _perf()
         try:
-            return rec.call(_next, self._it, -1, 1)
+            return next(self._it)
         except StopIteration:
-            # The iterator's end is not a sample: drop its row (its time becomes the worker's gap, i.e. other).
-            del rec.rows[n0:], rec.stages[n0:]
+            t0 = -1  # the iterator's end is not a sample: no row (its time becomes the worker's gap, i.e. other)
             raise
-
-
-def _next(it: Iterator) -> Any:
-    return next(it)
+        finally:
+            if t0 >= 0:
+                t1 = _perf()
+                if t1 - t0 < CALL_CPU_FROM_NS:
+                    rec.calls += (t0, t1, NO_CPU, -1, 1)
+                else:
+                    rec.calls += (t0, t1, _cpu(), -1, 1)
+                    rec.cpu_reads += 1
 
 
 class _TimedCollate:
+    """The fetcher's collate_fn, timed: ``last`` = (wall start, wall end, on-CPU ns, on-CPU clock at its start)."""
+
     def __init__(self, fn: Any):
         self.fn = fn
-        self.last: tuple[int, int, int, int] = (0, 0, 0, 0)
+        self.last: tuple[int, int, int, int] = NO_COLLATE
 
     def __call__(self, data: Any) -> Any:
-        s0 = clocks.snapshot()
+        t0 = _perf()
+        c0 = _cpu()
         try:
             return self.fn(data)
         finally:
-            s1 = clocks.snapshot(end=True)
-            self.last = (s0[0], s1[0], s1[1] - s0[1], s1[2] - s0[2])
+            c1 = _cpu()
+            self.last = (t0, _perf(), c1 - c0, c0)
 
 
-def _self_io() -> tuple[int, int]:
-    try:
-        with open("/proc/self/io", "rb") as f:
-            lines = f.read().split(b"\n")
-        return int(lines[0][7:]), int(lines[4][12:])
-    except (OSError, ValueError, IndexError):
-        return -1, -1
+NO_COLLATE = (0, 0, 0, 0)
+# BatchMeta.io of a batch fetched in the main process (num_workers=0): /proc/self/io is not read there. Why: that
+# process also reads libraries, checkpoints and /proc (the sampler), so its counters are not the dataset's and
+# analysis never uses them (analysis/io.py leaves worker -1 out), while the read cost a loaded machine several µs
+# per batch; the fetch's own bytes come from its thread's counters (rchar, read_bytes of its calls) as before.
+NOT_READ_IO = (-1, -1)
+
+
+def call_cpu(start: np.ndarray, end: np.ndarray, clock: np.ndarray, first: tuple[int, int],
+             last: tuple[int, int]) -> np.ndarray:
+    """Each call's on-CPU ns from the thread's on-CPU clock, read at the fetch's ends and at the end of the calls
+    that took CALL_CPU_FROM_NS or longer (``clock``; NO_CPU elsewhere).
+
+    The readings cut the fetch into segments, each ending at a reading: its off-CPU time is its wall time less the
+    clock's advance. A short call runs on a core (CALL_CPU_FROM_NS says why), so a segment's off-CPU time belongs to
+    its long call, the one whose end closed it, up to that call's wall time; what is left (or all of it, in the
+    segment after the last long call) is shared over the segment's short calls by their wall time. The sum over a
+    batch's calls is therefore what its clock says, up to the fetcher's own steps between calls (taken as on a core).
+    ``first`` and ``last`` are (wall, clock) at the fetch's start and after its last call."""
+    wall = np.maximum(end - start, 0)
+    cpu = wall.copy()
+    n = len(wall)
+    cuts = [int(k) for k in np.flatnonzero(clock >= 0)] + [n]  # n: the segment after the last long call
+    prev_w, prev_c, lo = first[0], first[1], 0
+    for k in cuts:
+        if k < n:
+            w, c = int(end[k]), int(clock[k])
+        else:
+            w, c = last
+        off = (w - prev_w) - (c - prev_c)
+        if k < n and off > 0:
+            take = min(off, int(wall[k]))
+            cpu[k] = wall[k] - take
+            off -= take
+        if off > 0 and k > lo:
+            short = wall[lo:k]
+            total = int(short.sum())
+            if total > 0:
+                cpu[lo:k] = short - np.minimum(short, np.round(short * (min(off, total) / total)).astype(np.int64))
+        prev_w, prev_c, lo = w, c, k + 1
+    return cpu
 
 
 def _share(total: int, weights: np.ndarray) -> np.ndarray:
@@ -261,7 +420,8 @@ def share_batch_counters(rows: np.ndarray, runq: int, rchar: int, read_bytes: in
     """Give each dataset call its share of the batch's run-queue wait (by its off-CPU time: a thread waiting for a
     core is off it), of the bytes it asked to read (by items) and of the bytes from the block device (by its blocked
     time, what is off-CPU and not waiting for a core: a thread blocked on a disk read is off it). Reading /proc's
-    schedstat and io around every call would cost ~15 µs a call; around the batch it costs that once."""
+    schedstat and io around every call would cost ~2.5 µs a call (two preads and their parsing, more than the rest of
+    the per-call path); around the batch it costs that once."""
     if not rows.size:
         return
     off = np.maximum(rows[:, 1] - rows[:, 0] - rows[:, 2], 0).astype(np.float64)
@@ -273,39 +433,216 @@ def share_batch_counters(rows: np.ndarray, runq: int, rchar: int, read_bytes: in
         rows[:, 5] = _share(read_bytes, np.maximum(off - rows[:, 3], 0))
 
 
-def instrument_fetcher(fetcher: Any, worker_id: int) -> Any:
-    """Wrap a torch fetcher (see torch_hooks.py for how it is reached) so ``fetch`` returns Instrumented batches."""
-    if hasattr(fetcher, "dataset_iter"):  # IterableDataset
-        fetcher.dataset_iter = _TimedIterator(fetcher.dataset_iter)
+_call_cost_ns: int | None = None
+_clock_cost_ns = 0
+
+
+def call_cost_ns() -> int:
+    """The per-call path's own cost in this process (ns), calibrated once: a proxy over a list timed against the same
+    list indexed directly, the minimum of several repeats (a fixed cost that load only ever inflates). ~1 ms. The
+    same calibration times one read of the on-CPU clock (:func:`clock_cost_ns`)."""
+    global _call_cost_ns, _current, _clock_cost_ns
+    if _call_cost_ns is None:
+        data = list(range(256))
+        proxy = _MapProxy(data)
+        saved = _current
+        best = clock = 1 << 62
+        try:
+            for _ in range(7):
+                _current = _Recorder()
+                t = _perf()
+                for i in data:
+                    proxy[i]
+                t1 = _perf()
+                for i in data:
+                    data[i]
+                t2 = _perf()
+                for i in data:
+                    _cpu()
+                t3 = _perf()
+                best = min(best, (t1 - t) - (t2 - t1))
+                clock = min(clock, (t3 - t2) - (t2 - t1))
+        finally:
+            _current = saved
+        _call_cost_ns = max(0, best // len(data))
+        _clock_cost_ns = max(0, clock // len(data))
+    return _call_cost_ns
+
+
+def clock_cost_ns() -> int:
+    """One read of the thread's on-CPU clock (ns): what a long call's timing adds to the per-call path."""
+    call_cost_ns()
+    return _clock_cost_ns
+
+
+def _begin(width: int) -> tuple[_Recorder, Any, tuple[int, int, int], int]:
+    """A fetch's start in this thread: the batch's counters, its recorder and sub-stage lists (the caller reads the
+    fetch's first clocks right after)."""
+    global _current
+    b0 = clocks.counters()
+    rec = _current = _Recorder()
+    return rec, substages.begin_batch(rec.calls, width), b0, 0
+
+
+def _abandon() -> None:
+    """A fetch that raised: no recorder or sub-stage list is left open for the next one."""
+    global _current
+    _current = None
+    substages.end_batch()
+
+
+def _envelope(batch: Any, rec: _Recorder, smp: Any, b0: tuple[int, int, int], first: tuple[int, int],
+              last: tuple[int, int, int, int], out: tuple[int, int], worker_id: int, pid: int, n_items: int | None,
+              own_ns: int) -> Instrumented:
+    """The fetch's end: the batch's counters, its BatchMeta and the envelope. ``own_ns`` is the fetch's own time so
+    far; this function's own is added (measured up to the envelope)."""
+    global _current
+    _current = None
+    substages.end_batch()
+    b1 = clocks.counters()
+    calls = rec.calls
+    width = len(CALL_FIELDS)
+    meta = BatchMeta(worker_id, pid, calls, first, (last[0], last[3]) if last[0] else out,
+                     smp.events or (), smp.pixels or (), (b1[0] - b0[0], b1[1] - b0[1], b1[2] - b0[2]),
+                     (last[0], last[1], last[2]), clocks.process_io() if worker_id >= 0 else NOT_READ_IO,
+                     rec.skipped or (),
+                     opened=rec.opened or _NO_FOLDERS,
+                     n_items=len(calls) // width if n_items is None else n_items)
+    meta.own_ns = own_ns + (rec.cpu_reads + 2) * clock_cost_ns() + (_cpu() - out[1])
+    return Instrumented(batch, meta)
+
+
+def instrumented_parts(source: Any, iterable: bool, collate_fn: Any, inner_fetch: Callable[[Any], Any],
+                       worker_id: int) -> tuple[Any, Any, Callable[[Any], Any]]:
+    """The timed stand-ins for a torch fetcher's dataset (or its iterator), ``collate_fn`` and ``fetch``, whose
+    ``fetch`` returns Instrumented batches. torch_hooks.py puts them on the fetcher (its attributes are torch's)."""
+    timed: Any
+    has_items = False
+    if iterable:
+        timed = _TimedIterator(source)
     else:
-        has_items = bool(getattr(fetcher.dataset, "__getitems__", None))
-        fetcher.dataset = (_MapProxyItems if has_items else _MapProxy)(fetcher.dataset)
-    collate = _TimedCollate(fetcher.collate_fn)
-    fetcher.collate_fn = collate
-    inner_fetch = fetcher.fetch
+        has_items = bool(getattr(source, "__getitems__", None))
+        timed = (_MapProxyItems if has_items else _MapProxy)(source)
+    collate = _TimedCollate(collate_fn)
     pid = os.getpid()
+    per_call = call_cost_ns()
+    width = len(CALL_FIELDS)
 
     def fetch(possibly_batched_index: Any) -> Any:
-        global _current
-        b0 = clocks.snapshot()
-        rec = _current = _Recorder()
-        collate.last = (0, 0, 0, 0)
+        c_entry = _cpu()
+        rec, smp, b0, _ = _begin(width)
+        collate.last = NO_COLLATE
+        w_in = _perf()
+        c_in = _cpu()
         try:
             batch = inner_fetch(possibly_batched_index)
-        finally:
-            _current = None
-        b1 = clocks.snapshot(end=True)
-        rows = np.array(rec.rows, dtype=np.int64).reshape(-1, len(ROW_COLUMNS))
-        share_batch_counters(rows, runq=b1[2] - b0[2] - collate.last[3], rchar=b1[3] - b0[3],
-                             read_bytes=b1[4] - b0[4])
-        stages: dict[str, np.ndarray] = {}
-        for i, named in enumerate(rec.stages):
-            for name, ns in named.items():
-                if name not in stages:
-                    stages[name] = np.zeros(len(rec.rows), dtype=np.int64)
-                stages[name][i] = ns
-        meta = BatchMeta(worker_id, pid, rows, stages, collate.last, _self_io(), rec.skipped, opened=rec.opened)
-        return Instrumented(batch, meta)
+        except BaseException:
+            _abandon()
+            raise
+        c_out = _cpu()
+        w_out = _perf()
+        calls = rec.calls
+        n = len(calls) // width
+        # Its own time, as on-CPU time (a preemption in the middle is the machine's, not ours): what it did before
+        # and after the user's fetch (measured) plus each call's and the collate's wrapper (calibrated: the path,
+        # and the on-CPU clock where it was read); only the final assignment and return are left out.
+        return _envelope(batch, rec, smp, b0, (w_in, c_in), collate.last, (w_out, c_out), worker_id, pid,
+                         sum(calls[4::width]) if has_items else None, (c_in - c_entry) + (n + 1) * per_call)
 
-    fetcher.fetch = fetch
-    return fetcher
+    return timed, collate, fetch
+
+
+_inline_cost_ns: int | None = None
+
+
+def inline_call_cost_ns() -> int:
+    """:func:`call_cost_ns` for the written-out map fetch (:func:`inline_map_fetch`): its per-call timing around a
+    list indexed directly, against the list alone. Calibrated once per process, the same way."""
+    global _inline_cost_ns
+    if _inline_cost_ns is None:
+        data = list(range(256))
+        calls: list[int] = []
+        best = 1 << 62
+        for _ in range(7):
+            calls.clear()
+            t = _perf()
+            for idx in data:
+                t0 = _perf()
+                try:
+                    item = data[idx]
+                finally:
+                    t1 = _perf()
+                    if t1 - t0 < CALL_CPU_FROM_NS:  # always (a list index): the short-call branch, test included
+                        calls += (t0, t1, NO_CPU, idx if idx.__class__ is int else _index_of(idx), 1)
+                del item
+            t1 = _perf()
+            for idx in data:
+                item = data[idx]
+                del item
+            t2 = _perf()
+            best = min(best, (t1 - t) - (t2 - t1))
+        _inline_cost_ns = max(0, best // len(data))
+    return _inline_cost_ns
+
+
+def inline_map_fetch(fetcher: Any, worker_id: int) -> Callable[[Any], Any]:
+    """torch's ``_MapDatasetFetcher.fetch`` for a dataset without ``__getitems__``, written out with its timing
+    inline, returning Instrumented batches (torch_hooks.py uses it only where torch's fetch is the one it copies).
+
+    Why written out: the general path puts a proxy between torch's list comprehension and the dataset, one more
+    Python frame entered through a type slot per sample, and a timed collate_fn, one more per batch; on an in-memory
+    dataset with ``num_workers=0`` those frames cost more than the timing itself. Here the user's ``__getitem__`` is
+    called straight from the loop, with the same indices in the same order, the collate_fn with the same list, and
+    the fetcher's ``dataset`` and ``collate_fn`` stay the user's own (read per fetch, as torch reads them)."""
+    pid = os.getpid()
+    per_call = inline_call_cost_ns()
+    width = len(CALL_FIELDS)
+
+    def fetch(possibly_batched_index: Any) -> Any:
+        c_entry = _cpu()
+        rec, smp, b0, _ = _begin(width)
+        dataset, collate_fn = fetcher.dataset, fetcher.collate_fn
+        calls = rec.calls
+        last = NO_COLLATE
+        w_in = _perf()
+        c_in = _cpu()
+        try:
+            if fetcher.auto_collation:
+                data = []
+                for idx in possibly_batched_index:
+                    t0 = _perf()
+                    try:
+                        item = dataset[idx]
+                    finally:
+                        t1 = _perf()
+                        if t1 - t0 < CALL_CPU_FROM_NS:
+                            calls += (t0, t1, NO_CPU, idx if idx.__class__ is int else _index_of(idx), 1)
+                        else:
+                            calls += (t0, t1, _cpu(), idx if idx.__class__ is int else _index_of(idx), 1)
+                            rec.cpu_reads += 1
+                    data.append(item)
+            else:
+                t0 = _perf()
+                try:
+                    data = dataset[possibly_batched_index]
+                finally:
+                    t1 = _perf()
+                    calls += (t0, t1, _cpu(), _index_of(possibly_batched_index), 1)
+                    rec.cpu_reads += 1
+            t0 = _perf()
+            k0 = _cpu()
+            try:
+                batch = collate_fn(data)
+            finally:
+                k1 = _cpu()
+                last = (t0, _perf(), k1 - k0, k0)
+        except BaseException:
+            _abandon()  # the user's error, as torch's fetch would raise it; this batch records nothing
+            raise
+        c_out = _cpu()
+        w_out = _perf()
+        n = len(calls) // width
+        return _envelope(batch, rec, smp, b0, (w_in, c_in), last, (w_out, c_out), worker_id, pid, None,
+                         (c_in - c_entry) + (n + 1) * per_call)
+
+    return fetch

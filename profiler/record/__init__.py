@@ -25,6 +25,7 @@ from ..errors import UserError
 from ..fsutil import atomic_write_bytes
 from .migrate import upgrade
 from .schema import (
+    Attach,
     Ceilings,
     ComputeDevice,
     Config,
@@ -33,10 +34,15 @@ from .schema import (
     Environment,
     Finding,
     Job,
+    LoaderInfo,
+    MainProcessSamples,
     Memory,
+    ModelAlone,
+    ProcessSeries,
     Ram,
     Samples,
     Skipped,
+    SkippedFile,
     StageStats,
     Stall,
     Storage,
@@ -55,9 +61,12 @@ __all__ = ["SCHEMA_VERSION", "SUPPORTED_VERSIONS", "RecordError", "RunRecord", "
 # Readers accept any record whose version they know and migrate it to this one; bump on incompatible change.
 SCHEMA_VERSION = 2
 SUPPORTED_VERSIONS = (1, 2)
-# Largest run.json `load` reads. A long run's record stays far below (issue 12 bounds it); anything bigger is not a
-# record, and reading it whole would take the host's memory before json could say so.
-MAX_RECORD_BYTES = 2 * 1024 ** 3
+# Largest run.json `load` reads (report, compare, sweep's points): 32 MiB. Why: a run's record is bounded by what it
+# keeps (0.8 MiB at 40,000 steps: the first 2,000 steps in detail, the series halved at 4,000 points), so 40 times
+# that is no run's record; a file that size was padded by something else. Below the cap `report` renders within a
+# minute (a 46 MiB record padded with 60 MB of argv: 11 s of CPU); above it, it refuses at once with one line
+# (before the cap, a 200 MB record ran for more than 8 minutes).
+MAX_RECORD_BYTES = 32 * 1024 ** 2
 
 
 @dataclass
@@ -67,29 +76,30 @@ class RunRecord:
     compute_device: ComputeDevice
     window: Window
     timeline: Timeline
-    samples: Samples = field(default_factory=dict)  # type: ignore[assignment]
-    dataset: Dataset = field(default_factory=dict)  # type: ignore[assignment]
-    skipped: Skipped = field(default_factory=lambda: {"count": 0, "files": []})
+    samples: Samples = field(default_factory=Samples)
+    dataset: Dataset = field(default_factory=Dataset)
+    skipped: Skipped = field(default_factory=lambda: Skipped(count=0, files=[]))
     storage: Storage | None = None
     memory: Memory | None = None
     job: Job | None = None
     distributed: Distributed | None = None  # one rank of a torchrun job (profiler/distributed/)
-    model_alone: dict[str, Any] | None = None  # raw ceilings measured after the window (harness/ceiling.py)
-    main_process_samples: dict[str, Any] | None = None
+    model_alone: ModelAlone | None = None  # raw ceilings measured after the window (harness/ceiling.py)
+    main_process_samples: MainProcessSamples | None = None
+    attach: Attach | None = None  # job.kind "attach": sampled from outside (profiler/attach/)
     partial: bool = False
     partial_reason: str | None = None
     schema_version: int = SCHEMA_VERSION
-    tool: ToolInfo = field(default_factory=lambda: {"name": "profiler", "version": __version__})
+    tool: ToolInfo = field(default_factory=lambda: ToolInfo(name="profiler", version=__version__))
     created_utc: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     # --- derived by profiler.analysis.analyze -----------------------------------------------------------------------
-    throughput: Throughput = field(default_factory=dict)  # type: ignore[assignment]
+    throughput: Throughput = field(default_factory=Throughput)
     stages: dict[str, StageStats] = field(default_factory=dict)
-    stall: Stall = field(default_factory=dict)  # type: ignore[assignment]
-    verdict: Verdict = field(default_factory=dict)  # type: ignore[assignment]
+    stall: Stall = field(default_factory=Stall)
+    verdict: Verdict = field(default_factory=Verdict)
     findings: list[Finding] = field(default_factory=list)
-    ram: Ram = field(default_factory=dict)  # type: ignore[assignment]
-    whatif: WhatIf = field(default_factory=dict)  # type: ignore[assignment]  # analysis/whatif.py (issue 10)
-    ceilings: Ceilings = field(default_factory=dict)  # type: ignore[assignment]  # analysis/whatif.py (issue 10)
+    ram: Ram = field(default_factory=Ram)
+    whatif: WhatIf = field(default_factory=WhatIf)  # analysis/whatif.py
+    ceilings: Ceilings = field(default_factory=Ceilings)  # analysis/whatif.py
     # Top-level keys this version does not know (a newer writer's): kept, and written back at the top level.
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -127,6 +137,51 @@ class RunRecord:
             text = json.dumps(json_safe(d), separators=(",", ":"), allow_nan=False)
         return atomic_write_bytes(path, text.encode("ascii"))
 
+    # --- typed reads of optional fields, each default stated once ---------------------------------------------------
+    # Why here: analysis and several renderers read these; a default written out in each reader drifts apart (one
+    # defaulted the timing to "host clocks", another compared it with None), and here the checker sees one type.
+    @property
+    def job_kind(self) -> str:
+        """What was profiled: ``job.kind``, or "builtin" for a record without a job section (the built-in benchmark,
+        v1 records)."""
+        return self.job["kind"] if self.job else "builtin"
+
+    @property
+    def loader(self) -> LoaderInfo | None:
+        """The profiled DataLoader's own settings (``job.loader``); None for the built-in benchmark, whose loader
+        is described by ``config``."""
+        return self.job.get("loader") if self.job else None
+
+    @property
+    def timing(self) -> str:
+        """How the step times were taken: "cuda events", "sampled stacks" (attach), else "host clocks"."""
+        return self.compute_device.get("timing", "host clocks")
+
+    @property
+    def device_name(self) -> str:
+        """The compute device's name ("" when the record does not say)."""
+        return self.compute_device.get("name") or ""
+
+    @property
+    def window_steps(self) -> int:
+        """Measured steps in the window (0 when the record does not say)."""
+        return int(self.window.get("steps", 0))
+
+    @property
+    def processes(self) -> list[ProcessSeries]:
+        """The sampled processes (main, workers, children); empty when the sampler saw none."""
+        return self.samples.get("processes") or []
+
+    @property
+    def skipped_files(self) -> list[SkippedFile]:
+        """The files the dataset could not read or decode, with why (``skipped.count`` says how many in all)."""
+        return self.skipped.get("files") or []
+
+    @property
+    def idle_per_step(self) -> dict[str, list[float]]:
+        """``stall.per_step``: each cause's idle seconds per measured step; empty before analysis."""
+        return self.stall.get("per_step") or {}
+
 
 _FIELDS = dataclasses.fields(RunRecord)
 
@@ -144,7 +199,6 @@ def json_safe(o: Any) -> Any:
     return o
 
 
-_clean = json_safe  # the name other modules imported before json_safe was public
 
 
 def check_version(d: Any) -> None:
@@ -205,13 +259,13 @@ def _read_bounded(p: Path) -> bytes:
     if not stat.S_ISREG(st.st_mode):
         raise UserError(f"{p}: not a regular file")
     if st.st_size > MAX_RECORD_BYTES:
-        raise UserError(f"{p}: {st.st_size / 1024 ** 3:.1f} GiB is larger than any run record "
-                        f"(limit {MAX_RECORD_BYTES // 1024 ** 3} GiB)")
+        raise UserError(f"{p}: {st.st_size / 1024 ** 2:.0f} MiB is larger than any run record "
+                        f"(limit {MAX_RECORD_BYTES // 1024 ** 2} MiB)")
     fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # swapped between the stat and the open
             raise UserError(f"{p}: not a regular file")
         data = f.read(MAX_RECORD_BYTES + 1)
     if len(data) > MAX_RECORD_BYTES:
-        raise UserError(f"{p}: larger than any run record (limit {MAX_RECORD_BYTES // 1024 ** 3} GiB)")
+        raise UserError(f"{p}: larger than any run record (limit {MAX_RECORD_BYTES // 1024 ** 2} MiB)")
     return data

@@ -37,7 +37,7 @@ def upgrade(d: dict[str, Any]) -> dict[str, Any]:
     if type(tl) is not dict:
         return d
     old = version == 1
-    tables = {name: tl.get(name) for name in _V2_ONLY}
+    tables: dict[str, Any] = {name: tl.get(name) for name in _V2_ONLY}
     todo = [name for name, t in tables.items()
             if type(t) is dict and (old or not any(k in t for k in _V2_ONLY[name]))]
     if not old and not todo:
@@ -52,6 +52,16 @@ def upgrade(d: dict[str, Any]) -> dict[str, Any]:
     out["timeline"] = tl
     if old:
         out["schema_version"] = 2
+    return out
+
+
+def v2_timeline(timeline: S.Timeline) -> S.Timeline:
+    """``timeline`` with its sample spans in the v2 columns (itself when they already are): for a record built in
+    memory from v1-shaped spans, which no ``load`` migrated. The conversion is the one ``upgrade`` applies."""
+    sp: Any = timeline["sample_spans"]
+    if "start" in sp or not all(k in sp for k in _V1_SPANS):
+        return timeline
+    out: Any = {**timeline, "sample_spans": _spans(dict(sp))}  # the v1 columns ride along, as after ``upgrade``
     return out
 
 

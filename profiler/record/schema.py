@@ -11,8 +11,17 @@ Tables are the columnar ones in ``TABLES``: every value is a list of the table's
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
-from typing import Annotated, Any, NotRequired, Required, TypedDict
+from typing import Annotated, Any
+
+# Required/NotRequired are in typing from 3.11; on 3.10 (the oldest we support) typing_extensions has them, with the
+# TypedDict and introspection helpers that understand them. validate.py takes them from here so they match.
+if sys.version_info >= (3, 11):
+    from typing import NotRequired, Required, TypedDict, get_type_hints, is_typeddict  # noqa: F401
+else:  # pragma: no cover - exercised on 3.10 only
+    from typing_extensions import NotRequired, Required, TypedDict, get_type_hints, is_typeddict  # noqa: F401
+
 
 
 @dataclass(frozen=True)
@@ -136,6 +145,10 @@ class StepsTable(TypedDict):
     measured: list[bool]
     main_cpu: list[Seconds]
     main_runq: list[Seconds]
+    # The profiler's own main-thread on-CPU seconds in the step: inside its wait (taken out of the idle time before
+    # attribution) and in the rest of it. Absent: not measured (records written before they were).
+    profiler_wait: NotRequired[list[Seconds]]
+    profiler_rest: NotRequired[list[Seconds]]
 
 
 class BatchesTable(TypedDict):
@@ -189,6 +202,7 @@ class Accounting(TypedDict, total=False):
     runqueue: bool
     thread_io: bool
     absent: dict[str, str]  # facility -> why it is missing
+    own_per_call_ns: Count  # the per-dataset-call cost of the profiler's own timing, calibrated when profiling starts
 
 
 class TailTotals(TypedDict, total=False):
@@ -200,6 +214,8 @@ class TailTotals(TypedDict, total=False):
     h2d_s: Seconds
     compute_s: Seconds
     main_runq_s: Seconds
+    profiler_wait_s: Seconds  # sums of the steps' profiler_wait / profiler_rest
+    profiler_rest_s: Seconds
     start_s: Time
     end_s: Time
     detail_steps: Count  # how many measured steps were kept in detail
@@ -244,8 +260,8 @@ class GpuSeries(TypedDict, total=False):
 class SamplerOverhead(TypedDict, total=False):
     ticks: Count
     thread_cpu_s: Seconds
-    mean_tick_us: Seconds
-    worst_tick_us: Seconds
+    mean_tick_us: Seconds | None  # null: the sampler never ticked (a run shorter than one interval)
+    worst_tick_us: Seconds | None
 
 
 class Samples(TypedDict, total=False):
@@ -295,6 +311,7 @@ class Storage(TypedDict, total=False):
     residency_end: Residency | None
     throttle: dict[str, Any] | None
     io_source: str | None
+    window: dict[str, Any] | None  # the byte totals of the measured window alone (analysis/io.py)
     bytes_requested: Count
     bytes_from_device: Count
     page_cache_hit_fraction: Share | None
@@ -314,6 +331,7 @@ class Memory(TypedDict, total=False):
     device_total_bytes: Count | None
     oom: OutOfMemory | None
     oom_recommendations: list[Any]
+    oom_recommendations_error: str  # why the advice could not be recomputed (the record's own list is kept)
     breakdown: dict[str, Any]
 
 
@@ -331,6 +349,27 @@ class LoaderInfo(TypedDict, total=False):
     sampler: str | None
     iterated_at: str | None  # "file:line" of the first iter(loader)
     overridden: dict[str, list[Any]] | None  # {num_workers|batch_size: [script's, profiled]} (run --override-*)
+    created_in: str | None  # "file:line" of the library frame that called DataLoader(...), beside created_at
+    iterated_in: str | None  # "file:line" of the library frame that called iter(loader), beside iterated_at
+    batches_per_epoch: Count | None  # len(loader); null when the loader cannot say
+    chosen: str  # why this loader is the profiled one ("the first loader the job iterated", "named by --loader ...")
+    samples_basis: str  # "batch" | "batch length" | "dataset calls" | "one per step": what samples were counted from
+
+
+class OtherLoaderFigures(TypedDict, total=False):
+    """A loader the job iterated besides the profiled one, with the little measured of it."""
+    dataset_class: str
+    created_at: str | None
+    iterated_at: str | None
+    num_workers: Count
+    batch_size: Count | None
+    role: str  # why it is not the profiled one
+    epochs: Count
+    steps: Count
+    samples: Count
+    wait_s: Seconds
+    first_s: Seconds | None  # its first iter(), s since run start
+    last_s: Seconds | None  # its last batch
 
 
 class ReadFrom(TypedDict, total=False):
@@ -340,14 +379,89 @@ class ReadFrom(TypedDict, total=False):
 
 class Job(TypedDict, total=False):
     """What was profiled: the built-in benchmark, a script, a module or an API call."""
-    kind: Required[str]  # "builtin" | "script" | "module" | "api"
+    kind: Required[str]  # "builtin" | "script" | "module" | "api" | "attach"
     target: str | None
     argv: list[str]
     then: str  # "exit" | "continue"
     ended: str  # "window closed", "script ended", "script raised ValueError", "sys.exit(3)", "interrupted"
     loader: LoaderInfo | None
     other_loaders: Count
+    other_loader_figures: list[OtherLoaderFigures]  # the other loaders themselves (at most 50)
+    window_restarts: Count  # times the window restarted on another loader because the profiled one stopped early
     read_from: list[ReadFrom]  # folders the profiled loader's dataset opened files in, most-opened first
+
+
+# Attach (``python -m profiler attach PID``; job.kind "attach"): sampled from outside, counts not spans -----------
+class AttachSampler(TypedDict, total=False):
+    name: str  # "py-spy"
+    version: str | None
+    mode: str  # "nonblocking": the target is never stopped
+    rate_hz: Count
+    samples: Count  # what the sampler reported in all
+    errors: Count  # samples it could not read
+
+
+class AttachTarget(TypedDict, total=False):
+    pid: Required[Count]  # the main process
+    given_pid: Count  # the PID the user gave (a worker's: its parent was taken)
+    cmdline: list[str]  # redacted
+    start_time_utc: str | None
+    start_ticks: Count | None  # with pid, the process's identity (stat field 22)
+    torch_loaded: bool | None
+    main_in_dataloader_at_start: bool
+
+
+class AttachProcess(TypedDict, total=False):
+    pid: Required[Count]
+    role: Required[str]  # "main" | "worker" | "child" | "forkserver"
+    start_method: str | None  # a worker's: "fork" | "spawn" | "forkserver"
+    what: str | None  # another child's kind ("torch.compile worker", "not Python", ...)
+    found: str  # "discovery" | "sampling" (a worker first seen in the stacks: forked later, or missed at first)
+    cmdline: list[str]
+
+
+class AttachThread(TypedDict, total=False):
+    """One sampled thread: stack samples per stage and the kernel's clocks over the window."""
+    pid: Required[Count]
+    tid: Required[Count]
+    name: str
+    role: Required[str]  # "main" | "worker" | "worker_feeder" | "pin_memory" | "other"
+    worker: Id  # workers in start order; -1 for the main process
+    samples: Required[Count]
+    stages: Required[dict[str, Count]]  # stage (or idle / wait / compute / epoch_start) -> samples
+    wait_stages: dict[str, Count]  # main thread, workers = 0: what the loading inside __next__ was
+    top_frames: list[dict[str, Any]]  # {where: "file:line (function)", samples}
+    wall_s: Seconds
+    on_cpu_s: Seconds
+    runq_s: Seconds
+    states: dict[str, Count]  # scheduler state samples: R, S, D, ...
+
+
+class AttachIo(TypedDict):
+    pid: Count
+    rchar: Count
+    read_bytes: Count
+
+
+class Attach(TypedDict, total=False):
+    sampler: Required[AttachSampler]
+    proc_rate_hz: Count
+    proc_ticks: Count
+    requested_s: Seconds
+    seconds: Required[Seconds]
+    started_utc: str | None
+    stopped_by: str  # "duration" | "interrupted" | "target exited"
+    target: Required[AttachTarget]
+    processes: list[AttachProcess]
+    pin_memory_tid: Count | None
+    ranks: dict[str, int] | None  # torchrun: {rank, local_rank, world_size, ...} of the target
+    siblings: list[dict[str, Any]]  # torchrun: the other ranks {pid, rank, local_rank}
+    gpus: list[dict[str, Any]]  # NVML: {index, name, pids, used_bytes}
+    threads: Required[list[AttachThread]]
+    workers_at_once: Count  # the most DataLoader workers alive at the same time in the window
+    io: list[AttachIo]
+    cpu_util: Share | None  # the machine's CPU share busy over the window
+    absent: dict[str, str]  # figure -> why attach cannot have it
 
 
 # Derived sections (analysis output; never trusted on load, always recomputed) -------------------------------------
@@ -357,6 +471,13 @@ class Throughput(TypedDict, total=False):
     samples: Count
     steps: Count
     window_s: Seconds
+
+
+class StageHistogram(TypedDict):
+    """The stage's observations on log-spaced bins (ms): what latency.png draws, so it needs no timeline."""
+    edges_ms: list[float]  # bin edges, one more than counts; empty when no observation was above 0 ms
+    counts: list[Count]
+    zeros: Count  # observations of 0 ms (not on a log axis)
 
 
 class StageStats(TypedDict, total=False):
@@ -370,6 +491,19 @@ class StageStats(TypedDict, total=False):
     max_ms: float
     bytes: Count
     percentiles_over: str  # a run longer than the detail cap: which steps the percentiles describe
+    histogram: StageHistogram  # the observations kept in detail (analysis/stats.py)
+    share: Share  # attach: the stage's share of its side's sampled time
+    share_low: Share  # attach: 95 % Wilson interval of that share
+    share_high: Share
+    basis: str  # attach: "sampled" (count = stack samples, total_s = share x sampled thread time)
+
+
+class ProfilerCost(TypedDict, total=False):
+    """The profiler's own main-thread time in the measured steps: reported apart, never attributed to the job."""
+    seconds: Seconds  # taken out of the waits: stall.seconds is net of it
+    rest_s: Seconds  # in the rest of the steps (its bookkeeping after the batch is in hand)
+    share_of_window: Share  # both, over the window
+    measured: bool  # false: the record has no profiler_wait column (written before it was measured)
 
 
 class Stall(TypedDict, total=False):
@@ -382,6 +516,11 @@ class Stall(TypedDict, total=False):
     per_step: dict[str, list[float]]
     method: str
     tail: dict[str, Any]  # {steps, idle_s, method}: how the steps beyond the detail were added
+    fraction_low: Share  # attach: 95 % Wilson interval of the sampled wait share
+    fraction_high: Share
+    main_samples: Count  # attach: main-thread stack samples behind the fraction
+    wait_samples: Count  # attach: ... of them inside DataLoader.__next__
+    profiler: ProfilerCost
 
 
 class Recommendation(TypedDict, total=False):
@@ -397,6 +536,7 @@ class Verdict(TypedDict, total=False):
     summary: str
     cause_share: float
     recommendations: list[Recommendation]
+    binds: str  # optional: on shared cores, what binds in the what-if's words ("cores: the model and 2 workers ...")
 
 
 class Finding(TypedDict, total=False):
@@ -439,7 +579,7 @@ class Distributed(TypedDict, total=False):
 
 
 class WhatIf(TypedDict, total=False):
-    """Predicted samples/s for other settings, from this run alone (analysis/whatif.py; issue 10)."""
+    """Predicted samples/s for other settings, from this run alone (analysis/whatif.py)."""
     measured: dict[str, Any]
     calibration: float
     cores_available: float
@@ -451,13 +591,21 @@ class WhatIf(TypedDict, total=False):
     inputs: dict[str, Any]
     note: str
     error: str  # the model could not read this record (no predictions then)
+    # Optional (absent from records analyzed before the intervals; renderers cope without them):
+    binds: str | None  # what binds at the measured setting (a stage name, or "cores")
+    binds_words: str | None  # the same in the words the verdict and the ceilings use
+    steadiness: dict[str, Any]  # {steady, notices, widen, remeasure}: was the window steady enough to predict from
+    interval_method: str  # what each prediction's [low, high] interval is made of
+    storage_note: str  # why there are no storage rows (the job read no files, or their bytes were not measured)
+    advice_rejected: list[dict[str, str]]  # [{action, because}]: advice the consistency check dropped
 
 
 class Ceilings(TypedDict, total=False):
-    """Samples/s each stage alone could sustain, measured or derived; the lowest sets the pace (issue 10)."""
+    """Samples/s each stage alone could sustain, measured or derived; the lowest sets the pace."""
     samples_per_s: float
     rows: list[dict[str, Any]]
     lowest: str | None
+    lowest_words: str  # optional: the shared cores, in the what-if's words, when they set the pace
 
 
 class ModelAlone(TypedDict, total=False):
@@ -501,6 +649,7 @@ class Record(TypedDict, total=False):
     distributed: Distributed | None
     model_alone: ModelAlone | None
     main_process_samples: MainProcessSamples | None
+    attach: Attach | None
     throughput: Throughput
     stages: dict[str, StageStats]
     stall: Stall
@@ -534,5 +683,5 @@ SAME_LENGTH: dict[type, tuple[str, ...]] = {
 
 RAW_SECTIONS = ("schema_version", "tool", "created_utc", "partial", "partial_reason", "job", "config", "environment",
                 "compute_device", "window", "timeline", "samples", "dataset", "skipped", "storage", "memory",
-                "distributed", "model_alone", "main_process_samples")
+                "distributed", "model_alone", "main_process_samples", "attach")
 DERIVED_SECTIONS = ("throughput", "stages", "stall", "verdict", "findings", "ram", "whatif", "ceilings")

@@ -47,7 +47,10 @@ def describe(v: Any) -> str:
         return f"a string ({v[:20]!r})"
     if isinstance(v, (int, float)):
         return f"the number {v!r}"[:60]
-    return {list: "a list", dict: "an object"}.get(type(v), type(v).__name__)
+    return _CONTAINER.get(type(v), type(v).__name__)
+
+
+_CONTAINER: dict[type, str] = {list: "a list", dict: "an object"}
 
 
 _EXPECT = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
@@ -160,16 +163,16 @@ class Object:
     def __init__(self, cls: type, only: tuple[str, ...] | None = None):
         self.cls = cls
         self.fields: dict[str, tuple[Checker, bool]] = {}
-        for name, tp in typing.get_type_hints(cls, include_extras=True).items():
+        for name, tp in S.get_type_hints(cls, include_extras=True).items():
             if only is not None and name not in only:
                 continue
-            required = cls.__total__
-            origin = typing.get_origin(tp)
-            if origin is typing.Required or origin is typing.NotRequired:
-                required = origin is typing.Required
+            required = bool(getattr(cls, "__total__", True))  # every TypedDict class has it; a plain type is total
+            origin: Any = typing.get_origin(tp)  # typeshed types it narrower than the special forms it returns
+            if origin is S.Required or origin is S.NotRequired:
+                required = origin is S.Required
                 tp = typing.get_args(tp)[0]
             self.fields[name] = (compile_type(tp), required)
-        self.known = frozenset(typing.get_type_hints(cls))
+        self.known = frozenset(S.get_type_hints(cls))
         self.table = cls in S.TABLES
         self.groups = S.TABLE_COLUMN_GROUPS.get(cls, ())
         self.ordered = S.ORDERED.get(cls, ())
@@ -254,7 +257,7 @@ def compile_type(tp: Any) -> Checker:
         return ListOf(compile_type(typing.get_args(tp)[0]))
     if origin is dict:
         return DictOf(compile_type(typing.get_args(tp)[1]))
-    if isinstance(tp, type) and typing.is_typeddict(tp):
+    if isinstance(tp, type) and S.is_typeddict(tp):
         return Object(tp)
     if tp in (int, float, str, bool):
         return Scalar(tp)
@@ -266,7 +269,7 @@ def _base(tp: Any) -> type:
 
 
 RAW = Object(S.Record, only=S.RAW_SECTIONS)
-DERIVED = {name: compile_type(typing.get_type_hints(S.Record, include_extras=True)[name])
+DERIVED = {name: compile_type(S.get_type_hints(S.Record, include_extras=True)[name])
            for name in S.DERIVED_SECTIONS}
 DERIVED_DEFAULTS: dict[str, Callable[[], Any]] = {name: (list if name == "findings" else dict)
                                                   for name in S.DERIVED_SECTIONS}

@@ -48,7 +48,7 @@ class Renderer:
         return fn(obj, Path(out_dir), ctx)
 
 
-# A run and `report run.json`: the four plots first (the HTML inlines them), the trace, then the page.
+# A run and `report run.json`: the five plots first (the HTML inlines them), the trace, then the page.
 REPORT: tuple[Renderer, ...] = (
     Renderer("where_time_went", "where_time_went.png", "plots:render_where_time_went"),
     Renderer("timeline", "timeline.png", "plots:render_timeline"),
@@ -83,7 +83,13 @@ RANKS: tuple[Renderer, ...] = (
     Renderer("ranks_trace", "trace.json", "ranks_trace:render", action="write the merged trace.json"),
     Renderer("ranks_html", "report.html", "ranks_html:render", required=True),
 )
-REGISTRIES: tuple[tuple[Renderer, ...], ...] = (REPORT, COMPARE, FIT, SWEEP, RANKS)
+# An attach record (`attach PID`, and `report` of its run.json): sampled shares only, so the figure of the shares and
+# the page; the files it cannot have are named with the reason (render/attach_terminal.py NOT_DRAWN).
+ATTACH: tuple[Renderer, ...] = (
+    Renderer("attach_shares", "shares.png", "attach_html:render_shares"),
+    Renderer("attach_html", "report.html", "attach_html:render"),
+)
+REGISTRIES: tuple[tuple[Renderer, ...], ...] = (REPORT, COMPARE, FIT, SWEEP, RANKS, ATTACH)
 
 REPORT_FILES = tuple(r.file for r in REPORT)
 PLOT_FILES = tuple(r.file for r in REPORT if r.file.endswith(".png"))
@@ -125,8 +131,13 @@ def render_all(renderers: tuple[Renderer, ...], obj: Any, out_dir: str | Path, c
 
 
 def write_reports(rec: RunRecord, out_dir: str | Path) -> list[Path]:
-    """Write every report file for ``rec`` (analysed) into ``out_dir``; returns the paths written."""
+    """Write every report file for ``rec`` (analyzed) into ``out_dir``; returns the paths written."""
     return render_all(REPORT, rec, out_dir)
+
+
+def write_attach(rec: RunRecord, out_dir: str | Path) -> list[Path]:
+    """Write an attach record's files (shares.png, report.html); one failing costs only itself."""
+    return render_all(ATTACH, rec, out_dir)
 
 
 def write_compare(comparison: dict[str, Any], out_dir: str | Path) -> list[Path]:
@@ -148,6 +159,6 @@ def write_sweep(doc: dict[str, Any], out_dir: str | Path, plots: bool = True) ->
 
 def write_ranks(view: dict[str, Any], recs: dict[int, Any], folder: str | Path, plots: bool = True) -> list[Path]:
     """Write a torchrun job's merged report into its run folder: ranks.json, then (``plots``) ranks.png, trace.json and
-    report.html. ``recs``: rank -> its analysed RunRecord (None where missing), for the trace. ranks.png or the trace
+    report.html. ``recs``: rank -> its analyzed RunRecord (None where missing), for the trace. ranks.png or the trace
     failing costs only itself (said on stderr); ranks.json or the page failing propagates."""
     return render_all(RANKS if plots else RANKS[:1], view, folder, {"recs": recs})

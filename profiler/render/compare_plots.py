@@ -2,7 +2,7 @@
 
 Four panels, because they answer the questions in the order people ask them: did it get faster or slower
 (throughput, with each run's own 95 % bootstrap interval as error bars)? Was the device waiting more, and on what
-(stall seconds stacked by cause, in the same colours as the single-run plots)? Which stage moved (per-stage mean and
+(stall seconds stacked by cause, in the same colors as the single-run plots)? Which stage moved (per-stage mean and
 p95, log scale because read on a throttled disk and collate differ by orders of magnitude)?
 """
 from __future__ import annotations
@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
@@ -19,20 +20,28 @@ from .. import vocab
 from .output import write_atomic
 from .units import printable, stage_order
 
-# Run colours: baseline grey, then matplotlib's tab10 (distinct, colour-blind tolerable for the first few runs).
-RUN_COLOURS = ("#7f7f7f", "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
+# Run colors: baseline grey, then matplotlib's tab10 (distinct, color-blind tolerable for the first few runs).
+RUN_COLORS = ("#7f7f7f", "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
 
 
 def _metric(c: dict[str, Any], key: str) -> dict[str, Any] | None:
     return next((m for m in c["metrics"] if m["key"] == key), None)
 
 
-def _colour(i: int) -> str:
-    return RUN_COLOURS[i % len(RUN_COLOURS)]
+def _required(c: dict[str, Any], key: str) -> dict[str, Any]:
+    """A metric every comparison has (analysis.compare writes throughput and each stage it lists)."""
+    m = _metric(c, key)
+    if m is None:
+        raise KeyError(f"the comparison has no metric {key!r}")
+    return m
 
 
-def _throughput(ax, c: dict[str, Any]) -> None:
-    m = _metric(c, "throughput")
+def _color(i: int) -> str:
+    return RUN_COLORS[i % len(RUN_COLORS)]
+
+
+def _throughput(ax: Axes, c: dict[str, Any]) -> None:
+    m = _required(c, "throughput")
     labels = c["labels"]
     vals = np.array([v or 0.0 for v in m["values"]], dtype=float)
     err = np.zeros((2, len(vals)))
@@ -40,7 +49,7 @@ def _throughput(ax, c: dict[str, Any]) -> None:
         if ci:
             err[:, i] = [max(0.0, vals[i] - ci[0]), max(0.0, ci[1] - vals[i])]
     x = np.arange(len(vals))
-    ax.bar(x, vals, color=[_colour(i) for i in x], yerr=err, capsize=4)
+    ax.bar(x, vals, color=[_color(i) for i in range(len(vals))], yerr=err, capsize=4)
     for i, v in enumerate(vals):
         vs = m["vs_baseline"][i]
         tag = "" if not vs or vs.get("ratio") is None else f"\n{vs['ratio']:.2f}x" + (" *" if vs.get("significant")
@@ -54,7 +63,7 @@ def _throughput(ax, c: dict[str, Any]) -> None:
     ax.margins(y=0.25)
 
 
-def _stall(ax, c: dict[str, Any]) -> None:
+def _stall(ax: Axes, c: dict[str, Any]) -> None:
     labels = c["labels"]
     x = np.arange(len(labels))
     bottom = np.zeros(len(labels))
@@ -63,7 +72,7 @@ def _stall(ax, c: dict[str, Any]) -> None:
         if m is None:
             continue
         v = np.array([x or 0.0 for x in m["values"]], dtype=float)
-        ax.bar(x, v, bottom=bottom, color=cause.colour, label=cause.name)
+        ax.bar(x, v, bottom=bottom, color=cause.color, label=cause.name)
         bottom += v
     for i, total in enumerate(bottom):
         ax.annotate(f"{total:.2f} s", (i, total), ha="center", va="bottom", fontsize=8, xytext=(0, 3),
@@ -75,18 +84,18 @@ def _stall(ax, c: dict[str, Any]) -> None:
     ax.margins(y=0.2)
 
 
-def _stages(ax, c: dict[str, Any], stat: str) -> None:
+def _stages(ax: Axes, c: dict[str, Any], stat: str) -> None:
     labels = c["labels"]
     n = len(labels)
     stages = stage_order(m["key"][: -len(f"_{stat}")] for m in c["metrics"]
                          if m.get("group") == "stages" and m["key"].endswith(f"_{stat}"))
-    shown = [s for s in stages if any((v or 0) > 0 for v in _metric(c, f"{s}_{stat}")["values"])]
+    shown = [s for s in stages if any((v or 0) > 0 for v in _required(c, f"{s}_{stat}")["values"])]
     x = np.arange(len(shown))
     w = 0.8 / max(1, n)
     for i, lab in enumerate(labels):
-        vals = [_metric(c, f"{s}_{stat}")["values"][i] or np.nan for s in shown]
+        vals = [_required(c, f"{s}_{stat}")["values"][i] or np.nan for s in shown]
         vals = [v if v and v > 0 else np.nan for v in vals]  # log scale: a zero has no bar
-        ax.bar(x + (i - (n - 1) / 2) * w, vals, width=w, color=_colour(i), label=lab)
+        ax.bar(x + (i - (n - 1) / 2) * w, vals, width=w, color=_color(i), label=lab)
     ax.set_yscale("log")
     ax.set_xticks(x, shown)
     ax.set_ylabel("ms (log)")

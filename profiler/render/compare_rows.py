@@ -63,7 +63,7 @@ class Cell:
     ratio: str = ""
     interval: str = ""
     significant: bool | None = None
-    direction: str = ""  # "better" | "worse" | "" (for colour only)
+    direction: str = ""  # "better" | "worse" | "" (for color only)
 
 
 @dataclass

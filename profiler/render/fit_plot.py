@@ -13,8 +13,10 @@ import matplotlib
 matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt  # noqa: E402
 
+from .output import write_png  # noqa: E402
+
 _GIB = 1024**3
-# (key in the breakdown dict, legend label, colour): bottom to top in the order memory is allocated in a step.
+# (key in the breakdown dict, legend label, color): bottom to top in the order memory is allocated in a step.
 PARTS = (
     ("weights_bytes", "weights", "#4c72b0"),
     ("gradients_bytes", "gradients", "#55a868"),
@@ -31,11 +33,11 @@ def plot_fit(breakdown: dict, gpu_bytes: int | None, path: str | Path) -> Path:
     fig, ax = plt.subplots(figsize=(9.0, 5.2), dpi=110)
     try:
         bottom = 0.0
-        for key, label, colour in PARTS:
+        for key, label, color in PARTS:
             value = breakdown.get(key, 0) / _GIB
             if value <= 0:
                 continue
-            ax.bar([0], [value], bottom=[bottom], width=0.5, color=colour, label=f"{label}: {value:.2f} GiB")
+            ax.bar([0], [value], bottom=[bottom], width=0.5, color=color, label=f"{label}: {value:.2f} GiB")
             bottom += value
         total = breakdown.get("total_bytes", 0) / _GIB
         ax.text(0, bottom, f"{total:.2f} GiB", ha="center", va="bottom", fontsize=10)
@@ -61,10 +63,9 @@ def plot_fit(breakdown: dict, gpu_bytes: int | None, path: str | Path) -> Path:
                   bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False)
         ax.grid(axis="y", alpha=0.3)
         fig.tight_layout()
-        fig.savefig(path)
+        return write_png(fig, path)  # a full disk leaves no truncated PNG
     finally:
         plt.close(fig)
-    return path
 
 
 def plot_name(breakdown: dict) -> str:

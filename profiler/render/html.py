@@ -17,19 +17,20 @@ from typing import TYPE_CHECKING, Any
 from .. import vocab
 from ..redact import is_sensitive_key, redact_argv, redact_text
 from .jinja import environment
+from .loader_facts import loader_lines, model_label, workers_batch
 from .output import write_atomic
 from .spans import timeline_steps
 from .trace import DetailPlan, plan_detail
 from .units import ms as _ms
-from .units import nbytes, printable, stage_colour, stage_label, stage_order
+from .units import nbytes, printable, stage_color, stage_label, stage_order
 from .units import pct as _pct
 
 if TYPE_CHECKING:  # annotations only: analysis and renderers take the typed record
     from ..record import RunRecord
 
-# Verdict colour by bottleneck: red for input stalls the user can fix in the loader, amber for transfer, green when
+# Verdict color by bottleneck: red for input stalls the user can fix in the loader, amber for transfer, green when
 # the model itself is the limit (the input keeps up), magenta for "does not fit".
-BOTTLENECK_COLOURS = {"compute": "#2e7d32", "io": "#c62828", "cpu": "#d84315", "transfer": "#b7791f",
+BOTTLENECK_COLORS = {"compute": "#2e7d32", "io": "#c62828", "cpu": "#d84315", "transfer": "#b7791f",
                       "memory": "#8e24aa"}
 # Skipped-file rows listed in the page; the count is always exact. A dataset with 10^5 broken files must not make a
 # 50 MB page.
@@ -111,7 +112,7 @@ def flatten(d: Any, prefix: str = "", skip: tuple[str, ...] = ()) -> list[tuple[
 
 
 def _device_line(rec: RunRecord) -> str:
-    dev = rec.compute_device or {}
+    dev = rec.compute_device
     if dev.get("type") == "cpu":
         return printable(f"No GPU: the model ran on the CPU ({dev.get('name') or 'CPU'}); idle time is the main "
                          "thread's wait for the next batch, timed with host clocks.")
@@ -121,25 +122,25 @@ def _device_line(rec: RunRecord) -> str:
 
 
 def _numbers(rec: RunRecord) -> list[dict[str, str]]:
-    tp, win, st, c = rec.throughput or {}, rec.window or {}, rec.stall or {}, rec.config or {}
+    tp, win, st = rec.throughput, rec.window, rec.stall
     return [
         {"value": f"{tp.get('samples_per_s', 0):,.1f}", "label": "samples/s (measured window)"},
         {"value": _pct(st.get("fraction", 0.0)), "label": f"idle waiting for input ({st.get('seconds', 0):.2f} s)"},
         {"value": f"{win.get('seconds', 0):.2f} s", "label": f"{win.get('steps', 0)} steps measured, "
                                                              f"{win.get('warmup_steps', 0)} warm-up excluded"},
-        {"value": printable(c.get("model", "?")), "label": printable(f"model, {c.get('mode', '?')} mode")},
-        {"value": printable(f"{c.get('workers', '?')} × {c.get('batch_size', '?')}"), "label": "workers × batch size"},
+        dict(zip(("value", "label"), model_label(rec))),
+        {"value": workers_batch(rec), "label": "workers × batch size"},
     ]
 
 
 def _stage_rows(rec: RunRecord) -> list[dict[str, Any]]:
     rows = []
-    stages = rec.stages or {}
+    stages = rec.stages
     for name in stage_order(stages):
         s = stages.get(name)
         if not isinstance(s, dict) or not s:
             continue
-        rows.append({"label": printable(stage_label(name)), "colour": stage_colour(name),
+        rows.append({"label": printable(stage_label(name)), "color": stage_color(name),
                      "per": printable(s.get("per", "")), "count": f"{s.get('count', 0):,}",
                      "total": f"{s.get('total_s', 0):.3f}",
                      "mean": _ms(s.get("mean_ms", 0)), "p50": _ms(s.get("p50_ms", 0)), "p95": _ms(s.get("p95_ms", 0)),
@@ -148,18 +149,18 @@ def _stage_rows(rec: RunRecord) -> list[dict[str, Any]]:
 
 
 def _stall_rows(rec: RunRecord) -> tuple[list[dict], list[dict], list[dict], str]:
-    st = rec.stall or {}
-    idle, window = float(st.get("seconds", 0.0)), float((rec.window or {}).get("seconds", 0.0))
+    st = rec.stall
+    idle, window = float(st.get("seconds", 0.0)), float(rec.window["seconds"])
     by_cause, by_stage = st.get("by_cause") or {}, st.get("by_stage") or {}
-    causes = [{"label": c.label, "colour": c.colour, "seconds": f"{float(by_cause[c.name]):.3f}",
+    causes = [{"label": c.label, "color": c.color, "seconds": f"{float(by_cause[c.name]):.3f}",
                "share": _pct(by_cause[c.name] / idle) if idle > 0 else "—",
                "of_window": _pct(by_cause[c.name] / window) if window > 0 else "—"}
               for c in vocab.CAUSES if c.name in by_cause]
-    detail = [{"label": printable(stage_label(k)), "colour": stage_colour(k), "seconds": f"{float(by_stage[k]):.3f}",
+    detail = [{"label": printable(stage_label(k)), "color": stage_color(k), "seconds": f"{float(by_stage[k]):.3f}",
                "share": _pct(by_stage[k] / idle) if idle > 0 else "—"}
               for k in stage_order(by_stage)]
     by_kind = st.get("by_kind") or {}
-    kinds = [{"label": f"{k.replace('_', ' ')}: {words}", "colour": vocab.colour(cause),
+    kinds = [{"label": f"{k.replace('_', ' ')}: {words}", "color": vocab.color(cause),
               "seconds": f"{float(by_kind[k]):.3f}", "share": _pct(by_kind[k] / idle) if idle > 0 else "—"}
              for k, (cause, words) in vocab.KINDS.items() if k in by_kind]
     line = (f"The compute device sat idle for {idle:.3f} s of the {window:.3f} s measured window "
@@ -170,7 +171,7 @@ def _stall_rows(rec: RunRecord) -> tuple[list[dict], list[dict], list[dict], str
 def _findings(rec: RunRecord) -> list[dict[str, str]]:
     """Each finding as kind + one message; a finding without a message shows its fields instead of nothing."""
     out = []
-    for f in rec.findings or []:
+    for f in rec.findings:
         f = f if isinstance(f, dict) else {"message": str(f)}
         msg = f.get("message") or "; ".join(f"{k}: {v}" for k, v in flatten(
             {k: v for k, v in f.items() if k != "kind"}))
@@ -181,11 +182,11 @@ def _findings(rec: RunRecord) -> list[dict[str, str]]:
 def _figures(images: dict[str, Any]) -> list[dict[str, Any]]:
     from . import renderer
 
-    out = []
+    out: list[dict[str, Any]] = []
     for key, (title, caption) in FIGURES.items():
         p = images.get(key)
-        fig = {"key": key, "file": renderer(key).file, "title": title, "caption": caption, "data_uri": None,
-               "width": None, "height": None, "error": "no image was written"}
+        fig: dict[str, Any] = {"key": key, "file": renderer(key).file, "title": title, "caption": caption,
+                               "data_uri": None, "width": None, "height": None, "error": "no image was written"}
         if p is not None and not isinstance(p, str) and Path(p).is_file():
             data = Path(p).read_bytes()
             fig["data_uri"] = "data:image/png;base64," + base64.b64encode(data).decode("ascii")
@@ -200,16 +201,19 @@ def _figures(images: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _job_rows(rec: RunRecord) -> list[tuple[str, str]]:
     """What the profiled job was (run.json v2 ``job``): the script and the loader it iterated, when recorded."""
-    job = getattr(rec, "job", None) or (getattr(rec, "extra", None) or {}).get("job")
-    if not isinstance(job, dict) or not job:
+    job = rec.job
+    if not job:
         return []
-    loader = job.get("loader") if isinstance(job.get("loader"), dict) else {}
-    head = {k: job.get(k) for k in ("kind", "target", "argv", "then", "ended", "other_loaders") if k in job}
+    loader: dict[str, Any] = dict(job.get("loader") or {})
+    head: dict[str, Any] = {k: v for k, v in job.items()
+                            if k in ("kind", "target", "argv", "then", "ended", "other_loaders", "window_restarts")}
     if isinstance(head.get("argv"), list):  # a record made before argv was redacted at collection
         head["argv"] = redact_argv([str(a) for a in head["argv"]])
     facts = {k: loader.get(k) for k in ("dataset_class", "created_at") if k in loader}
     rest = {k: v for k, v in loader.items() if k not in facts}
-    return flatten({"job": head}) + flatten({"job.loader": {**facts, **rest}})
+    others = [o for o in job.get("other_loader_figures") or [] if isinstance(o, dict)]
+    return flatten({"job": head}) + flatten({"job.loader": {**facts, **rest}}) + \
+        [row for i, o in enumerate(others) for row in flatten(o, f"job.other_loader_figures[{i}]")]
 
 
 def report_context(rec: RunRecord, images: dict[str, Any], plan: DetailPlan | None = None) -> dict[str, Any]:
@@ -224,13 +228,13 @@ def report_context(rec: RunRecord, images: dict[str, Any], plan: DetailPlan | No
     causes, detail, kinds, stall_line = _stall_rows(rec)
     skipped = [{"path": printable(f.get("path", "?")), "reason": printable(f.get("reason", ""))}
                if isinstance(f, dict) else {"path": printable(f), "reason": ""}
-               for f in ((rec.skipped or {}).get("files") or [])[:SKIPPED_ROWS_MAX + 1]]
-    n_skipped = len((rec.skipped or {}).get("files") or [])
+               for f in rec.skipped_files[:SKIPPED_ROWS_MAX + 1]]
+    n_skipped = len(rec.skipped_files)
     env = {k: v for k, v in (rec.environment or {}).items() if k not in ("storage", "residency_start")}
     env_rows = flatten({"compute_device": rec.compute_device}) + flatten(env)
     storage_rows = flatten(rec.storage) if rec.storage else []
     memory_rows = flatten(rec.memory, skip=("breakdown.profile",)) if rec.memory else []
-    ram = rec.ram or {}
+    ram = rec.ram
     ram_process_rows = [
         (f"{p.get('role')}{'' if p.get('worker_id') is None else ' ' + str(p.get('worker_id'))}", str(p.get("pid")),
          *(fmt_value("bytes", p.get(k)) for k in ("peak_rss_bytes", "peak_pss_bytes", "peak_uss_bytes")))
@@ -245,15 +249,16 @@ def report_context(rec: RunRecord, images: dict[str, Any], plan: DetailPlan | No
                 ("stages", "Stage statistics"), ("stall", "Idle by cause"), ("config", "Configuration"),
                 ("environment", "Environment"), ("storage", "Storage"), ("memory", "Memory"),
                 ("skipped", "Skipped files"), ("findings", "Findings"), ("files", "Files & detail")]
-    verdict = rec.verdict or {}
+    verdict = rec.verdict
     return {
-        "verdict": verdict, "accent": BOTTLENECK_COLOURS.get(verdict.get("bottleneck", ""), "#455a64"),
+        "verdict": verdict, "accent": BOTTLENECK_COLORS.get(verdict.get("bottleneck", ""), "#455a64"),
         "partial": bool(rec.partial), "partial_reason": rec.partial_reason, "device_line": _device_line(rec),
+        "loader_lines": loader_lines(rec),
         "numbers": _numbers(rec), "sections": [{"id": i, "title": t} for i, t in sections],
         "recommendations": verdict.get("recommendations") or [], "figures": _figures(images),
         "detail_line": detail_line, "stage_rows": _stage_rows(rec), "cause_rows": causes, "detail_rows": detail,
         "kind_rows": kinds,
-        "stall_line": stall_line, "stall_method": printable((rec.stall or {}).get("method", "not recorded")),
+        "stall_line": stall_line, "stall_method": printable(rec.stall.get("method", "not recorded")),
         "config_rows": _job_rows(rec) + flatten(rec.config) + flatten({"dataset": rec.dataset}),
         "environment_rows": env_rows,
         "storage_rows": storage_rows,
@@ -261,22 +266,23 @@ def report_context(rec: RunRecord, images: dict[str, Any], plan: DetailPlan | No
         "ram_process_rows": ram_process_rows, "ram_projection_rows": ram_projection_rows,
         "shm_peak": fmt_value("bytes", ram.get("shm_peak_bytes")),
         "skipped_more": n_skipped > SKIPPED_ROWS_MAX,
-        "skipped_count": printable((rec.skipped or {}).get("count", n_skipped)), "findings": _findings(rec),
+        "skipped_count": printable(rec.skipped["count"]), "findings": _findings(rec),
         "trace_detail": [("main-loop spans in trace.json", desc["main_loop"]),
                          ("worker spans in trace.json", desc["workers"]),
                          ("sampled counters in trace.json", desc["counters"]),
                          ("timeline.png", f"steps {steps[lo]}–{steps[hi - 1]} of {n:,}" if hi > lo else "no steps")],
-        "created": printable(rec.created_utc), "tool_version": printable((rec.tool or {}).get("version", "?")),
+        "created": printable(rec.created_utc), "tool_version": printable(rec.tool.get("version", "?")),
         "schema_version": rec.schema_version,
         **_whatif_context(rec),
     }
 
 
 def _whatif_context(rec: RunRecord) -> dict[str, Any]:
-    """What would help (issue 10): the same rows as the terminal (render/whatif_rows.py)."""
-    from .whatif_rows import ceiling_rows, headline, prediction_rows
+    """What would help: the same rows as the terminal (render/whatif_rows.py)."""
+    from .whatif_rows import ceiling_rows, headline, notices, prediction_rows
 
-    return {"whatif_line": headline(rec), "ceiling_rows": ceiling_rows(rec), "prediction_rows": prediction_rows(rec)}
+    return {"whatif_line": headline(rec), "ceiling_rows": ceiling_rows(rec), "prediction_rows": prediction_rows(rec),
+            "whatif_notices": notices(rec)}
 
 
 def render_html(rec: RunRecord, images: dict[str, Any], plan: DetailPlan | None = None) -> str:

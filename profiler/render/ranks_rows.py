@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..thresholds import RANKS_TABLE_MAX
+
 HEADERS = ["rank", "host", "samples/s", "steps", "step ms", "input wait ms", "compute ms", "collective ms",
            "collective share", "stall", "bottleneck"]
 
@@ -24,18 +26,41 @@ def figure(v: Any, fmt: str = "{:.1f}", scale: float = 1.0) -> str:
     return MISSING if v is None else fmt.format(v * scale)
 
 
-def table_rows(view: dict[str, Any]) -> list[list[str]]:
-    """The per-rank table (shared by HTML and terminal), in :data:`HEADERS` order."""
+def shown_ranks(view: dict[str, Any], limit: int = RANKS_TABLE_MAX) -> tuple[list[dict[str, Any]], int]:
+    """The rows a table shows: every rank up to ``limit``; beyond it the stragglers, then the ranks that waited least
+    and most in collectives (the extremes), in rank order; and how many were left out (ranks.json has them all)."""
+    rows = view["ranks"]
+    if len(rows) <= limit:
+        return rows, 0
+    flagged = {s["rank"] for s in view.get("stragglers") or []}
+    by_share = sorted(rows, key=lambda r: r.get("collective_share") or 0.0)
+    keep = {r["rank"] for r in rows if r["rank"] in flagged}
+    room = max(0, limit - len(keep))
+    keep |= {r["rank"] for r in by_share[:room // 2]} | {r["rank"] for r in by_share[len(by_share) - room // 2:]}
+    return [r for r in rows if r["rank"] in keep], len(rows) - len(keep)
+
+
+def table_rows(view: dict[str, Any], limit: int = RANKS_TABLE_MAX) -> list[list[str]]:
+    """The per-rank table (shared by HTML and terminal), in :data:`HEADERS` order; beyond ``limit`` ranks, the
+    stragglers and the extremes, a row saying how many are left out, and the missing ranks in one row."""
     f = figure
     rows = []
-    st = view.get("straggler") or {}
-    for r in view["ranks"]:
-        rows.append([f"{r['rank']}" + ("*" if st.get("rank") == r["rank"] else ""),
+    flagged = {s["rank"] for s in view.get("stragglers") or []}
+    shown, left = shown_ranks(view, limit)
+    for r in shown:
+        rows.append([f"{r['rank']}" + ("*" if r["rank"] in flagged else ""),
                      str(r.get("hostname") or "–"), f(r.get("samples_per_s")), str(r.get("steps")),
                      f(r.get("step_ms")), f(r.get("wait_ms")), f(r.get("compute_ms")),
                      f(r.get("collective_ms")), f(r.get("collective_share"), "{:.0f} %", 100),
                      f(r.get("stall_fraction"), "{:.0f} %", 100), str(r.get("bottleneck") or "–")
                      + (" [partial]" if r.get("partial") else "")])
+    if left:
+        rows.append([f"({left} more)", "–", "–", "–", "–", "–", "–", "–", "–", "–", "between those shown; ranks.json"])
+    if len(view["missing"]) > limit:
+        ms = view["missing"]
+        rows.append([f"{len(ms)} missing", "–", "–", "–", "–", "–", "–", "–", "–", "–",
+                     f"ranks {ms[0]}..{ms[-1]}: see ranks.json states"])
+        return rows
     for m in view["missing"]:
         rows.append([f"{m} (missing)", "–", "–", "–", "–", "–", "–", "–", "–", "–",
                      str(view["states"].get(m, view["states"].get(str(m), "no record")))])

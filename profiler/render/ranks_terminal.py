@@ -21,5 +21,27 @@ def print_ranks(view: dict[str, Any], console: Any, files: list[str] | None = No
     console.print(t)
     console.print(Panel(view["summary"] or "-", title="Ranks", border_style="magenta"), markup=False)
     console.print(f"Collective wait: {view['collective_method']}. Clocks: {view['clocks']['note']}.", markup=False)
+    clocks = view["clocks"]
+    offs = clocks.get("host_offsets") or clocks.get("round_trips") or {}
+    if offs:
+        console.print("Clock offsets to rank 0: " + "; ".join(
+            f"{h} {o['offset_ms']:+.3f} ± {o['uncertainty_ms']:.3f} ms" for h, o in list(offs.items())[:8])
+            + (f"; {len(offs) - 8} more hosts in ranks.json" if len(offs) > 8 else "") + ".", markup=False)
+    if clocks.get("versus_effect"):
+        console.print(f"Clocks against the effect: {clocks['versus_effect']}.", markup=False)
+    recs = view.get("records") or {}
+    if recs and len(recs) <= 8:
+        console.print("Full records: " + "; ".join(
+            f"rank {r}: node {loc.get('node')} {loc.get('host')} {loc.get('path')}" for r, loc in recs.items()),
+            markup=False)
+    elif recs:
+        console.print("Full records: on each rank's node, listed in ranks.json (records) and report.html.",
+                      markup=False)
+    col = view.get("collected") or {}
+    if col:
+        took = col.get("last_report_to_merged_s")
+        console.print(f"Summaries via {col.get('via')}: {col.get('reports')} of {view['world_size']} ranks, waited "
+                      f"{col.get('waited_s', 0):.1f} s" + (f"; merged {took:.1f} s after the last report" if took
+                                                           is not None else "") + ".", markup=False)
     if files:
         console.print("Wrote: " + ", ".join(files), markup=False)

@@ -30,14 +30,14 @@ def build_trace(recs: dict[int, RunRecord | None], view: dict[str, Any]) -> dict
         backend = backend or (rec.distributed or {}).get("backend")
         try:
             t = rank_trace(rec)
-        except Exception as e:  # noqa: BLE001 - the rank's detail trace failed: keep its main loop at least
-            print(f"profiler: rank {r}: main-loop spans only in the merged trace ({type(e).__name__}: {e})",
+        except Exception as err:  # noqa: BLE001 - the rank's detail trace failed: keep its main loop at least
+            print(f"profiler: rank {r}: main-loop spans only in the merged trace ({type(err).__name__}: {err})",
                   file=sys.stderr)
             t = {"traceEvents": _main_loop_events(rec, MAIN_PID)}
         shift = int(round(float(offsets.get(r, offsets.get(str(r), 0.0))) * 1e6))
         base = (r + 1) * RANK_PID_STRIDE
-        for e in t["traceEvents"]:
-            e = dict(e)
+        for src in t["traceEvents"]:
+            e = dict(src)
             e["pid"] = base + int(e.get("pid", 0))
             if "ts" in e:
                 e["ts"] = int(e["ts"]) + shift
@@ -61,17 +61,17 @@ def build_trace(recs: dict[int, RunRecord | None], view: dict[str, Any]) -> dict
                                 "ranks": view["present"]},
             "otherData": {"tool": "profiler", "ranks": view["present"], "missing_ranks": view["missing"],
                           "clocks": view["clocks"]["note"], "summary": view["summary"],
-                          "time_zero": "the earliest rank's run start" if view["clocks"]["shared"]
+                          "time_zero": "the earliest rank's run start" if view["clocks"].get("comparable",
+                                                                                              view["clocks"]["shared"])
                           else "each rank's first measured step"}}
 
 
 def _main_loop_events(rec: RunRecord, pid: int) -> list[dict]:
     """ProfilerStep / wait / compute spans from timeline.steps alone (the fallback when the detail trace fails)."""
-    st = rec.timeline.get("steps") or {}
+    st = rec.timeline["steps"]
     ev: list[dict] = [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "main process"}},
                       {"ph": "M", "name": "thread_name", "pid": pid, "tid": 1, "args": {"name": "main loop"}}]
-    for k, ws, we, ce in zip(st.get("step", []), st.get("wait_start", []), st.get("wait_end", []),
-                             st.get("compute_end", [])):
+    for k, ws, we, ce in zip(st["step"], st["wait_start"], st["wait_end"], st["compute_end"]):
         for name, a, b in ((f"ProfilerStep#{k}", ws, ce), ("wait", ws, we), ("compute", we, ce)):
             if b > a:
                 ev.append({"ph": "X", "name": name, "cat": "step", "pid": pid, "tid": 1, "ts": int(round(a * 1e6)),

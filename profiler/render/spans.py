@@ -5,8 +5,9 @@ augment, user names); the rest of the span is ``getitem``. Spans only say how lo
 the drawings lay the sub-stages out one after the other from the span's start, in registry order, and the rest last:
 the proportions are exact, the order inside a span is a convention (docs/reports.md).
 
-A v1 record (read_start / read_end / decode_end / augment_end) is read as the v2 migration defines it, so renderers
-draw records saved before v2 and records the loader has not migrated alike. Nothing here measures anything.
+A v1 record (read_start / read_end / decode_end / augment_end) is read through the v2 migration itself
+(record/migrate.py ``v2_timeline``), so renderers draw records saved before v2 and records the loader has not migrated
+alike. Nothing here measures anything.
 """
 from __future__ import annotations
 
@@ -15,12 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..record.migrate import v2_timeline
 from .units import stage_order
 
 if TYPE_CHECKING:  # annotations only: analysis and renderers take the typed record
     from ..record import RunRecord
+    from ..record.schema import Timeline
 
-_V1_TIMES = ("read_start", "read_end", "decode_end", "augment_end")
 # Timeline plot: warm-up plus this many measured steps. 30 shows the steady-state pattern (which worker, how regular)
 # while each batch stays wide enough to see its sub-stage spans. Here, not in plots.py, so the HTML can say which
 # steps the plot shows without importing matplotlib.
@@ -83,36 +85,16 @@ class Spans:
         return out
 
 
-def v2_timeline(timeline: dict[str, Any]) -> dict[str, Any]:
-    """``timeline`` with its sample spans in the v2 columns (itself when they already are): what the analysis'
-    definitions read, for a record saved before v2 that no loader migrated."""
-    sp = (timeline or {}).get("sample_spans") or {}
-    if "start" in sp or not all(k in sp for k in _V1_TIMES):
-        return timeline
-    v2 = sample_spans(timeline)
-    return {**timeline, "sample_spans": {**v2.cols, "stages": v2.stages}}
-
-
-def sample_spans(timeline: dict[str, Any]) -> Spans:
-    """The record's sample spans in the v2 shape (empty when the record has none)."""
-    sp = (timeline or {}).get("sample_spans") or {}
-    if "start" in sp:
-        cols = {k: np.asarray(v) for k, v in sp.items() if k != "stages"}
-        stages = {str(k): np.asarray(v, dtype=float) for k, v in (sp.get("stages") or {}).items()}
-        n = cols["start"].size
-        stages = {k: v for k, v in stages.items() if v.size == n}
-    elif all(k in sp for k in _V1_TIMES):
-        rs, re_, de, ae = (np.asarray(sp[k], dtype=float) for k in _V1_TIMES)
-        cols = {k: np.asarray(v) for k, v in sp.items() if k not in _V1_TIMES}
-        n = rs.size
-        cols.update(start=rs, end=ae)
-        for k in ("cpu", "runq", "rchar", "read_bytes"):
-            cols.setdefault(k, np.zeros(n))
-        cols.setdefault("items", np.ones(n, dtype=int))
-        stages = {"read": re_ - rs, "decode": de - re_, "augment": ae - de}
-    else:
+def sample_spans(timeline: Timeline) -> Spans:
+    """The record's sample spans in the v2 shape (empty when the record has none); v1 columns are converted by the
+    record's own migration (record/migrate.py), the one definition of what they mean in v2."""
+    sp: Any = v2_timeline(timeline)["sample_spans"]
+    if "start" not in sp:
         return Spans()
+    cols = {k: np.asarray(v) for k, v in sp.items() if k != "stages"}
     n = cols["start"].size
+    stages = {str(k): np.asarray(v, dtype=float) for k, v in (sp.get("stages") or {}).items()}
+    stages = {k: v for k, v in stages.items() if v.size == n}
     cols.setdefault("index", np.full(n, -1))
     cols.setdefault("items", np.ones(n, dtype=int))
     for k in ("worker", "batch"):

@@ -16,6 +16,14 @@ def _f(v: Any, fmt: str = "{:.1f}") -> str:
     return "—" if v is None else fmt.format(v)
 
 
+def _predicted(p: dict[str, Any]) -> str:
+    """"29.5 (3.5–56.0)": the prediction with its interval; "not predicted" where the what-if could not say."""
+    x, iv = p.get("predicted_samples_per_s"), p.get("predicted_interval")
+    if x is None:
+        return "not predicted" if p.get("predicted_binds") == "unknown" else "—"
+    return _f(x) + (f" ({iv[0]:.1f}–{iv[1]:.1f})" if iv else "")
+
+
 def write_sweep_html(doc: dict[str, Any], path: str | Path, png: str | Path | None = None) -> Path:
     rows = []
     for p in doc["points"]:
@@ -24,7 +32,8 @@ def write_sweep_html(doc: dict[str, Any], path: str | Path, png: str | Path | No
                _f(p.get("error") * 100 if p.get("error") is not None else None, "{:+.0f} %"))
         rows.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in (
             p["label"], _f(p.get("measured_samples_per_s")) if p.get("measured_samples_per_s") else p.get("failed"),
-            f"{iv[0]:.1f}–{iv[1]:.1f}" if iv else "—", _f(p.get("predicted_samples_per_s")), err,
+            f"{iv[0]:.1f}–{iv[1]:.1f}" if iv else "—",
+            _predicted(p), err,
             p.get("predicted_binds", "—"), p.get("bottleneck", "—"),
             f'<a href="point{p["index"]}/report.html">report</a>')) + "</tr>")
     rows_html = "\n".join(rows).replace("&lt;a href=", "<a href=").replace("&quot;", '"').replace(
@@ -34,17 +43,19 @@ def write_sweep_html(doc: dict[str, Any], path: str | Path, png: str | Path | No
         img = ('<img alt="measured vs predicted" src="data:image/png;base64,'
                + base64.b64encode(Path(png).read_bytes()).decode() + '">')
     best = doc.get("best") or {}
-    err = doc.get("median_abs_error")
+    median_err = doc.get("median_abs_error")
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>profiler sweep</title>
 <style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:70em}}table{{border-collapse:collapse}}
 td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}td:first-child{{text-align:left}}</style></head><body>
 <h1>Sweep</h1>
 <p>Best setting: <b>{html.escape(str(best.get('label', '—')))}</b> ({_f(best.get('samples_per_s'))} samples/s).
 Every other point was predicted from the first one
-{'(median absolute error ' + f'{err * 100:.0f} %)' if err is not None else ''}.
+{'(median absolute error ' + f'{median_err * 100:.0f} %)' if median_err is not None else ''}.
+{f"{doc['coverage'] * 100:.0f} % of the predicted points were measured inside their predicted interval."
+ if doc.get('coverage') is not None else ''}
 {'<b>Interrupted</b>: only the finished points are shown.' if doc.get('interrupted') else ''}</p>
 {img}
-<table><tr><th>point</th><th>measured samples/s</th><th>95 % interval</th><th>predicted</th><th>error</th>
+<table><tr><th>point</th><th>measured samples/s</th><th>95 % interval</th><th>predicted (interval)</th><th>error</th>
 <th>would bind (predicted)</th><th>verdict (measured)</th><th></th></tr>
 {rows_html}</table>
 <p>Each point is a full profiled run in its own folder (pointN/run.json, report.html). Predictions assume what the

@@ -12,6 +12,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from .output import write_png
+
 
 def _err(values: list[float], intervals: list[Any]) -> np.ndarray:
     err = np.zeros((2, len(values)))
@@ -51,9 +53,7 @@ def plot_sweep(doc: dict[str, Any], path: str | Path) -> Path:
     ax.legend(fontsize=8, loc="upper left")
     ax.margins(y=0.2)
     fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out)
-    return out
+    return write_png(fig, path)  # a full disk leaves no truncated PNG
 
 
 def render(doc: dict[str, Any], out_dir: Path, ctx: dict[str, Any]) -> Path:

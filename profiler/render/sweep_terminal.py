@@ -16,7 +16,9 @@ def print_sweep(doc: dict[str, Any], console: Any, files: list[str]) -> None:
         iv = p.get("interval")
         shown = (f"{m:.1f}" + (f" [{iv[0]:.1f}-{iv[1]:.1f}]" if iv else "")) if m else p.get("failed", "")
         t.add_row(p["label"], shown,
-                  f"{p['predicted_samples_per_s']:.1f}" if p.get("predicted_samples_per_s") else "",
+                  (f"≈ {p['predicted_samples_per_s']:.1f}" + (f" ({pi[0]:.1f}–{pi[1]:.1f})"
+                   if (pi := p.get("predicted_interval")) else "")) if p.get("predicted_samples_per_s") else
+                  ("not predicted" if p.get("predicted_binds") == "unknown" else ""),
                   "baseline" if p["index"] == doc.get("baseline") else
                   (f"{p['error'] * 100:+.0f} %" if p.get("error") is not None else ""),
                   p.get("predicted_binds", ""))
@@ -26,6 +28,9 @@ def print_sweep(doc: dict[str, Any], console: Any, files: list[str]) -> None:
                       markup=False)
     if doc.get("median_abs_error") is not None:
         console.print(f"Median prediction error (from the first point): {doc['median_abs_error'] * 100:.0f} %",
+                      markup=False)
+    if doc.get("coverage") is not None:
+        console.print(f"Measured inside the predicted interval: {doc['coverage'] * 100:.0f} % of the predicted points",
                       markup=False)
     if doc.get("interrupted"):
         console.print("Interrupted: the finished points are kept.", markup=False)

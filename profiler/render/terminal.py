@@ -5,6 +5,7 @@ Works from a RunRecord alone (after analysis); measures nothing.
 from __future__ import annotations
 
 import time
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -13,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from .loader_facts import loader_lines
 from .units import markup, ms, nbytes, pct, printable, stage_label, stage_order
 
 if TYPE_CHECKING:  # annotations only: analysis and renderers take the typed record
@@ -40,8 +42,9 @@ class LiveProgress:
         self.progress.__enter__()
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.progress.__exit__(*exc)
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.progress.__exit__(exc_type, exc, tb)
 
     def on_step(self, row: Any, measured: bool) -> None:
         if not self.enabled:
@@ -64,7 +67,7 @@ def stage_table(rec: RunRecord) -> Table:
               title_justify="left")
     for col in ("stage", "per", "count", "total s", "mean ms", "p50 ms", "p95 ms", "p99 ms"):
         t.add_column(col, justify="left" if col in ("stage", "per") else "right")
-    stages = rec.stages or {}
+    stages = rec.stages
     for name in stage_order(stages):
         s = stages.get(name)
         if not s:
@@ -78,7 +81,7 @@ def stage_table(rec: RunRecord) -> Table:
 def stall_table(rec: RunRecord) -> Table:
     st = rec.stall
     t = Table(title=f"Idle compute device by cause ({st.get('seconds', 0):.2f} s = "
-                    f"{100 * st.get('fraction', 0):.1f} % of {rec.window.get('seconds', 0):.2f} s)",
+                    f"{100 * st.get('fraction', 0):.1f} % of {rec.window['seconds']:.2f} s)",
               title_justify="left")
     t.add_column("cause")
     t.add_column("seconds", justify="right")
@@ -88,6 +91,18 @@ def stall_table(rec: RunRecord) -> Table:
     return t
 
 
+def own_cost_line(rec: RunRecord) -> str | None:
+    """The profiler's own cost, said apart from the job's figures (None for records that did not measure it)."""
+    prof = (rec.stall or {}).get("profiler") or {}
+    if not prof.get("measured"):
+        return None
+    steps = max(1, int((rec.throughput or {}).get("steps", 0) or rec.window_steps or 1))
+    waits, rest = float(prof.get("seconds", 0.0)), float(prof.get("rest_s", 0.0))
+    return (f"Profiler's own time: {waits * 1e6 / steps:.0f} µs per step inside the waits (taken out of the idle "
+            f"time above) and {rest * 1e6 / steps:.0f} µs in the rest of the step: "
+            f"{pct(prof.get('share_of_window', 0.0), 1)} of the window, not the job's.")
+
+
 def print_report(rec: RunRecord, console: Console | None = None, out_files: list[str] | None = None) -> None:
     console = console or Console()
     v = rec.verdict
@@ -95,6 +110,8 @@ def print_report(rec: RunRecord, console: Console | None = None, out_files: list
     title = printable(f"Verdict: {v.get('bottleneck', '?')} ({v.get('severity', '')})")
     if rec.partial:
         title += "  [PARTIAL RUN]"
+    for line in loader_lines(rec):  # which loader the figures are about comes first
+        console.print(line, markup=False, highlight=False)
     console.print(Panel(Text(printable(v.get("summary", ""))), title=Text(title), border_style=style))
     dev = rec.compute_device
     tp = rec.throughput
@@ -113,11 +130,11 @@ def print_report(rec: RunRecord, console: Console | None = None, out_files: list
         console.print(f"Device memory: peak {nbytes(mem['device_peak_bytes'], binary=True, digits=2)}"
                       + (f" of {nbytes(total, binary=True, digits=0)}" if total else "")
                       + " allocated in the measured window.")
-    procs = (rec.ram or {}).get("processes") or []
+    procs = rec.ram.get("processes") or []
     workers = [p for p in procs if p.get("role") == "worker"]
     main = next((p for p in procs if p.get("role") == "main"), None)
     if main and main.get("peak_rss_bytes"):
-        uss = [p.get("peak_uss_bytes") for p in workers]
+        uss = [p.get("peak_uss_bytes") or 0 for p in workers]
         if workers and all(uss):
             w, what = uss, "private (USS)"
         else:
@@ -127,6 +144,9 @@ def print_report(rec: RunRecord, console: Console | None = None, out_files: list
                          else "") + ".")
     console.print(stage_table(rec))
     console.print(stall_table(rec))
+    own = own_cost_line(rec)
+    if own:
+        console.print(own, markup=False, highlight=False)
     whatif_section(rec, console)
     recs = v.get("recommendations", [])
     if recs:
@@ -134,27 +154,30 @@ def print_report(rec: RunRecord, console: Console | None = None, out_files: list
         for i, r in enumerate(recs, 1):
             console.print(f" {i}. [bold]{markup(r.get('action'))}[/]\n    why: {markup(r.get('reason'))}\n"
                           f"    expected: {markup(r.get('expected_gain'))}")
-    for f in rec.findings or []:
+    for f in rec.findings:
         console.print(f"[yellow]![/] {markup(f.get('message') if isinstance(f, dict) else f)}")
-    skipped = rec.skipped or {}
-    if skipped.get("count"):
-        first = (skipped.get("files") or [{}])[0]
-        console.print(f"Skipped files: {skipped['count']} (first: {markup(first.get('path', '?'))}: "
-                      f"{markup(first.get('reason', '?'))})")
+    skipped = rec.skipped
+    if skipped["count"]:
+        files = skipped.get("files") or [{"path": "?", "reason": "?"}]
+        console.print(f"Skipped files: {skipped['count']} (first: {markup(files[0]['path'])}: "
+                      f"{markup(files[0]['reason'])})")
     if out_files:
         console.print("Wrote: " + ", ".join(markup(f) for f in out_files))
 
 
 def whatif_section(rec: RunRecord, console: Console) -> None:
-    """What would help (issue 10): the ceilings line and the predictions, compact (assumptions are in run.json)."""
-    from .whatif_rows import headline, prediction_rows
+    """What would help: the ceilings line and the predictions, compact (assumptions are in run.json)."""
+    from .whatif_rows import headline, notices, prediction_rows
 
-    if not (rec.ceilings or {}).get("rows"):
+    if not rec.ceilings.get("rows"):
         return
     console.print("[bold]What would help[/] " + markup(headline(rec)), highlight=False)
-    t = Table(title="Predicted from this run (assumptions: run.json whatif, report.html)", title_justify="left")
+    t = Table(title="Predicted from this run, with 95 % intervals (assumptions: run.json whatif, report.html)",
+              title_justify="left")
     for col in ("setting", "samples/s", "change", "then bound by"):
         t.add_column(col, justify="left" if col in ("setting", "then bound by") else "right")
     for setting, sps, change, binds, _ in prediction_rows(rec):
         t.add_row(*(markup(v) for v in (setting, sps, change, binds)))
     console.print(t)
+    for line in notices(rec):
+        console.print(f"[yellow]![/] {markup(line)}", highlight=False)

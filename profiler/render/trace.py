@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -118,14 +119,14 @@ def plan_detail(rec: RunRecord) -> DetailPlan:
     steps = rec.timeline["steps"]
     n = len(steps["wait_start"])
     sp = spans_mod.sample_spans(rec.timeline)
-    bt = rec.timeline.get("batches", {})
+    bt = rec.timeline["batches"]
     n_batches = max(1, len(bt.get("batch", [])))
     samples_per_batch = sp.n / n_batches
     per_sample = 1 + len(sp.stage_names())  # the sample span and its named sub-stages
-    cuda = rec.compute_device.get("timing") == "cuda events"
+    cuda = rec.timing == "cuda events"
     main = _select(n, 6.0 if cuda else 5.0, MAIN_EVENTS_MAX)  # step(s), wait, H2D, compute, flow end
     workers = _select(n, per_sample * samples_per_batch + 3.0, WORKER_EVENTS_MAX)  # + batch, collate, flow
-    ticks = len((rec.samples or {}).get("t_s", []) or [])
+    ticks = len(rec.samples.get("t_s") or [])
     return DetailPlan(main, workers, max(1, math.ceil(ticks / COUNTER_POINTS_MAX)))
 
 
@@ -195,7 +196,7 @@ def _sample_events(sp: spans_mod.Spans, idx: list[int], b: int, pid: int, tid: i
 
 def _worker_events(rec: RunRecord, rows: np.ndarray, flow_batches: set[int]) -> tuple[list[dict], set[int]]:
     tl = rec.timeline
-    st, bt = tl["steps"], tl.get("batches", {})
+    st, bt = tl["steps"], tl["batches"]
     sp = spans_mod.sample_spans(tl)
     wanted = {int(st["batch"][i]) for i in rows.tolist()}
     n_steps = len(st["wait_start"])
@@ -232,7 +233,7 @@ def _epoch_events(rec: RunRecord) -> list[dict]:
     """``epoch N`` from iter(loader) to its last step's end, enclosing ``epoch start`` (until the first batch
     arrived) and, inside that, the ``iter(loader)`` call itself."""
     tl = rec.timeline
-    ep = tl.get("epochs") or {}
+    ep = tl["epochs"]
     st = tl["steps"]
     starts = [float(x) for x in ep.get("iter_start", [])]
     if not starts:
@@ -255,10 +256,11 @@ def _epoch_events(rec: RunRecord) -> list[dict]:
     return ev
 
 
-def _bucket_rows(t: list[float], cols: list[list[float] | None], stride: int):
+def _bucket_rows(t: Sequence[float], cols: Sequence[Sequence[float | None] | None],
+                 stride: int) -> Iterator[tuple[float, list[float | None]]]:
     """Yield (t, [values]) per bucket of ``stride`` ticks (means; None entries skipped)."""
     for a in range(0, len(t), stride):
-        vals = []
+        vals: list[float | None] = []
         for c in cols:
             if c is None:
                 vals.append(None)
@@ -276,17 +278,19 @@ def _counter(name: str, pid: int, ts: float, args: dict[str, float | None]) -> d
 
 
 def _counter_events(rec: RunRecord, stride: int, worker_pids: dict[int, int]) -> list[dict]:
-    s = rec.samples or {}
+    s = rec.samples
     t = s.get("t_s") or []
     ev: list[dict | None] = []
     per_core = s.get("cpu_percent_per_core") or []
     n_cores = len(per_core[0]) if per_core else 0
-    core_cols = [[row[c] if c < len(row) else None for row in per_core] for c in range(n_cores)] if per_core else []
+    core_cols: list[list[float | None] | None] = [[row[c] if c < len(row) else None for row in per_core]
+                                                  for c in range(n_cores)]
     mean = [sum(r) / len(r) if r else None for r in per_core] if per_core else None
     disk = [None if v is None else v / 1e6 for v in s.get("disk_read_bytes_per_s") or []] or None
     ram = [None if v is None else v / 1e9 for v in s.get("ram_used_bytes") or []] or None
     cache = [None if v is None else v / 1e9 for v in s.get("page_cache_bytes") or []] or None
-    cols = [mean, disk, ram, cache] + (core_cols if n_cores <= COUNTER_MAX_CORES else [])
+    cols: list[list[float | None] | None] = [mean, disk, ram, cache]
+    cols += core_cols if n_cores <= COUNTER_MAX_CORES else []
     cols = [c if c is not None and len(c) == len(t) else None for c in cols]
     for ts, vals in _bucket_rows(t, cols, stride):
         m, d, r, pc = vals[:4]
@@ -298,7 +302,8 @@ def _counter_events(rec: RunRecord, stride: int, worker_pids: dict[int, int]) ->
     gpu = s.get("gpu")
     if gpu and gpu.get("t_s"):
         gt = gpu["t_s"]
-        g = [gpu.get("util_percent"), [None if v is None else v / 1e9 for v in gpu.get("mem_used_bytes") or []],
+        g: list[list[float | None] | None] = [
+            gpu.get("util_percent"), [None if v is None else v / 1e9 for v in gpu.get("mem_used_bytes") or []],
              [None if v is None else v / 1e6 for v in gpu.get("pcie_rx_bytes_per_s") or []] or None,
              [None if v is None else v / 1e6 for v in gpu.get("pcie_tx_bytes_per_s") or []] or None]
         g = [c if c is not None and len(c) == len(gt) else None for c in g]
@@ -313,8 +318,8 @@ def _counter_events(rec: RunRecord, stride: int, worker_pids: dict[int, int]) ->
         pt = p.get("t_s") or []
         if p.get("role") == "main":
             pid = MAIN_PID
-        elif p.get("worker_id") is not None and int(p["worker_id"]) in worker_pids:
-            pid = worker_pids[int(p["worker_id"])]
+        elif (wid := p.get("worker_id")) is not None and int(wid) in worker_pids:
+            pid = worker_pids[int(wid)]
         else:
             continue
         cpu = p.get("cpu_percent") or []
@@ -330,7 +335,7 @@ def build_trace(rec: RunRecord, plan: DetailPlan | None = None) -> dict[str, Any
     """The trace as a dict ({"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}})."""
     plan = plan or plan_detail(rec)
     st = rec.timeline["steps"]
-    cuda = rec.compute_device.get("timing") == "cuda events"
+    cuda = rec.timing == "cuda events"
     main_rows, worker_rows = plan.main.rows(), plan.workers.rows()
     ev = _main_events(rec, main_rows, cuda)
     flow = {int(st["batch"][i]) for i in main_rows.tolist()}
@@ -338,15 +343,14 @@ def build_trace(rec: RunRecord, plan: DetailPlan | None = None) -> dict[str, Any
     # Flow ends whose start was not emitted would dangle: keep only pairs.
     started = {e["id"] for e in wev if e["ph"] == "s"}
     ev = [e for e in ev if e["ph"] != "f" or e["id"] in started] + wev + _epoch_events(rec)
-    bt = rec.timeline.get("batches", {})
+    bt = rec.timeline["batches"]
     os_pid = {int(w): int(p) for w, p in zip(bt.get("worker", []), bt.get("pid", []))}
-    main_os = next((p.get("pid") for p in (rec.samples or {}).get("processes") or [] if p.get("role") == "main"),
-                   None)
+    main_os = next((p["pid"] for p in rec.processes if p.get("role") == "main"), None)
     meta = [_meta("process_name", MAIN_PID, 0, "main process" + (f" (pid {main_os})" if main_os else "")),
             _meta("process_sort_index", MAIN_PID, 0, 0),
             _meta("thread_name", MAIN_PID, MAIN_TID, "main loop (ProfilerStep = wait + H2D + compute)"),
             _meta("thread_sort_index", MAIN_PID, MAIN_TID, 0)]
-    if (rec.timeline.get("epochs") or {}).get("iter_start"):
+    if rec.timeline["epochs"]["iter_start"]:
         meta += [_meta("thread_name", MAIN_PID, EPOCH_TID, "epochs (iter(loader) → last step)"),
                  _meta("thread_sort_index", MAIN_PID, EPOCH_TID, 3)]
     if cuda:
@@ -374,10 +378,10 @@ def build_trace(rec: RunRecord, plan: DetailPlan | None = None) -> dict[str, Any
               "pid": MAIN_PID, "tid": MAIN_TID}]
     detail = plan.describe([int(x) for x in st["step"]])
     other = {"tool": "profiler", "record_created_utc": printable(rec.created_utc), "time_zero": "run start (ts 0)",
-             "verdict": printable((rec.verdict or {}).get("summary", "")), "detail": detail,
+             "verdict": printable(rec.verdict.get("summary", "")), "detail": detail,
              "detail_rule": asdict(plan), "partial": rec.partial}
     out = {"traceEvents": meta + marks + ev + counters, "displayTimeUnit": "ms", "otherData": other}
-    dist = getattr(rec, "distributed", None)  # distributed: one rank of a torchrun job
+    dist = rec.distributed  # one rank of a torchrun job
     if isinstance(dist, dict):  # HTA reads the rank from here, as from the PyTorch profiler's traces
         out["distributedInfo"] = {"backend": dist.get("backend"), "rank": dist.get("rank"),
                                   "world_size": dist.get("world_size")}

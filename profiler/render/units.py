@@ -2,13 +2,14 @@
 
 Why one module: the same number must read the same in the terminal, the PNGs and the HTML page, and a user string
 (a path, a dataset class, a skipped file's reason) must be made safe for each medium in one place, not per call site.
-Labels and colours are not here: they come from the registry, :mod:`profiler.vocab`; :func:`stage_label` and
-:func:`stage_colour` only add the renderers' name for the leftover ``other`` part of idle time.
+Labels and colors are not here: they come from the registry, :mod:`profiler.vocab`; :func:`stage_label` and
+:func:`stage_color` only add the renderers' name for the leftover ``other`` part of idle time.
 """
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 
 from .. import vocab
 
@@ -21,7 +22,7 @@ def _bad(v: float | None) -> bool:
 
 def ms(v: float | None) -> str:
     """Milliseconds, digits by size (3 decimals under 1 ms, none from 100 ms): the one ms format of every view."""
-    if _bad(v):
+    if v is None or _bad(v):
         return _MISSING
     a = abs(v)
     return f"{v:.3f}" if a < 1 else f"{v:.2f}" if a < 10 else f"{v:.1f}" if a < 100 else f"{v:,.0f}"
@@ -36,7 +37,7 @@ def seconds(v: float | None, digits: int = 3, unit: bool = True) -> str:
 
 def pct(fraction: float | None, digits: int = 1) -> str:
     """A fraction (0.25) as a percentage ("25.0 %")."""
-    if _bad(fraction):
+    if fraction is None or _bad(fraction):
         return _MISSING
     return f"{100 * fraction:.{digits}f} %"
 
@@ -48,7 +49,7 @@ _BINARY = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 def nbytes(n: float | None, binary: bool = False, digits: int = 1) -> str:
     """Bytes with a unit: decimal (kB, MB, GB: what disks and throughput are sold in) or binary (KiB, MiB, GiB:
     what memory is counted in). Whole bytes below one kilo."""
-    if _bad(n):
+    if n is None or _bad(n):
         return _MISSING
     base = 1024.0 if binary else 1000.0
     units = _BINARY if binary else _DECIMAL
@@ -65,11 +66,11 @@ def stage_label(name: str) -> str:
     return "other (unexplained)" if name == "other" else vocab.stage(name).label
 
 
-def stage_colour(name: str) -> str:
-    return vocab.colour(name)
+def stage_color(name: str) -> str:
+    return vocab.color(name)
 
 
-def stage_order(names) -> list[str]:
+def stage_order(names: Iterable[str]) -> list[str]:
     """Pipeline order: the registered sample stages, then user-named ones (also inside a sample) in the order given,
     then the registered batch / step / epoch stages, ``other`` last."""
     names = list(dict.fromkeys(names))

@@ -13,6 +13,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from .output import write_png
+
 if TYPE_CHECKING:  # annotations only: analysis and renderers take the typed record
     from ..record import RunRecord
 
@@ -30,8 +32,8 @@ def plot_whatif(rec: RunRecord, path: str | Path) -> Path:
     rows = c.get("rows") or []
     y = np.arange(len(rows))
     vals = [r["samples_per_s"] for r in rows]
-    colours = ["#d62728" if r["stage"] == c.get("lowest") else "#1f77b4" for r in rows]
-    bars = ax1.barh(y, vals, color=colours)
+    colors = ["#d62728" if r["stage"] == c.get("lowest") else "#1f77b4" for r in rows]
+    bars = ax1.barh(y, vals, color=colors)
     for b, r in zip(bars, rows):
         if r["basis"] == "derived":
             b.set_hatch("//")
@@ -43,14 +45,18 @@ def plot_whatif(rec: RunRecord, path: str | Path) -> Path:
         ax1.legend(fontsize=8, loc="lower right")
     ax1.set_xlabel("samples/s (log)")
     ax1.set_title("Ceilings: each stage alone (hatched = derived)", fontsize=10)
-    preds = [p for p in w.get("predictions") or [] if p["kind"] == "workers"]
+    preds = [p for p in w.get("predictions") or [] if p["kind"] == "workers" and p.get("samples_per_s") is not None]
     if preds:
         n = [p["workers"] for p in preds]
         x = [p["samples_per_s"] for p in preds]
         ax2.plot(n, x, marker="o", color="#ff7f0e", label="predicted")
+        ivs = [p.get("interval") or [v, v] for p, v in zip(preds, x)]
+        ax2.fill_between(n, [i[0] for i in ivs], [i[1] for i in ivs], color="#ff7f0e", alpha=0.2,
+                         label="95 % interval")
         meas = w.get("measured") or {}
-        ax2.scatter([meas.get("workers")], [meas.get("samples_per_s")], color="black", zorder=3, s=50,
-                    label="measured (this run)")
+        if meas.get("workers") is not None and meas.get("samples_per_s") is not None:
+            ax2.scatter([meas["workers"]], [meas["samples_per_s"]], color="black", zorder=3, s=50,
+                        label="measured (this run)")
         for p in preds:
             ax2.annotate(p["binds"], (p["workers"], p["samples_per_s"]), fontsize=7, xytext=(0, 6),
                          textcoords="offset points", ha="center")
@@ -62,6 +68,4 @@ def plot_whatif(rec: RunRecord, path: str | Path) -> Path:
     ax2.margins(y=0.2)
     ax2.set_title("What-if: workers (label: the stage that would bind)", fontsize=10)
     fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out)
-    return out
+    return write_png(fig, path)  # a full disk leaves no truncated PNG

@@ -16,21 +16,47 @@ def _sps(v: float | None) -> str:
     return f"{v:,.0f}" if v >= 100 else f"{v:.1f}"
 
 
+def _stage(r: dict[str, Any], c: Any) -> str:
+    name = r.get("words") or r["stage"]
+    return name + (" ← sets the pace" if r["stage"] == c.get("lowest") else "")
+
+
 def ceiling_rows(rec: RunRecord) -> list[tuple[str, str, str, str]]:
     """(stage, samples/s, measured|derived, how) per ceiling, the lowest marked."""
     c = rec.ceilings or {}
-    return [(r["stage"] + (" ← sets the pace" if r["stage"] == c.get("lowest") else ""), _sps(r["samples_per_s"]),
-             r["basis"], r["how"]) for r in c.get("rows") or []]
+    return [(_stage(r, c), _sps(r["samples_per_s"]), r["basis"], r["how"]) for r in c.get("rows") or []]
+
+
+def estimate(x: float | None, iv: list[float] | None) -> str:
+    """"≈ 212 (190–240)": a prediction with its interval, as every view shows it."""
+    if x is None:
+        return "not predicted"
+    return f"≈ {_sps(x)}" + (f" ({_sps(iv[0])}–{_sps(iv[1])})" if iv else "")
 
 
 def prediction_rows(rec: RunRecord) -> list[tuple[str, str, str, str, str]]:
-    """(setting, samples/s, change, would bind, assumption) per prediction."""
+    """(setting, samples/s with its interval, change, would bind, assumption) per prediction."""
     rows = []
-    for p in (rec.whatif or {}).get("predictions") or []:
+    for p in rec.whatif.get("predictions") or []:
         ch = p.get("change")
-        rows.append((p["setting"] + (" (this run)" if p.get("measured") else ""), _sps(p["samples_per_s"]),
-                     _change(ch, p), p["binds"], p["assumption"]))
+        rows.append((p["setting"] + (" (this run)" if p.get("measured") else ""),
+                     estimate(p.get("samples_per_s"), p.get("interval")), _change(ch, p),
+                     p.get("binds_words") or p["binds"], p["assumption"]))
     return rows
+
+
+def notices(rec: RunRecord) -> list[str]:
+    """Lines said under the predictions: an unsteady baseline (with the command that measures it better), and why a
+    job that read no files has no storage rows. Old records (no steadiness section) have none."""
+    w = rec.whatif or {}
+    out = []
+    st = w.get("steadiness") or {}
+    if st.get("notices"):
+        out.append("Unsteady baseline — the intervals are widened: " + "; ".join(st["notices"]) + ". Re-measure: "
+                   + str(st.get("remeasure")))
+    if w.get("storage_note"):
+        out.append(str(w["storage_note"]).capitalize() + ".")
+    return out
 
 
 def headline(rec: RunRecord) -> str:
@@ -39,8 +65,10 @@ def headline(rec: RunRecord) -> str:
     if not rows:
         return "No ceilings: this run measured no steps."
     parts = ", ".join(f"{r['stage']} {_sps(r['samples_per_s'])} ({r['basis']})" for r in rows)
-    return (f"This run: {_sps(c.get('samples_per_s'))} samples/s; alone, {parts} — the lowest ({c.get('lowest')}) "
-            "sets the pace.")
+    lowest = c.get("lowest_words") or c.get("lowest")
+    meas = (rec.whatif or {}).get("measured") or {}
+    now = estimate(c.get("samples_per_s"), meas.get("interval")).removeprefix("≈ ")
+    return f"This run: {now} samples/s; alone, {parts} — the lowest ({lowest}) sets the pace."
 
 
 def _change(ch: float | None, p: dict[str, Any]) -> str:

@@ -101,6 +101,11 @@ class Sampler:
             self._thread = None
             self._absent["sampler"] = f"sampler thread did not start: {exc}"
 
+    @property
+    def ticks(self) -> int:
+        """Ticks taken so far (halvings included): how a caller waits for the sampler to have seen something."""
+        return self._ticks
+
     def label_pid(self, pid: int, role: str, worker_id: int | None = None) -> None:
         """Say what `pid` is ("worker" with its DataLoader worker id, "child", "main"); any time, any thread."""
         self._tracker.label(pid, role, worker_id)
@@ -130,15 +135,15 @@ class Sampler:
         try:
             self._gpu.open()  # first: NVML init can take a while, and the baselines below should be fresh
             try:
-                self._system = SystemReader(self._disk_arg)
-                self._system.prime()
+                system = self._system = SystemReader(self._disk_arg)
+                system.prime()
                 self._tracker.prime()
             except Exception as exc:
                 self._absent["sampler"] = f"sampler setup failed: {exc!r}"
                 return
             next_at = time.perf_counter() + self.interval_s
             while not self._stop_event.wait(max(0.0, next_at - time.perf_counter())):
-                self._tick()
+                self._tick(system)
                 next_at += self.interval_s
                 now = time.perf_counter()
                 if next_at < now:  # fell behind (machine overloaded): skip missed ticks rather than burst
@@ -150,12 +155,12 @@ class Sampler:
                 if self._system is not None:
                     self._system.close()
 
-    def _tick(self) -> None:
+    def _tick(self, system: SystemReader) -> None:
         cpu0 = time.thread_time()
         t_s = round(self._now_s(), 4)
         index = self._ticks
         try:
-            sysv = self._system.read()  # type: ignore[union-attr]
+            sysv = system.read()
             gpu = self._gpu.read(index)  # outside the lock: PCIe reads block ~20 ms (GIL released)
             with self._lock:
                 self._t_s.append(t_s)

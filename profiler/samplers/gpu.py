@@ -48,7 +48,7 @@ _FI_PCIE_TX_BYTES = 197
 def _import_pynvml() -> tuple[Any | None, str | None]:
     """Import pynvml lazily: a CPU-only install must not pay for (or fail on) it."""
     try:
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml
     except Exception as exc:  # ImportError, or a broken install raising anything at import
         return None, f"pynvml not importable: {exc}"
     return pynvml, None
@@ -285,7 +285,7 @@ class GpuSampler:
         self.index = index
         self.pcie_every = max(1, pcie_every)
         self.absent: dict[str, str] = {}
-        self._nvml: Any | None = None
+        self._nvml: Any = None  # the pynvml module once opened (untyped: NVML has no stubs)
         self._handle: Any | None = None
         self._name: str | None = None
         self._mem_total: int | None = None
@@ -300,10 +300,6 @@ class GpuSampler:
         # PCIe counters (field values) when the device has them, else the spot sample; see the module docstring
         self._counters_ok: bool | None = None  # None: not yet tried
         self._prev_counts: tuple[tuple[int, int], tuple[int, int]] | None = None
-
-    @property
-    def is_open(self) -> bool:
-        return self._handle is not None
 
     def open(self) -> bool:
         """Initialise NVML and the device handle; on failure record absent["gpu"] and return False."""

@@ -270,9 +270,12 @@ class ProcessTracker:
 
     def _full_memory(self, e: ProcessSeries) -> tuple[int | None, int | None]:
         """(pss, uss) from memory_full_info; also charges its CPU cost against the budget."""
+        proc = e.proc
+        if proc is None:  # _pick_full picks only processes psutil holds
+            return None, None
         cost0 = time.thread_time()
         try:
-            fm = e.proc.memory_full_info()  # type: ignore[union-attr]
+            fm = proc.memory_full_info()
             pss = int(getattr(fm, "pss", 0)) or None
             if pss is None:
                 self.absent.setdefault("pss", "memory_full_info has no pss on this platform")

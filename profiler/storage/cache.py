@@ -16,6 +16,7 @@ import ctypes.util
 import os
 import stat
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from profiler.storage._paths import PathArg, expand_paths
 
@@ -52,7 +53,8 @@ def _regular_fds(paths: PathArg | Iterable[PathArg]) -> Iterator[tuple[int, os.s
             os.close(fd)
 
 
-_syncfs = None
+# syncfs(2) from libc, looked up once: None = not looked up yet, False = unavailable (fall back to sync(2)).
+_syncfs: Any = None
 
 
 def _sync_filesystem(fd: int) -> None:
@@ -104,9 +106,10 @@ def warm(paths: PathArg | Iterable[PathArg]) -> int:
     view = memoryview(buf)
     total = 0
     for fd, _ in _regular_fds(paths):
+        owned: int | None = fd  # closed here unless the file object took it
         try:
             with os.fdopen(fd, "rb", buffering=0, closefd=True) as f:
-                fd = None
+                owned = None
                 while True:
                     n = f.readinto(view)
                     if not n:
@@ -115,6 +118,6 @@ def warm(paths: PathArg | Iterable[PathArg]) -> int:
         except OSError:
             continue
         finally:
-            if fd is not None:
-                os.close(fd)
+            if owned is not None:
+                os.close(owned)
     return total

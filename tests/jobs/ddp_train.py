@@ -5,6 +5,8 @@ argv: MODE DATA_DIR [RANK1_DATA_DIR]
   cpu       rank 1's dataset does planted extra CPU work per sample (it becomes the straggler, cause cpu)
   io        rank 1 reads RANK1_DATA_DIR (the test makes it cold and throttled), rank 0 reads DATA_DIR (warm)
   die       rank 1 ends abruptly (os._exit) after a few batches, leaving no record
+  dienode   every rank of torchrun node 1 (GROUP_RANK 1) ends abruptly after a few batches
+env SLOW_RANK (default 1): the rank made slow in mode cpu; SLOW_WORK (default 40): its matmuls per sample
 """
 import os
 import sys
@@ -29,7 +31,7 @@ class Files(Dataset):
             data = f.read()
         if self.extra_cpu:
             x = torch.randn(128, 128)
-            for _ in range(40):
+            for _ in range(int(os.environ.get("SLOW_WORK", "40"))):
                 x = torch.tanh(x @ x / 128)
         return torch.tensor(list(data[:64]), dtype=torch.float32) / 255
 
@@ -41,7 +43,7 @@ def main():
     rank = dist.get_rank()
     if mode == "io" and rank == 1:
         root = sys.argv[3]
-    ds = Files(root, extra_cpu=(mode == "cpu" and rank == 1))
+    ds = Files(root, extra_cpu=(mode == "cpu" and rank == int(os.environ.get("SLOW_RANK", "1"))))
     sampler = DistributedSampler(ds, seed=0)
     loader = DataLoader(ds, batch_size=8, sampler=sampler, num_workers=1, persistent_workers=True)
     model = DDP(torch.nn.Linear(64, 64))
@@ -56,6 +58,8 @@ def main():
             opt.step()
             batches += 1
             if mode == "die" and rank == 1 and batches == 4:
+                os._exit(1)
+            if mode == "dienode" and os.environ.get("GROUP_RANK") == "1" and batches == 4:
                 os._exit(1)
     dist.destroy_process_group()
 

@@ -1,0 +1,334 @@
+"""Analysis of an ``attach`` record: sampled shares → the same stall, causes, bands and verdict as ``run``.
+
+Pure: reads ``rec.attach`` (counts and kernel clocks), fills the derived sections. How each figure is estimated:
+
+- **Wait** (the stall): the share of the main thread's stack samples inside the DataLoader's ``__next__``, times the
+  window. A binomial share; its 95 % Wilson interval and the sample count go with it. Samples are taken at a fixed
+  rate, so neighbouring samples are correlated and the interval is a lower bound on the true uncertainty.
+- **What the producing workers were doing**: each worker's main-thread samples give the share of its time producing
+  (inside the fetch: getitem, decode, augment, collate, ...), putting a batch on its queue, or idle (waiting for an
+  index); its queue-feeder thread's busy samples are the transfer (pickling and sending the batch), as are the
+  pin-memory thread's busy samples. The kernel's
+  exact per-thread clocks over the window split the producing time: time on a core and time waiting for a core are
+  ``cpu`` (an idle worker uses no CPU, so all of its CPU time is counted as producing, up to the producing time);
+  the rest of the producing time was blocked, ``io`` — ``blocked_device`` as far as the thread's scheduler-state
+  samples show it in D (uninterruptible, a block-device read), ``blocked_other`` otherwise.
+- **The stall by cause**: the wait apportioned by the workers' producing mix (cpu / io / transfer), as ``run``
+  apportions each idle gap by what the producing worker was doing; when no worker was seen producing, ``other``.
+  With workers = 0 the main thread loads the batch inside ``__next__``: its blocked time (wall minus on-core and
+  run-queue) is taken as the blocked part of the wait, the rest is cpu; this assumes the model step itself runs on
+  a core (a CPU model), and overstates io for a CUDA job whose main thread blocks in synchronisations.
+- **Verdict**: the same bands (profiler/thresholds.py) and causes (profiler/vocab.py) as ``run``.
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from .. import thresholds as th
+from .. import vocab
+from .verdict import NOTHING_MEASURED, VERDICT_CAUSES, severity
+
+if TYPE_CHECKING:
+    from ..record import RunRecord
+    from ..record.schema import Finding, Recommendation, StageStats, Stall, Verdict
+
+#: z for a two-sided 95 % interval.
+Z95 = 1.959964
+#: A stage, cause or worker share is only named in a recommendation when at least this many samples stand behind the
+#: figure's denominator: with fewer, a 95 % interval is wider than ±15 points and the figure could be anything.
+MIN_SAMPLES_TO_JUDGE = 40
+IDLE = "idle"
+#: A worker whose main thread spent at least this much time on a core in the window was making batches, even when no
+#: stack sample caught it (a light loader beside a heavy model makes a batch in a millisecond or two a step). Why
+#: 2 ms: a worker idle between epochs wakes every 5 s (torch's status check) for microseconds; one batch is more.
+ACTIVE_WORKER_CPU_S = 0.002
+PRODUCING = ("read", "decode", "augment", "getitem", "collate", "torch.load", "np.load")
+MAIN_ONLY = ("wait", "compute", "epoch_start")
+
+
+def wilson(k: int, n: int) -> tuple[float, float]:
+    """95 % Wilson score interval of a binomial share k/n (well-behaved at 0, 1 and small n)."""
+    if n <= 0:
+        return 0.0, 1.0
+    p = k / n
+    d = 1 + Z95 ** 2 / n
+    c = (p + Z95 ** 2 / (2 * n)) / d
+    h = Z95 * math.sqrt(p * (1 - p) / n + Z95 ** 2 / (4 * n * n)) / d
+    return (0.0 if k == 0 else max(0.0, c - h)), (1.0 if k == n else min(1.0, c + h))
+
+
+def is_attach(rec: RunRecord) -> bool:
+    return bool(rec.job_kind == "attach" and rec.attach)
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.0f} %" if x >= 0.1 else f"{x * 100:.1f} %"
+
+
+def _by_role(threads: list[dict[str, Any]], role: str) -> list[dict[str, Any]]:
+    return [t for t in threads if t.get("role") == role]
+
+
+def worker_mix(a: dict[str, Any]) -> dict[str, Any]:
+    """Per worker and in all: seconds producing by kind (on_cpu, runqueue, blocked_device, blocked_other,
+    transfer), stage samples, and the shares behind them."""
+    threads = a.get("threads") or []
+    feeders = {t["pid"]: t for t in _by_role(threads, "worker_feeder")}
+    rows = []
+    for t in _by_role(threads, "worker"):
+        n = int(t.get("samples") or 0)
+        if n <= 0:
+            rows.extend(_unsampled_worker(t, a))
+            continue
+        st = t.get("stages") or {}
+        wall = float(t.get("wall_s") or a.get("seconds") or 0.0)
+        prod_k = sum(v for k, v in st.items() if k not in (IDLE, "transfer"))
+        prod_s = wall * prod_k / n
+        put_s = wall * st.get("transfer", 0) / n
+        f = feeders.get(t["pid"]) or {}
+        fn = int(f.get("samples") or 0)
+        feed_s = float(f.get("wall_s") or wall) * (f.get("stages") or {}).get("transfer", 0) / fn if fn else 0.0
+        oncpu, runq = float(t.get("on_cpu_s") or 0.0), float(t.get("runq_s") or 0.0)
+        busy = min(prod_s, max(0.0, oncpu + runq - put_s))
+        on = busy * (oncpu / (oncpu + runq)) if oncpu + runq > 0 else 0.0
+        blocked = max(0.0, prod_s - busy)
+        states = t.get("states") or {}
+        n_states = sum(states.values())
+        dev = min(blocked, wall * states.get("D", 0) / n_states) if n_states else 0.0
+        rows.append({"pid": t["pid"], "worker": t.get("worker", -1), "samples": n, "wall_s": wall,
+                     "producing_share": prod_k / n, "idle_share": st.get(IDLE, 0) / n,
+                     "kinds": {"on_cpu": on, "runqueue": busy - on, "blocked_device": dev,
+                               "blocked_other": blocked - dev, "transfer": put_s + feed_s},
+                     "stages": {k: v for k, v in st.items()}})
+    kinds = {k: sum(r["kinds"][k] for r in rows) for k in ("on_cpu", "runqueue", "blocked_device", "blocked_other",
+                                                            "transfer")}
+    for t in _by_role(threads, "pin_memory"):  # pinning a batch before the main thread may take it: transfer
+        n = int(t.get("samples") or 0)
+        if n:
+            kinds["transfer"] += float(t.get("wall_s") or a.get("seconds") or 0.0) * (
+                t.get("stages") or {}).get("transfer", 0) / n
+    return {"workers": rows, "kinds": kinds, "total_s": sum(kinds.values())}
+
+
+def _unsampled_worker(t: dict[str, Any], a: dict[str, Any]) -> list[dict[str, Any]]:
+    """A worker with kernel clocks but no stack samples: its whole window is taken as producing (idle cannot be told
+    apart without stacks), split by the clocks alone; ``unsampled`` marks the row, and the verdict says so."""
+    wall = float(t.get("wall_s") or 0.0)
+    if wall <= 0:
+        return []
+    oncpu, runq = float(t.get("on_cpu_s") or 0.0), float(t.get("runq_s") or 0.0)
+    blocked = max(0.0, wall - oncpu - runq)
+    states = t.get("states") or {}
+    n_states = sum(states.values())
+    dev = min(blocked, wall * states.get("D", 0) / n_states) if n_states else 0.0
+    return [{"pid": t["pid"], "worker": t.get("worker", -1), "samples": 0, "wall_s": wall, "producing_share": 1.0,
+             "idle_share": 0.0, "unsampled": True,
+             "kinds": {"on_cpu": oncpu, "runqueue": runq, "blocked_device": dev, "blocked_other": blocked - dev,
+                       "transfer": 0.0}, "stages": {}}]
+
+
+def main_thread(a: dict[str, Any]) -> dict[str, Any] | None:
+    mains = [t for t in _by_role(a.get("threads") or [], "main") if t.get("tid") == t.get("pid")] or \
+        _by_role(a.get("threads") or [], "main")
+    return max(mains, key=lambda t: int(t.get("samples") or 0)) if mains else None
+
+
+def _main_load_kinds(m: dict[str, Any], wait_s: float, window_s: float) -> dict[str, float]:
+    """workers = 0: the wait split by the main thread's own kernel clocks (see the module docstring)."""
+    wall = float(m.get("wall_s") or window_s)
+    oncpu, runq = float(m.get("on_cpu_s") or 0.0), float(m.get("runq_s") or 0.0)
+    blocked = min(wait_s, max(0.0, wall - oncpu - runq))
+    busy = wait_s - blocked
+    states = m.get("states") or {}
+    n = sum(states.values())
+    dev = min(blocked, wall * states.get("D", 0) / n) if n else 0.0
+    on = busy * oncpu / (oncpu + runq) if oncpu + runq > 0 else busy
+    return {"on_cpu": on, "runqueue": busy - on, "blocked_device": dev, "blocked_other": blocked - dev,
+            "transfer": 0.0}
+
+
+def stage_table(a: dict[str, Any], m: dict[str, Any] | None) -> dict[str, StageStats]:
+    """Stages as shares of sampled time: worker stages of the workers' sampled time (with workers = 0, of the main
+    thread's), main-loop stages of the main thread's; each with its samples and 95 % interval."""
+    out: dict[str, StageStats] = {}
+    workers = _by_role(a.get("threads") or [], "worker")
+    n_w = sum(int(t.get("samples") or 0) for t in workers)
+    wall_w = sum(float(t.get("wall_s") or 0.0) for t in workers)
+    counts: dict[str, int] = {}
+    for t in workers:
+        for k, v in (t.get("stages") or {}).items():
+            counts[k] = counts.get(k, 0) + int(v)
+
+    def row(name: str, k: int, n: int, seconds: float, per: str) -> StageStats:
+        lo, hi = wilson(k, n)
+        return {"per": per, "basis": "sampled", "count": k, "share": round(k / n, 4) if n else 0.0,
+                "share_low": round(lo, 4), "share_high": round(hi, 4), "total_s": round(seconds * k / n, 6) if n
+                else 0.0}
+
+    for k, v in sorted(counts.items(), key=lambda kv: -kv[1]):
+        out[k] = row(k, v, n_w, wall_w, "worker")
+    if m:
+        n = int(m.get("samples") or 0)
+        wall = float(m.get("wall_s") or a.get("seconds") or 0.0)
+        for k, v in (m.get("stages") or {}).items():
+            out[k] = row(k, int(v), n, wall, "main")
+        for k, v in (m.get("wait_stages") or {}).items():  # workers = 0: the loading inside the wait
+            if k not in out:
+                out[k] = row(k, int(v), n, wall, "main (inside wait)")
+    return out
+
+
+def analyze_attach(rec: RunRecord) -> RunRecord:
+    a: dict[str, Any] = dict(rec.attach or {})
+    window_s = float(a.get("seconds") or rec.window["seconds"] or 0.0)
+    m = main_thread(a)
+    n_main = int(m.get("samples") or 0) if m else 0
+    st = (m or {}).get("stages") or {}
+    k_wait = int(st.get("wait", 0))
+    frac = k_wait / n_main if n_main else 0.0
+    lo, hi = wilson(k_wait, n_main)
+    wait_s = frac * window_s
+    mix = worker_mix(a)
+    # the most workers alive at once (a loader re-forking its workers each epoch is still num_workers workers);
+    # records written before that figure: the workers listed
+    at_once = a.get("workers_at_once")
+    workers = int(at_once) if at_once is not None else len(
+        [p for p in a.get("processes") or [] if p.get("role") == "worker"])
+    if workers == 0 and m is not None:
+        kinds = _main_load_kinds(m, wait_s, window_s)
+        total = sum(kinds.values())
+    else:
+        kinds, total = mix["kinds"], mix["total_s"]
+    by_kind = {k: (wait_s * v / total if total > 0 else 0.0) for k, v in kinds.items()}
+    by_cause = {c: 0.0 for c in vocab.CAUSE_NAMES}
+    for k, v in by_kind.items():
+        by_cause[vocab.KINDS[k][0]] += v
+    if total <= 0:
+        by_cause["other"] = wait_s
+    by_kind["other"] = by_cause["other"]
+    stall: Stall = {
+        "seconds": round(wait_s, 6), "fraction": round(frac, 4), "fraction_low": round(lo, 4),
+        "fraction_high": round(hi, 4), "main_samples": n_main, "wait_samples": k_wait,
+        "by_cause": {k: round(v, 6) for k, v in by_cause.items()},
+        "share_by_cause": {k: round(v / wait_s, 4) if wait_s > 0 else 0.0 for k, v in by_cause.items()},
+        "by_kind": {k: round(v, 6) for k, v in by_kind.items()},
+        "method": ("sampled: the main thread's share of stack samples inside DataLoader.__next__, split by the "
+                   "producing workers' sampled stages and kernel clocks (profiler/analysis/attach.py)"),
+    }
+    rec.stall = stall
+    rec.stages = stage_table(a, m)
+    rec.verdict = verdict(a, stall, mix, m, workers, window_s)
+    rec.throughput = {"window_s": round(window_s, 6)}
+    rec.whatif = {"error": "an attach record has no per-sample timings to predict other settings from"}
+    rec.ceilings = {}
+    rec.ram = {}
+    findings: list[Finding] = []
+    if rec.partial:
+        findings.append({"kind": "partial", "message": f"Partial attach: {rec.partial_reason}. Figures cover the "
+                                                       f"{window_s:.1f} s sampled."})
+    errs = int((a.get("sampler") or {}).get("errors") or 0)
+    if errs:
+        findings.append({"kind": "sampler_errors", "message": f"{errs} stack samples could not be read "
+                                                              "(a process exiting or a torn non-blocking read)."})
+    for key, why in (a.get("absent") or {}).items():
+        findings.append({"kind": "absent", "message": f"Not measured from outside — {key}: {why}."})
+    rec.findings = findings
+    return rec
+
+
+def _cores(rec_cores: float | None) -> str:
+    return f"{rec_cores:g}" if rec_cores else "?"
+
+
+def verdict(a: dict[str, Any], stall: Stall, mix: dict[str, Any], m: dict[str, Any] | None, workers: int,
+            window_s: float) -> Verdict:
+    n_main = int(stall.get("main_samples") or 0)
+    # a job between epochs (validating, checkpointing) has workers, idle ones: activity is a wait or a worker making
+    # a batch, not the workers' existence
+    wait_stages = (m or {}).get("wait_stages") or {}
+    any_dl = bool(int(stall.get("wait_samples") or 0)) or bool(wait_stages) or any(
+        r["producing_share"] > 0 for r in mix["workers"]) or any(
+        float(t.get("on_cpu_s") or 0.0) >= ACTIVE_WORKER_CPU_S for t in _by_role(a.get("threads") or [], "worker"))
+    if n_main == 0 or not any_dl:
+        why = "no samples of the main thread" if n_main == 0 else "no DataLoader activity seen"
+        return {"bottleneck": NOTHING_MEASURED, "severity": "nothing measured",
+                "summary": f"No verdict: {why} in {window_s:.1f} s (the job may be between epochs, validating or "
+                           "checkpointing); attach again while it trains.",
+                "recommendations": []}
+    frac = float(stall["fraction"])
+    band = f"{_pct(frac)} (95 % interval {_pct(stall['fraction_low'])}–{_pct(stall['fraction_high'])}, " \
+           f"{stall['wait_samples']} of {n_main} main-thread samples)"
+    sev = severity(frac)
+    who = f"{workers} worker{'s' if workers != 1 else ''}" if workers else "the main process (workers = 0)"
+    total = float(stall.get("seconds") or 0.0)
+    if frac < th.NOT_INPUT_BOUND_BELOW or total <= 0:
+        return {"bottleneck": "compute", "severity": sev,
+                "summary": f"Compute-bound: the input pipeline keeps up; the main thread waited for the next batch "
+                           f"{band} of {window_s:.1f} s sampled.",
+                "recommendations": recommendations("compute", stall, mix, workers, a)}
+    by = stall["by_cause"]
+    causes = {c: float(by.get(c, 0.0)) for c in VERDICT_CAUSES}
+    cause = max(causes, key=lambda c: causes[c])
+    share = causes[cause] / total if total > 0 else 0.0
+    summary = (f"Input-bound ({sev.split()[0]}): the main thread waited for the next batch {band}; "
+               f"{_pct(share)} of that wait was {vocab.CAUSE[cause].words} in {who}.")
+    other = float(by.get("other", 0.0)) / total if total > 0 else 0.0
+    if other >= th.OTHER_SHARE_WARN:
+        summary += f" Note: {_pct(other)} of the wait could not be tied to what the workers were doing (other)."
+        if causes[cause] <= 0:
+            cause = "other"
+    unsampled = [r for r in mix["workers"] if r.get("unsampled")]
+    if unsampled:
+        summary += (f" {len(unsampled)} worker{'s' if len(unsampled) != 1 else ''} could not be stack-sampled: "
+                    "judged by the kernel's clocks alone (all of its time taken as producing).")
+    out: Verdict = {"bottleneck": cause if cause != "other" else "other", "severity": sev,
+                    "summary": summary, "cause_share": round(share, 4)}
+    out["recommendations"] = recommendations(cause, stall, mix, workers, a)
+    return out
+
+
+def recommendations(cause: str, stall: Stall, mix: dict[str, Any], workers: int,
+                    a: dict[str, Any]) -> list[Recommendation]:
+    """A few rules on the sampled numbers, each quoting them; the exact what-if needs a ``run``."""
+    out: list[Recommendation] = []
+    rows = mix["workers"]
+    busy = sum(r["producing_share"] for r in rows) / len(rows) if rows else 0.0
+    util = a.get("cpu_util")
+    kinds = stall.get("by_kind") or {}
+    wait = float(stall.get("seconds") or 0.0)
+
+    def rec(action: str, reason: str, gain: str, c: str) -> None:
+        out.append({"action": action, "reason": reason, "expected_gain": gain, "cause": c})
+
+    if cause == "cpu":
+        runq = float(kinds.get("runqueue", 0.0))
+        if workers == 0:
+            rec("Use DataLoader workers: num_workers 2 or more",
+                f"with workers = 0 the main thread loads every batch itself: {_pct(stall['fraction'])} of its "
+                "samples were inside the DataLoader", "overlaps loading with the model step", "cpu")
+        elif util is not None and util < th.CPU_SATURATED_FROM and runq < 0.25 * wait:
+            rec(f"Raise num_workers from {workers} to {workers + max(1, workers // 2)}",
+                f"the workers were producing {_pct(busy)} of their sampled time and the machine's CPU was only "
+                f"{_pct(util)} busy", "more batches in flight; measure with `profiler run` or `sweep`", "cpu")
+        else:
+            rec("Make each sample cheaper (lighter augmentation, pre-resized or pre-decoded data)",
+                f"the CPU was {_pct(util) if util is not None else 'fully'} busy and "
+                f"{_pct(runq / wait) if wait > 0 else '0 %'} of the wait was workers waiting for a core: more "
+                "workers would only share the same cores", "less CPU per sample", "cpu")
+    elif cause == "io":
+        dev = float(kinds.get("blocked_device", 0.0))
+        rec(f"More reads in flight: num_workers {max(workers * th.IO_WORKERS_GROWTH, workers + 2)}",
+            f"the workers were blocked {_pct((dev + float(kinds.get('blocked_other', 0.0))) / wait) if wait else '0 %'}"
+            " of the wait (blocked readers use no CPU)", "overlaps more reads", "io")
+        rec("Faster or local storage, or keep the dataset in the page cache / RAM",
+            f"{_pct(dev / wait) if wait else '0 %'} of the wait was a worker in a block-device read",
+            "removes the device wait", "io")
+    elif cause == "transfer":
+        rec("pin_memory=True and smaller batches on the wire (uint8 images, normalised on the device)",
+            f"{_pct(float(kinds.get('transfer', 0.0)) / wait) if wait else '0 %'} of the wait was batches being "
+            "pickled and sent from the workers", "less time moving batches", "transfer")
+    rec("For per-batch latencies, exact per-sample times and what-if predictions, profile a run under "
+        "`python -m profiler run`", "attach sees shares of sampled time only (see the absent figures)",
+        "the exact figures", "other")
+    return out

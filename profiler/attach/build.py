@@ -1,0 +1,204 @@
+"""Sampled stacks and kernel counters → one RunRecord of kind ``attach`` (raw sections only; analysis derives the
+rest, profiler/analysis/attach.py).
+
+The record keeps counts, not conclusions: per thread, how many stack samples fell in each stage, its kernel clocks
+over the window and its state samples; per process, its read counters. What cannot be had from outside is listed in
+``attach.absent`` with the reason, so no reader takes a missing figure for a zero.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+from collections import Counter
+from typing import TYPE_CHECKING, Any, cast
+
+from .. import __version__
+from ..redact import redact_argv
+from ..samplers.environment import probe_environment
+from . import classify
+from .session import Sampled
+
+if TYPE_CHECKING:
+    from ..record.schema import Attach, Environment, Timeline
+
+#: Figures ``run`` measures that sampling from outside cannot give, and why.
+ABSENT: dict[str, str] = {
+    "throughput": "samples per second need the batch sizes the loader returned; stacks do not show them "
+                  "(run under `python -m profiler run` for them)",
+    "step_latency_percentiles": "stack samples have no step boundaries: p50/p95/p99 of wait and compute per step "
+                                "cannot be had, only their shares of time",
+    "per_sample_times": "exact per-sample read/decode/augment times need timers inside the worker; attach gives each "
+                        "stage's share of the worker's sampled time instead",
+    "h2d": "host-to-device copies run in C++ (no Python frame of their own); they are counted in compute",
+    "timeline": "no per-step rows: the record has empty timeline tables",
+    "worker_ids": "DataLoader worker ids live inside the worker; workers are numbered by process start order",
+}
+
+
+def _iso(t: float | None) -> str | None:
+    if t is None:
+        return None
+    return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def thread_rows(s: Sampled) -> list[dict[str, Any]]:
+    """One row per sampled thread of the main process and the workers: role, stage counts, kernel figures."""
+    roles = {p.pid: p.role for p in s.target.processes}
+    worker_index = {p.pid: i for i, p in enumerate(sorted(s.target.workers, key=lambda p: p.pid))}
+    rows: dict[tuple[int, int], dict[str, Any]] = {}
+    for st in s.stacks.stacks:
+        key = (st.pid, st.tid)
+        if roles.get(st.pid) not in ("main", "worker"):
+            continue
+        r = rows.get(key)
+        if r is None:
+            in_worker = roles.get(st.pid) == "worker"
+            role = classify.role(st.frames, st.thread_name, in_worker)
+            if role == classify.OTHER and st.tid == st.pid and not in_worker:
+                role = classify.MAIN
+            r = rows[key] = {"pid": st.pid, "tid": st.tid, "name": st.thread_name, "role": role,
+                             "worker": worker_index.get(st.pid, -1), "samples": 0, "stages": Counter(),
+                             "wait_stages": Counter(), "where": Counter()}
+        r["samples"] += st.count
+        role = r["role"]
+        if role == classify.MAIN:
+            stage, inner = classify.main_stage(st.frames)
+            r["stages"][stage] += st.count
+            if inner:
+                r["wait_stages"][inner] += st.count
+        elif role == classify.WORKER:
+            stage = classify.worker_stage(st.frames)
+            r["stages"][stage] += st.count
+        elif role == classify.WORKER_FEEDER:
+            r["stages"][classify.feeder_stage(st.frames)] += st.count
+        elif role == classify.PIN_MEMORY:
+            r["stages"][classify.pin_stage(st.frames)] += st.count
+        else:
+            r["stages"]["other"] += st.count
+        if role in (classify.MAIN, classify.WORKER):
+            where = classify.user_frame(st.frames)
+            if where:
+                r["where"][where] += st.count
+    # A worker py-spy could not read (it sometimes gives up on a child it first meets mid-read): its kernel clocks
+    # still say how it spent the window, so it keeps a row, without stack samples, and analysis says so.
+    for p in s.target.workers:
+        if (p.pid, p.pid) not in rows and (p.pid, p.pid) in s.kernel.windows:
+            rows[(p.pid, p.pid)] = {"pid": p.pid, "tid": p.pid, "name": "MainThread", "role": classify.WORKER,
+                                    "worker": worker_index.get(p.pid, -1), "samples": 0, "stages": Counter(),
+                                    "wait_stages": Counter(), "where": Counter()}
+    out = []
+    for (pid, tid), r in sorted(rows.items()):
+        w = s.kernel.windows.get((pid, tid))
+        top = r.pop("where").most_common(3)
+        out.append({**r, "stages": dict(r["stages"]), "wait_stages": dict(r["wait_stages"]),
+                    "top_frames": [{"where": k, "samples": v} for k, v in top],
+                    # a thread that lived between two looks at the job's children has no kernel window: its sampled
+                    # lifetime (py-spy samples every thread at the rate) stands in for its wall time
+                    "wall_s": round(w.wall_s, 6) if w and w.wall_s > 0 else round(r["samples"] / s.rate_hz, 6),
+                    "on_cpu_s": round(w.on_cpu_s, 6) if w else 0.0,
+                    "runq_s": round(w.runq_s, 6) if w else 0.0, "states": dict(w.states) if w else {}})
+    return out
+
+
+def workers_at_once(s: Sampled) -> int:
+    """The most DataLoader workers alive at the same time in the window (the loader's num_workers, as far as the
+    window shows it): workers that end and are forked again between epochs are counted once per slot, not once per
+    process. From each worker's main-thread kernel window (first and last reading); a worker too short-lived to have
+    one (forked and gone between two looks at the job's children) is not counted; the workers
+    discovery found alive together are a floor."""
+    spans: list[tuple[int, int]] = []
+    at_discovery = len([p for p in s.target.workers if p.found == "discovery"])
+    for p in s.target.workers:
+        w = s.kernel.windows.get((p.pid, p.pid))
+        if w is not None and w.first is not None and w.last is not None:
+            spans.append((w.first.t_ns, 1))
+            spans.append((w.last.t_ns + 1, -1))  # an end after a start at the same instant: they overlapped
+    most = alive = 0
+    for _, d in sorted(spans):
+        alive += d
+        most = max(most, alive)
+    return max(most, at_discovery, 1 if s.target.workers else 0)
+
+
+def _empty_timeline() -> Timeline:
+    """Every table with its columns and no rows: attach times no spans, but a record always has a timeline."""
+    return {"steps": {"step": [], "epoch": [], "batch": [], "worker": [], "samples": [], "wait_start": [],
+                      "wait_end": [], "h2d_start": [], "h2d_end": [], "compute_end": [], "idle": [], "measured": [],
+                      "main_cpu": [], "main_runq": []},
+            "batches": {"batch": [], "worker": [], "pid": [], "collate_start": [], "collate_end": [], "sent": [],
+                        "received": [], "samples": [], "rchar": [], "read_bytes": [], "collate_cpu": [],
+                        "collate_runq": []},
+            "sample_spans": {"batch": [], "worker": [], "index": [], "items": [], "start": [], "end": [], "cpu": [],
+                             "runq": [], "rchar": [], "read_bytes": [], "stages": {}},
+            "epochs": {"epoch": [], "iter_start": [], "iter_end": [], "first_batch": []},
+            "accounting": {"absent": {"spans": "attach samples stacks from outside; no spans are timed"}},
+            "time_unit": "s"}
+
+
+def build(s: Sampled) -> Any:
+    from ..record import RunRecord
+
+    t = s.target
+    procs = [{"pid": p.pid, "role": p.role, "start_method": p.start_method, "what": p.what, "found": p.found,
+              "cmdline": redact_argv(p.cmdline)} for p in t.processes]
+    io = []
+    for p in t.processes:
+        d = s.kernel.io_delta(p.pid) if p.role in ("main", "worker") else None
+        if d is not None:
+            io.append({"pid": p.pid, "rchar": d["rchar"], "read_bytes": d["read_bytes"]})
+    absent = dict(ABSENT)
+    if t.gpu_absent:
+        absent["gpu"] = t.gpu_absent
+    if not io:
+        absent["io"] = "/proc/<pid>/io could not be read (needs the same permission as ptrace)"
+    ranks = {k.lower(): int(v) for k, v in t.ranks.items() if v.lstrip("-").isdigit()} or None
+    attach: dict[str, Any] = {
+        "sampler": {"name": "py-spy", "version": s.sampler_version, "mode": "nonblocking", "rate_hz": s.rate_hz,
+                    "samples": s.stacks.samples, "errors": s.stacks.errors},
+        "proc_rate_hz": round(s.kernel.rate_hz), "proc_ticks": s.kernel.ticks,
+        "requested_s": round(s.requested_s, 3), "seconds": round(s.seconds, 6), "started_utc": _iso(s.started_unix),
+        "stopped_by": s.stopped_by,
+        "target": {"pid": t.pid, "given_pid": t.given_pid, "cmdline": redact_argv(t.cmdline),
+                   "start_time_utc": _iso(t.start_time_unix), "start_ticks": t.start_ticks,
+                   "torch_loaded": t.torch_loaded, "main_in_dataloader_at_start": t.main_in_dataloader},
+        "processes": procs,
+        "pin_memory_tid": t.pin_memory_tid,
+        "ranks": ranks, "siblings": t.siblings,
+        "gpus": t.gpus,
+        "threads": thread_rows(s),
+        "workers_at_once": workers_at_once(s),
+        "io": io,
+        "cpu_util": round(s.cpu_util, 4) if s.cpu_util is not None else None,
+        "absent": absent,
+    }
+    workers = int(attach["workers_at_once"])
+    methods = sorted({p.start_method for p in t.workers if p.start_method})
+    partial_reason = None
+    if s.interrupted is not None:
+        from ..signals import describe, signal_number
+
+        num = signal_number(s.interrupted)
+        partial_reason = f"attach interrupted by {describe(num) if num is not None else 'an interrupt'}"
+    elif s.target_exited:
+        partial_reason = "the target exited during the attach"
+    env = cast("Environment", probe_environment())  # the host's: the job runs on this machine too
+    gpu0 = t.gpus[0] if t.gpus else None
+    rec = RunRecord(
+        config={"workers": workers, "batch_size": None, "model": None, "mode": "train", "device":
+                "cuda" if gpu0 else "cpu", "steps": 0, "warmup": 0, "sample_interval_s": round(1 / s.rate_hz, 6),
+                "extra": {"attach_rate_hz": s.rate_hz, "attach_duration_s": s.requested_s}},
+        environment=env,
+        compute_device={"type": "cuda" if gpu0 else "cpu", "index": gpu0["index"] if gpu0 else None,
+                        "name": gpu0["name"] if gpu0 else None, "timing": "sampled stacks"},
+        window={"start_s": 0.0, "end_s": round(s.seconds, 6), "seconds": round(s.seconds, 6), "steps": 0,
+                "samples": 0, "warmup_steps": 0},
+        timeline=_empty_timeline(),
+        samples={"interval_s": round(1 / s.rate_hz, 6), "t_s": [], "processes": [],
+                 "absent": {"series": "attach keeps totals over the window, not time series"}},
+        job={"kind": "attach", "target": f"pid {t.pid}", "argv": redact_argv(t.cmdline), "ended": s.stopped_by,
+             "loader": {"num_workers": workers, "batch_size": None, "pin_memory": t.pin_memory_tid is not None,
+                        "multiprocessing_context": methods[0] if len(methods) == 1 else None}},
+        partial=partial_reason is not None, partial_reason=partial_reason,
+        tool={"name": "profiler", "version": __version__},
+    )
+    rec.attach = cast("Attach", attach)
+    return rec

@@ -1,0 +1,124 @@
+"""Sampled stacks → the project's vocabulary (profiler/vocab.py): which thread is which, and what each sample was.
+
+The same names as ``run``: the well-known library calls ``run`` wraps (PIL and torchvision.io → decode, torchvision
+transforms → augment, torchvision.io.read_file → read, torch.load / np.load under their own names), the default
+collate → collate, the rest of the dataset's call → getitem; a worker's queue-feeder thread pickling and sending a
+batch → transfer. What only ``attach`` sees is named too: a worker waiting for its next index (``idle``: not input
+time), the main thread inside the DataLoader's ``__next__`` (``wait``), starting an epoch (``epoch_start``), and the
+main thread anywhere else (``compute``: the model step, the optimiser, logging — whatever the job does between
+batches). Frames are matched on the innermost library frame below the dataset's call, as ``run`` counts the
+innermost named stage (self time).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .pyspy import Frame
+
+DATALOADER_PY = "torch/utils/data/dataloader.py"
+WORKER_PY = "torch/utils/data/_utils/worker.py"
+FETCH_PY = "torch/utils/data/_utils/fetch.py"
+COLLATE_PY = "torch/utils/data/_utils/collate.py"
+PIN_PY = "torch/utils/data/_utils/pin_memory.py"
+QUEUES_PY = "multiprocessing/queues.py"
+#: The profiler's own written-out map fetch (instrument/worker.py ``inline_map_fetch``), which stands in for torch's
+#: when the job being attached to runs under ``profiler run``: its samples are the same fetch.
+OWN_FETCH_PY = "profiler/instrument/worker.py"
+
+#: Thread roles.
+MAIN, WORKER, WORKER_FEEDER, PIN_MEMORY, OTHER = "main", "worker", "worker_feeder", "pin_memory", "other"
+
+#: Not input time: a worker waiting for an index, a feeder or pin thread with nothing to do.
+IDLE = "idle"
+
+# (path part, function-name suffix or "" for any, stage) — first match from the innermost frame outwards wins.
+_LIBRARY_STAGES: tuple[tuple[str, str, str], ...] = (
+    ("torchvision/io/", "read_file", "read"),
+    ("torchvision/io/", "", "decode"),
+    ("/PIL/", "", "decode"),
+    ("torchvision/transforms/", "", "augment"),
+    ("/albumentations/", "", "augment"),
+    ("torch/serialization.py", "", "torch.load"),
+    ("numpy/lib/npyio.py", "load", "np.load"),
+    ("numpy/lib/_npyio_impl.py", "load", "np.load"),
+)
+
+
+def _is(f: Frame, path: str, name: str = "") -> bool:
+    return path in f.file and (not name or f.name == name or f.name.endswith("." + name))
+
+
+def role(frames: Sequence[Frame], thread_name: str, in_worker_process: bool) -> str:
+    if any(_is(f, WORKER_PY, "_worker_loop") for f in frames):
+        return WORKER
+    if any(_is(f, PIN_PY, "_pin_memory_loop") for f in frames):
+        return PIN_MEMORY
+    if in_worker_process and (thread_name == "QueueFeederThread" or any(_is(f, QUEUES_PY, "_feed") for f in frames)):
+        return WORKER_FEEDER
+    if thread_name == "MainThread" and not in_worker_process:
+        return MAIN
+    return OTHER
+
+
+def sample_stage(frames: Sequence[Frame]) -> str:
+    """What the code below a dataset call was doing, by its innermost known library frame."""
+    for f in reversed(frames):
+        if _is(f, COLLATE_PY) or f.name.endswith("collate_fn") or f.name.endswith("collate"):
+            return "collate"
+        for path, name, stage in _LIBRARY_STAGES:
+            if _is(f, path, name):
+                return stage
+    return "getitem"
+
+
+def _producing(frames: Sequence[Frame], start: int) -> str | None:
+    """The stage of a sample that is inside the DataLoader's fetch (below index ``start``), else None."""
+    for i in range(start, len(frames)):
+        if _is(frames[i], FETCH_PY, "fetch") or _is(frames[i], OWN_FETCH_PY, "fetch"):
+            return sample_stage(frames[i + 1:])
+    return None
+
+
+def worker_stage(frames: Sequence[Frame]) -> str:
+    """A worker process's main thread: a stage, ``transfer`` (putting a batch on the queue), or ``idle``."""
+    start = next((i for i, f in enumerate(frames) if _is(f, WORKER_PY, "_worker_loop")), 0)
+    st = _producing(frames, start)
+    if st is not None:
+        return st
+    if any(_is(f, QUEUES_PY, "put") for f in frames[start:]):
+        return "transfer"
+    return IDLE
+
+
+def feeder_stage(frames: Sequence[Frame]) -> str:
+    """A worker's queue-feeder thread: pickling and sending a batch is transfer; waiting for one is idle."""
+    inner = frames[-1] if frames else None
+    if inner is None or inner.name.endswith("wait") or "threading.py" in inner.file:
+        return IDLE
+    return "transfer"
+
+
+def pin_stage(frames: Sequence[Frame]) -> str:
+    inner = frames[-1] if frames else None
+    if inner is None or _is(inner, QUEUES_PY, "get") or "threading.py" in inner.file or inner.name.endswith("poll"):
+        return IDLE
+    return "transfer"
+
+
+def main_stage(frames: Sequence[Frame]) -> tuple[str, str | None]:
+    """The main thread: (``wait`` | ``epoch_start`` | ``compute``, the worker-side stage when the main process loads
+    the batch itself — workers = 0 — else None)."""
+    for i, f in enumerate(frames):
+        if _is(f, DATALOADER_PY, "__next__"):
+            return "wait", _producing(frames, i)
+        if _is(f, DATALOADER_PY, "__iter__") or _is(f, DATALOADER_PY, "_get_iterator"):
+            return "epoch_start", None
+    return "compute", None
+
+
+def user_frame(frames: Sequence[Frame]) -> str | None:
+    """The innermost frame outside Python's and the libraries' own files: where the user's code was, "file:line"."""
+    for f in reversed(frames):
+        if f.file and "site-packages" not in f.file and "/lib/python3" not in f.file and not f.file.startswith("<"):
+            return f"{f.file}:{f.line} ({f.name})"
+    return None

@@ -1,0 +1,268 @@
+"""The stack sampler behind ``attach``: py-spy, run as a separate process against the target. The one module that
+knows py-spy; Austin could replace it by providing the same three things (``find_binary``, ``dump``, ``Recording``).
+
+Why py-spy: a PyPI wheel with its own static binary (nothing to compile, already a dependency), it reads the target's
+memory with ``process_vm_readv`` and, with ``--nonblocking``, never stops the target (Austin also reads without
+stopping, but is a separate native install and its output names no thread roles). Why ``record --format raw`` for
+the window and not one ``dump`` per tick: ``dump`` starts a process, re-reads the target's symbols and walks every
+thread each time (tens of ms of CPU per tick), while one ``record`` process samples all of the job's processes
+(``--subprocesses``) at a fixed rate for the whole window and writes the folded stacks with counts at the end, also
+when stopped by SIGINT or when the target exits. ``--idle`` keeps the samples of threads that are waiting (the main
+thread blocked in the DataLoader's queue is exactly the figure we want); ``--threads`` names each sample's thread
+id, so the kernel's per-thread counters can be joined to it; ``--full-filenames`` tells user code from libraries.
+
+One ``dump --json`` per process is used before sampling, to check that we may read the process, that it is Python,
+and to tell DataLoader workers and the pin-memory thread apart by their frames.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+
+#: How long ``dump`` may take before we give up on a process. Why 10 s: it parses the target's binary for symbols
+#: (~0.1-0.5 s for CPython with torch loaded, more on a loaded machine); beyond that something is wrong.
+DUMP_TIMEOUT_S = 10.0
+#: How long py-spy may take to write its file after SIGINT or the end of its duration. It only serialises counts.
+STOP_TIMEOUT_S = 15.0
+
+
+class SamplerError(UserError):
+    """py-spy could not read the target; the message says why in one line, and how to fix it where one can."""
+
+
+@dataclass(frozen=True)
+class Frame:
+    name: str  # "Class.method" or "function"
+    file: str  # full path
+    line: int
+
+
+@dataclass
+class Stack:
+    """One folded stack of the raw output: which process chain and thread, the frames (outermost first), count."""
+    pids: tuple[int, ...]  # the process chain py-spy printed: the attached root first, the sampled process last
+    tid: int
+    thread_name: str
+    frames: tuple[Frame, ...]
+    count: int
+
+    @property
+    def pid(self) -> int:
+        return self.pids[-1]
+
+
+@dataclass
+class ThreadDump:
+    pid: int
+    tid: int
+    name: str | None
+    active: bool
+    frames: tuple[Frame, ...]  # outermost first
+
+
+@dataclass
+class RecordingResult:
+    stacks: list[Stack] = field(default_factory=list)
+    samples: int = 0  # the total py-spy reported (per process sampled per tick)
+    errors: int = 0  # samples py-spy could not read (a process exiting, a torn read in nonblocking mode)
+    stopped_by: str = "duration"  # "duration" | "signal" | "target exited"
+    log: str = ""
+
+
+def find_binary() -> str:
+    """py-spy next to this Python first (the wheel's own binary in this environment), then on PATH."""
+    here = Path(sys.executable).parent / "py-spy"
+    try:
+        if here.is_file() and os.access(here, os.X_OK):
+            return str(here)
+    except OSError:  # a folder this user may not look into (another user's environment)
+        pass
+    found = shutil.which("py-spy")
+    if found:
+        return found
+    raise SamplerError("py-spy is not installed: pip install py-spy (attach samples the job's stacks with it)")
+
+
+def version(binary: str) -> str | None:
+    try:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=DUMP_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip().split()[-1] if out.stdout.strip() else None
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "RUST_BACKTRACE": "0"}  # a one-line error, not a Rust backtrace
+
+
+def explain(pid: int, stderr: str) -> str:
+    """py-spy's error output as one line a user can act on."""
+    text = stderr.lower()
+    if "permission" in text or "operation not permitted" in text:
+        return permission_hint(pid)
+    if "failed to find python version" in text or "no python processes found" in text:
+        return f"process {pid} is not a Python process py-spy can read (is it a launcher such as bash or torchrun's " \
+               "agent? give the training process's PID)"
+    if "no such process" in text or "check that the process is running" in text:
+        return f"process {pid} exited"
+    first = next((ln.strip() for ln in stderr.splitlines() if ln.strip() and not ln.startswith("py-spy>")), "")
+    return f"py-spy could not sample process {pid}: {first[:200] or 'no reason given'}"
+
+
+def permission_hint(pid: int) -> str:
+    scope = None
+    try:
+        scope = Path("/proc/sys/kernel/yama/ptrace_scope").read_text().strip()
+    except OSError:
+        pass
+    how = ("run attach as the job's user with ptrace allowed (sudo sysctl kernel.yama.ptrace_scope=0), as root, or "
+           "with CAP_SYS_PTRACE (docker run --cap-add SYS_PTRACE; in Kubernetes securityContext.capabilities.add: "
+           "[SYS_PTRACE])")
+    yama = f" (kernel.yama.ptrace_scope is {scope})" if scope not in (None, "0") else ""
+    return f"not allowed to read process {pid}'s memory{yama}: {how}"
+
+
+def _frames(raw: list[dict[str, Any]]) -> tuple[Frame, ...]:  # py-spy's JSON frames
+    out = [Frame(str(f.get("name") or "?"), str(f.get("filename") or ""), int(f.get("line") or 0)) for f in raw]
+    return tuple(reversed(out))  # dump lists the innermost frame first
+
+
+#: Attempts of one ``dump`` before giving up. Why: without stopping the target, a read can catch a stack being
+#: changed ("Failed to get stack traces"); the next read a moment later is consistent.
+DUMP_ATTEMPTS = 3
+_FINAL = ("permission", "operation not permitted", "failed to find python version", "no python processes",
+          "no such process", "check that the process is running")
+
+
+def dump(binary: str, pid: int) -> list[ThreadDump]:
+    """Every thread of ``pid`` once, without stopping it; SamplerError (one line) if it cannot be read."""
+    for attempt in range(DUMP_ATTEMPTS):
+        try:
+            p = subprocess.run([binary, "dump", "--pid", str(pid), "--nonblocking", "--json"], capture_output=True,
+                               text=True, timeout=DUMP_TIMEOUT_S, env=_env(), stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise SamplerError(f"py-spy took over {DUMP_TIMEOUT_S:.0f} s to read process {pid}") from None
+        if p.returncode == 0:
+            break
+        text = (p.stderr + p.stdout).lower()
+        if attempt == DUMP_ATTEMPTS - 1 or any(f in text for f in _FINAL):
+            raise SamplerError(explain(pid, p.stderr + p.stdout))
+        time.sleep(0.05)
+    try:
+        threads = json.loads(p.stdout)
+    except json.JSONDecodeError:
+        raise SamplerError(f"py-spy printed something other than JSON for process {pid}") from None
+    return [ThreadDump(int(t.get("pid") or pid), int(t.get("os_thread_id") or 0), t.get("thread_name"),
+                       bool(t.get("active")), _frames(t.get("frames") or [])) for t in threads]
+
+
+_PROCESS = re.compile(r'process (\d+):".*?";(?=process \d+:"|thread \()', re.S)
+_THREAD = re.compile(r"thread \((0x[0-9a-fA-F]+|\d+)\)(?:: ([^;]*))?;?")
+_FRAME = re.compile(r"^(?P<name>.*) \((?P<file>.*):(?P<line>\d+)\)$")
+
+
+def parse_raw(text: str) -> list[Stack]:
+    """py-spy's raw (folded) output with ``--threads --subprocesses``: one stack per line, its count last."""
+    out: list[Stack] = []
+    for line in text.splitlines():
+        body, _, count = line.rstrip().rpartition(" ")
+        if not body or not count.isdigit():
+            continue
+        pids: list[int] = []
+        pos = 0
+        while True:
+            m = _PROCESS.match(body, pos)
+            if not m:
+                break
+            pids.append(int(m.group(1)))
+            pos = m.end()
+        t = _THREAD.match(body, pos)
+        if not pids or not t:
+            continue
+        tid = int(t.group(1), 16) if t.group(1).startswith("0x") else int(t.group(1))
+        frames = []
+        for part in body[t.end():].split(";"):
+            f = _FRAME.match(part)
+            if f:
+                frames.append(Frame(f.group("name"), f.group("file"), int(f.group("line"))))
+            elif part:
+                frames.append(Frame(part, "", 0))
+        out.append(Stack(tuple(pids), tid, (t.group(2) or "").strip(), tuple(frames), int(count)))
+    return out
+
+
+_SUMMARY = re.compile(r"Samples: (\d+) Errors: (\d+)")
+
+
+class Recording:
+    """One ``py-spy record`` of the target and its child processes for up to ``duration_s``, never blocking it.
+
+    Started in a session of its own, so a Ctrl-C meant for ``attach`` reaches py-spy only when we pass it on (and
+    then it writes what it has). ``stop()`` asks it to finish early; ``result()`` waits for the file and parses it.
+    """
+
+    def __init__(self, binary: str, pid: int, rate_hz: int, duration_s: float) -> None:
+        self.pid = pid
+        self._dir = tempfile.mkdtemp(prefix="profiler-attach-")
+        self.path = Path(self._dir) / "stacks.txt"
+        self._log = Path(self._dir) / "py-spy.log"
+        self._stopped = False
+        cmd = [binary, "record", "--pid", str(pid), "--nonblocking", "--format", "raw", "--rate", str(rate_hz),
+               "--duration", str(max(1, round(duration_s))), "--threads", "--idle", "--subprocesses",
+               "--full-filenames", "--output", str(self.path)]
+        self.command = cmd
+        with open(self._log, "wb") as log:
+            self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                          env=_env(), start_new_session=True)
+
+    def running(self) -> bool:
+        return self._proc.poll() is None
+
+    def stop(self) -> None:
+        """Ask py-spy to end now and write what it sampled (its own Ctrl-C handling)."""
+        if self.running():
+            self._stopped = True
+            try:
+                os.kill(self._proc.pid, signal.SIGINT)
+            except ProcessLookupError:
+                pass
+
+    def result(self, target_alive: bool) -> RecordingResult:
+        try:
+            self._proc.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        log = self._log.read_text(errors="replace") if self._log.exists() else ""
+        text = self.path.read_text(errors="replace") if self.path.exists() else ""
+        self.cleanup()
+        res = RecordingResult(stacks=parse_raw(text), log=log)
+        m = _SUMMARY.search(log)
+        if m:
+            res.samples, res.errors = int(m.group(1)), int(m.group(2))
+        res.stopped_by = "signal" if self._stopped else ("duration" if target_alive else "target exited")
+        if not text and self._proc.returncode not in (0, None):
+            raise SamplerError(explain(self.pid, log))
+        return res
+
+    def kill(self) -> None:
+        """Last resort on our own way out: nothing of ours is left running."""
+        if self.running():
+            self._proc.kill()
+            self._proc.wait()
+        self.cleanup()
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self._dir, ignore_errors=True)

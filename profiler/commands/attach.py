@@ -1,0 +1,144 @@
+"""``python -m profiler attach PID [--duration S] [--rate HZ] [--out DIR] [--rank-of]``: diagnose a running job from
+outside, with no restart and nothing injected (profiler/attach/), then write run.json (``job.kind = "attach"``),
+the attach report files and the terminal summary.
+
+Exit status: 0; 2 bad input or a PID that cannot be attached to (one line: no such process, not Python, no torch,
+permission refused with how to grant it), also when the window saw no DataLoader activity (the record is still
+written, its verdict ``none``); 128+N when interrupted by signal N (the record of what was sampled is written first,
+marked partial).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import sys
+from pathlib import Path
+
+from ..config import (
+    MAX_ATTACH_DURATION_S,
+    MAX_ATTACH_RATE_HZ,
+    MIN_ATTACH_DURATION_S,
+    MIN_ATTACH_RATE_HZ,
+    AttachConfig,
+)
+from ..errors import UserError
+
+D = AttachConfig()
+
+EPILOG = f"""examples:
+  python -m profiler attach 41237                        # {D.duration_s:g} s; Ctrl-C stops early and still reports
+  python -m profiler attach 41237 --duration 120 --out reports/live
+  python -m profiler attach --rank-of 41237              # every rank of the torchrun job PID belongs to
+  python -m profiler report reports/live/run.json        # and compare, like any other run
+
+Needs permission to read the job's memory (what ptrace checks): root or CAP_SYS_PTRACE, or the job's own user when
+kernel.yama.ptrace_scope is 0 (at 1 only a parent may read its child; 2 needs CAP_SYS_PTRACE; 3 forbids it). The job
+is never stopped, signalled or changed; nothing is left running in it or beside it when attach exits.
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.usage = "python -m profiler attach PID [--duration S] [--rate HZ] [--out DIR] | attach --rank-of PID"
+    p.epilog = EPILOG
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.add_argument("pid", metavar="PID", type=int, nargs="?", help="the job's main process (or one of its "
+                   "DataLoader workers: its parent is taken)")
+    p.add_argument("--rank-of", metavar="PID", type=int, help="attach to every rank of the torchrun job PID belongs "
+                   "to (one record per rank, in <out>/attach-rank<k>/)")
+    p.add_argument("--duration", type=float, default=D.duration_s, metavar="S",
+                   help=f"seconds to sample (default {D.duration_s:g}; Ctrl-C ends it early and still reports)")
+    p.add_argument("--rate", type=int, default=D.rate_hz, metavar="HZ",
+                   help=f"stack samples per second per thread (default {D.rate_hz})")
+    p.add_argument("--out", metavar="DIR", help="output folder (default reports/<time>_attach_<pid>/)")
+    p.add_argument("--no-plots", action="store_true", help="write run.json and the terminal summary only")
+
+
+def _check(args: argparse.Namespace) -> list[int]:
+    if (args.pid is None) == (args.rank_of is None):
+        raise UserError("attach needs one PID: attach PID, or attach --rank-of PID")
+    if not MIN_ATTACH_DURATION_S <= args.duration <= MAX_ATTACH_DURATION_S:
+        raise UserError(f"--duration {args.duration:g}: must be {MIN_ATTACH_DURATION_S:g} to "
+                        f"{MAX_ATTACH_DURATION_S:g} seconds")
+    if not MIN_ATTACH_RATE_HZ <= args.rate <= MAX_ATTACH_RATE_HZ:
+        raise UserError(f"--rate {args.rate}: must be {MIN_ATTACH_RATE_HZ} to {MAX_ATTACH_RATE_HZ} per second")
+    if args.rank_of is not None:
+        from ..attach import discover
+
+        return discover.ranks_of(args.rank_of)
+    return [args.pid]
+
+
+def main(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from .. import signals
+    from ..analysis import analyze
+    from ..attach import build, discover, pyspy, session
+    from ..outdir import create_run_dir, discard_if_empty, prepare_out
+    from ..render import write_attach
+    from ..render.attach_terminal import print_attach, print_found
+
+    pids = _check(args)
+    console = Console(stderr=False)
+    binary = pyspy.find_binary()
+    targets = [discover.find(pid, binary) for pid in pids]
+    for t in targets:
+        print_found(t, console, args.duration, args.rate)
+    out = prepare_out(args.out) if args.out else create_run_dir(
+        "reports", f"{_dt.datetime.now():%Y%m%d-%H%M%S}_attach_{targets[0].pid}")
+    try:
+        sampled = session.sample(targets, binary, args.duration, args.rate)
+    except UserError:  # py-spy refused after all (the job went away between discovery and sampling)
+        discard_if_empty(out)
+        raise
+    status = 0
+    interrupted = next((s.interrupted for s in sampled if s.interrupted is not None), None)
+    by_rank: dict[int, dict[str, object]] = {}
+    paths: dict[int, str] = {}
+    with signals.deferred():  # a second Ctrl-C must not cost the record being written
+        for i, s in enumerate(sampled):
+            folder = out if len(sampled) == 1 else prepare_out(out / f"attach-rank{_rank(s, i)}")
+            rec = build.build(s)
+            rec.save(folder / "run.json")  # the raw record first: analysis or drawing failing must not cost it
+            rec = analyze(rec)
+            rec.save(folder / "run.json")
+            files = [folder / "run.json", *([] if args.no_plots else write_attach(rec, folder))]
+            print_attach(rec, console, [str(f) for f in files])
+            by_rank[_rank(s, i)] = rec.to_dict()
+            paths[_rank(s, i)] = str((folder / "run.json").resolve())
+            if rec.verdict.get("bottleneck") == "none" and not rec.partial:
+                print(f"profiler: error: no DataLoader activity seen in process {s.target.pid} "
+                      f"(record: {folder / 'run.json'})", file=sys.stderr)
+                status = 2
+        if len(sampled) > 1:  # --rank-of: one ranks table over the ranks' records, the straggler named
+            write_ranks_view(out, by_rank, paths, console)
+    if interrupted is not None:
+        return signals.exit_status(interrupted)
+    return status
+
+
+def write_ranks_view(out: Path, by_rank: dict[int, dict[str, object]], paths: dict[int, str], console: object) -> Path:
+    """<out>/ranks.json: the merged view of the ranks' attach records (profiler/attach/ranks.py), and its table."""
+    import json
+
+    from ..attach.ranks import merged
+    from ..fsutil import atomic_write_bytes
+    from ..render.attach_terminal import print_attach_ranks
+
+    view = merged(by_rank, paths)
+    path = out / "ranks.json"
+    atomic_write_bytes(path, json.dumps(view, indent=1, default=str).encode())
+    print_attach_ranks(view, console, [str(path)])
+    return path
+
+
+def _rank(s: object, i: int) -> int:
+    ranks = getattr(getattr(s, "target", None), "ranks", {}) or {}
+    try:
+        return int(ranks.get("RANK", i))
+    except ValueError:
+        return i
+
+
+def is_attach_folder(path: Path) -> bool:
+    return path.is_dir() and any(path.glob("attach-rank*/run.json"))

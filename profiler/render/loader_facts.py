@@ -1,0 +1,89 @@
+"""The sentence that names the profiled loader (and the others that ran), shared by the terminal and report.html.
+
+A job iterates several loaders; a reader must see first which one the figures are about — dataset class, workers,
+batch size, where it was created — and what else ran, before believing a verdict. Works from run.json alone.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..record import RunRecord
+from .units import printable
+
+
+def _short_class(name: Any) -> str:
+    return str(name or "?").rsplit(".", 1)[-1]
+
+
+def _site(site: Any) -> str:
+    """``file:line`` with the file shortened to its name: the full path is in the configuration table."""
+    if not isinstance(site, str) or not site:
+        return "an unknown line"
+    file, _, line = site.rpartition(":")
+    return f"{os.path.basename(file) or file}:{line}" if file else site
+
+
+def _batch(loader: dict[str, Any], per_step: float | None) -> str:
+    bs = loader.get("batch_size")
+    if isinstance(bs, int):
+        text = f"batch size {bs}"
+    else:
+        text = "no batch_size (batches made by the dataset or a batch sampler)"
+    if per_step and (not isinstance(bs, int) or abs(per_step - bs) > 0.5):
+        text += f", {per_step:.4g} sample{'' if per_step == 1 else 's'} per step"
+    return text
+
+
+def loader_lines(rec: RunRecord) -> list[str]:
+    """Plain-text lines (no markup): the profiled loader, then the others; empty for the built-in pipeline."""
+    job: dict[str, Any] = dict(rec.job or {})
+    raw = job.get("loader")
+    if job.get("kind") in (None, "builtin") or not isinstance(raw, dict):
+        return []
+    loader: dict[str, Any] = dict(raw)
+    tp = rec.throughput or {}
+    steps, samples = tp.get("steps") or 0, tp.get("samples") or 0
+    per_step = samples / steps if steps else None
+    w = loader.get("num_workers")
+    made = _site(loader.get("created_at"))
+    lib = loader.get("created_in")
+    where = f"created at {made}" + (f" (via {_site(lib)})" if lib else "")
+    basis = loader.get("samples_basis")
+    first = (f"Profiled loader: {_short_class(loader.get('dataset_class'))}, {w} worker{'s' if w != 1 else ''}, "
+             f"{_batch(loader, per_step)}; {where}; {loader.get('chosen') or 'the first loader the job iterated'}"
+             + (f"; samples counted from the {basis}" if basis and basis not in ("batch",) else "") + ".")
+    out = [printable(first)]
+    others = job.get("other_loader_figures") or []
+    n = int(job.get("other_loaders") or len(others))
+    if n:
+        shown = [f"{_short_class(o.get('dataset_class'))} from {_site(o.get('created_at'))}: "
+                 f"{o.get('steps', 0)} batches" for o in others[:3] if isinstance(o, dict)]
+        more = f" and {n - len(shown)} more" if n > len(shown) else ""
+        out.append(printable(f"{n} other loader{'s' if n != 1 else ''} ran, not profiled: "
+                             + "; ".join(shown) + more + "."))
+    else:
+        out.append("No other loader ran.")
+    return out
+
+
+def model_label(rec: RunRecord) -> tuple[str, str]:
+    """(value, label) of the header's "what ran" figure: the built-in model, or the user's script."""
+    c: dict[str, Any] = dict(rec.config or {})
+    job: dict[str, Any] = dict(rec.job or {})
+    if job.get("kind") in ("script", "module", "api"):
+        target = job.get("target")
+        name = os.path.basename(str(target)) if target else "your code"
+        return printable(name), ("module" if job.get("kind") == "module" else
+                                 "your code (profiler.profile)" if job.get("kind") == "api" else "script")
+    return printable(c.get("model") or "?"), printable(f"model, {c.get('mode') or '?'} mode")
+
+
+def workers_batch(rec: RunRecord) -> str:
+    """``workers × batch size`` of the profiled loader (a script's) or of the built-in pipeline."""
+    loader: Any = dict(rec.job or {}).get("loader")
+    if isinstance(loader, dict) and loader:
+        bs = loader.get("batch_size")
+        return printable(f"{loader.get('num_workers', '?')} × {bs if isinstance(bs, int) else 'none'}")
+    c: dict[str, Any] = dict(rec.config or {})
+    return printable(f"{c.get('workers', '?')} × {c.get('batch_size', '?')}")

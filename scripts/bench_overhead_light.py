@@ -1,0 +1,206 @@
+"""The profiler's own cost where it is most visible: a light loop over in-memory tensors, plain vs ``profile()``.
+
+A light loop (a TensorDataset in memory, batch 32, a tiny MLP) spends ~0.1 ms in ``next()`` per step: a profiler
+costing 0.7 ms per batch there turns a loop that waits 25 % of its time into one that "waits" 70 %, and the verdict
+is then about the profiler. This benchmark measures, for ``num_workers`` 0 and 2, with plain and profiled loops
+alternated in one process (the order flips every round, so drift hits both alike):
+
+- the CPU time of the process tree per batch, plain vs profiled (``getrusage`` user+sys): this process over the
+  measured steps (the loop, the profiler's hooks and its sampler thread; the one-off start and the record's writing
+  are not per batch and are left out) plus the workers over their life (reaped children: the DataLoader joins them
+  when the iterator ends). The difference is the profiler's cost per batch, and is what a loaded machine disturbs
+  least (wall time on a shared 2-core machine swings by tens of per cent between rounds);
+- the median wall time of ``next()`` as the loop itself sees it, plain vs profiled;
+- the stall share: the plain loop's own timing (time in ``next()`` / loop time) vs the record's ``stall.fraction``
+  (after the profiler's measured own cost is taken out of the wait), and the record's ``stall.profiler`` figure;
+- the worker-side cost per dataset call and per batch, measured in-process on a no-op dataset (an instrumented
+  fetcher vs a plain one, at two batch sizes: the slope is per call, the intercept per batch).
+
+    python scripts/bench_overhead_light.py [--rounds 5] [--batches 600] [--warmup 20]
+
+Last line: ``overhead_us_per_batch: N`` — the workers=0 case's CPU cost per batch of 32 (median over rounds),
+target <= 50.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+from torch.utils.data import DataLoader, Dataset, TensorDataset  # noqa: E402
+
+import profiler  # noqa: E402
+
+BATCH = 32
+FEATURES = 64
+
+
+@dataclass
+class Loop:
+    main_cpu_s: float  # this process's user+sys over the measured steps (the loop, the profiler's hooks, its sampler)
+    workers_cpu_s: float  # the workers' user+sys over their whole life (reaped when the iterator ends)
+    wall_s: float  # measured steps only
+    next_s: list[float]  # wall time of each measured next()
+    stall_fraction: float | None = None  # the record's (profiled only)
+    profiler_s: float | None = None  # the record's stall.profiler.seconds (profiled only)
+
+
+def _cpu(who: int) -> float:
+    r = resource.getrusage(who)
+    return r.ru_utime + r.ru_stime
+
+
+def _make() -> tuple[TensorDataset, torch.nn.Module, torch.optim.Optimizer]:
+    g = torch.Generator().manual_seed(0)
+    n = BATCH * 4096
+    ds = TensorDataset(torch.randn(n, FEATURES, generator=g), torch.randint(0, 10, (n,), generator=g))
+    model = torch.nn.Sequential(torch.nn.Linear(FEATURES, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    return ds, model, torch.optim.SGD(model.parameters(), lr=0.01)
+
+
+def run_loop(ds: Dataset, model: torch.nn.Module, opt: torch.optim.Optimizer, workers: int, warmup: int,
+             batches: int, out: str | None) -> Loop:
+    """``warmup + batches`` steps of a training loop; under ``profile()`` when ``out`` is given. CPU time is taken
+    from just before ``profile()`` / ``iter()`` to after the workers are gone, less the record's writing (its CPU time
+    is measured and left out: it happens once per run, not per batch)."""
+    loader = DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=workers,
+                        generator=torch.Generator().manual_seed(1))
+    waits: list[float] = []
+    gc.collect()
+    children0 = _cpu(resource.RUSAGE_CHILDREN)
+    main0 = 0.0
+    ctx: Any = profiler.profile(out=out, warmup=warmup, steps=batches, plots=False, quiet=True) if out else None
+    if ctx is not None:
+        ctx.__enter__()
+    it = iter(loader)
+    t_start = time.perf_counter()
+    for i in range(warmup + batches):
+        if i == warmup:
+            t_start = time.perf_counter()
+            main0 = _cpu(resource.RUSAGE_SELF)
+        t = time.perf_counter()
+        x, y = next(it)
+        if i >= warmup:
+            waits.append(time.perf_counter() - t)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    wall = time.perf_counter() - t_start
+    main1 = _cpu(resource.RUSAGE_SELF)
+    if ctx is not None:
+        ctx.__exit__(None, None, None)  # the window closes at the last step's end; the record's writing is not counted
+    del it  # the workers are shut down and joined here: their CPU time lands in RUSAGE_CHILDREN
+    loop = Loop(main_cpu_s=main1 - main0, workers_cpu_s=_cpu(resource.RUSAGE_CHILDREN) - children0, wall_s=wall,
+                next_s=waits)
+    if ctx is not None:
+        stall = ctx.record.stall
+        loop.stall_fraction = float(stall["fraction"])
+        loop.profiler_s = float((stall.get("profiler") or {}).get("seconds", 0.0))
+    return loop
+
+
+def worker_costs(reps: int = 400) -> tuple[float, float]:
+    """(µs per dataset call, µs per batch) of the worker-side instrumentation, on a no-op dataset in this thread."""
+    from torch.utils.data._utils.fetch import _MapDatasetFetcher
+
+    from profiler.instrument import torch_hooks
+
+    class Noop(Dataset):
+        def __len__(self) -> int:
+            return 1 << 30
+
+        def __getitem__(self, i: int) -> int:
+            return i
+
+    def per_fetch(n: int, instrumented: bool) -> float:
+        f = _MapDatasetFetcher(Noop(), True, lambda b: b, False)
+        if instrumented:
+            torch_hooks.instrument_fetcher(f, 0)
+        idx = list(range(n))
+        best = float("inf")
+        for _ in range(7):  # the minimum of several repeats: a fixed cost, disturbed only upwards by load
+            t = time.thread_time_ns()  # on-CPU time: a preemption on the loaded machine is not counted
+            for _ in range(reps):
+                f.fetch(idx)
+            best = min(best, (time.thread_time_ns() - t) / reps / 1e3)
+        return best
+
+    small, big = 4, 64
+    d_small = per_fetch(small, True) - per_fetch(small, False)
+    d_big = per_fetch(big, True) - per_fetch(big, False)
+    per_call = (d_big - d_small) / (big - small)
+    return per_call, d_small - small * per_call
+
+
+def _median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--batches", type=int, default=600, help="measured batches per loop")
+    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--workers", default="0,2", help="comma-separated num_workers values")
+    a = p.parse_args()
+    torch.set_num_threads(1)  # the tiny model on one thread, as a light job on a shared machine would be
+    ds, model, opt = _make()
+    per_worker_setting: dict[int, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for workers in [int(w) for w in a.workers.split(",")]:
+            # One discarded loop of each first: one-off costs (imports, allocator growth, the profiler's first use).
+            run_loop(ds, model, opt, workers, a.warmup, 50, None)
+            run_loop(ds, model, opt, workers, a.warmup, 50, os.path.join(tmp, f"w{workers}-discard"))
+            overhead, plain_share, prof_share, rec_share, next_plain, next_prof, own = [], [], [], [], [], [], []
+            for r in range(a.rounds):
+                order = ("plain", "profiled") if r % 2 == 0 else ("profiled", "plain")
+                res: dict[str, Loop] = {}
+                for kind in order:
+                    out = os.path.join(tmp, f"w{workers}-r{r}") if kind == "profiled" else None
+                    res[kind] = run_loop(ds, model, opt, workers, a.warmup, a.batches, out)
+                pl, pr = res["plain"], res["profiled"]
+                n = a.warmup + a.batches  # the workers made (at least) this many batches
+                main_us = (pr.main_cpu_s - pl.main_cpu_s) / a.batches * 1e6
+                workers_us = (pr.workers_cpu_s - pl.workers_cpu_s) / n * 1e6
+                overhead.append(main_us + workers_us)
+                plain_share.append(sum(pl.next_s) / pl.wall_s)
+                prof_share.append(sum(pr.next_s) / pr.wall_s)
+                rec_share.append(pr.stall_fraction or 0.0)
+                next_plain.append(_median(pl.next_s) * 1e6)
+                next_prof.append(_median(pr.next_s) * 1e6)
+                own.append((pr.profiler_s or 0.0) / a.batches * 1e6)
+                tree_pl = pl.main_cpu_s / a.batches * 1e6 + pl.workers_cpu_s / n * 1e6
+                print(f"workers={workers} round {r + 1}: CPU per batch plain {tree_pl:.0f} us, profiled "
+                      f"{tree_pl + overhead[-1]:.0f} us ({overhead[-1]:+.0f}: main {main_us:+.0f}, workers "
+                      f"{workers_us:+.0f}); next() median {next_plain[-1]:.0f} vs "
+                      f"{next_prof[-1]:.0f} us; stall share plain {plain_share[-1]:.1%}, record {rec_share[-1]:.1%} "
+                      f"(loop's own timing under the profiler {prof_share[-1]:.1%}; profiler's own "
+                      f"{own[-1]:.1f} us/step taken out)", flush=True)
+            med = _median(overhead)
+            per_worker_setting[workers] = med
+            print(f"workers={workers}: overhead {med:.0f} us per batch of {BATCH} (CPU, process tree; rounds "
+                  f"{', '.join(f'{x:.0f}' for x in overhead)}); next() median {_median(next_plain):.0f} us plain, "
+                  f"{_median(next_prof):.0f} us profiled; stall share plain {_median(plain_share):.1%} vs record "
+                  f"{_median(rec_share):.1%} (difference {(_median(rec_share) - _median(plain_share)) * 100:+.1f} "
+                  f"points); profiler's own time taken out of the wait {_median(own):.1f} us per step", flush=True)
+    per_call, per_batch = worker_costs()
+    print(f"worker side, in-process on a no-op dataset: {per_call:.2f} us per dataset call, {per_batch:.1f} us per "
+          f"batch (fixed)")
+    print(f"overhead_us_per_batch: {per_worker_setting.get(0, float('nan')):.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
