@@ -74,8 +74,10 @@ def count_samples(batch: Any, batch_size: int | None = None) -> tuple[int, str] 
     of uncollated samples (``collate_fn=lambda b: b``) counts by its length; ``batch_size`` only breaks the tie of a
     list of same-shaped tensors, which is either a collated ``(x, y)`` pair or a list of samples.
     """
-    if batch.__class__ is tuple and 0 < len(batch) <= MAX_VISITS:
-        # The common collated batch, (x, y) of tensors, counted without the walk (the same answer, once per step).
+    if (batch.__class__ is tuple or (batch.__class__ is list and len(batch) != batch_size)) \
+            and 0 < len(batch) <= MAX_VISITS:
+        # The common collated batch, (x, y) of tensors (default_collate makes it a list), counted without the walk
+        # (the same answer, once per step); a list as long as batch_size may be uncollated samples: judged below.
         first = -1
         for e in batch:
             shape = e.shape if e.__class__ is _Tensor else None
