@@ -131,7 +131,9 @@ def test_webdataset_batched_with_batch_size_none_counts_16_per_step(tmp_path, sh
     # One dataset call (next() of the pipeline) returned 16 samples: per-sample spans say so.
     sp = rec["timeline"]["sample_spans"]
     assert set(sp["items"]) == {16}
-    assert rec["verdict"]["bottleneck"] == "cpu"
+    # Decoding in one worker sets the pace; on a loaded machine the 16-sample batches' trip to the main process can
+    # outweigh it (seen once in CI-like load: "transfer"). Either is input-side; the model never is here.
+    assert rec["verdict"]["bottleneck"] in ("cpu", "transfer"), rec["verdict"]["summary"]
     assert [r["folder"] for r in rec["job"]["read_from"]] == [str(shards)]
 
 
