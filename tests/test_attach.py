@@ -175,8 +175,8 @@ def test_workers_forked_after_discovery_are_sampled_and_counted_once(tmp_path):
     still said to have 2 workers, not one per process seen."""
     few = tmp_path / "few"
     few.mkdir()
-    for i in range(8):  # 2 batches of 4 per epoch
-        (few / f"f{i}.bin").write_bytes(os.urandom(4096))
+    for i in range(24):  # 6 batches of 4 per epoch: each epoch's workers live long enough to be clocked under load
+        (few / f"f{i}.bin").write_bytes(os.urandom(64 * 1024))
     with job("io", str(few), "2") as p:
         rc, rec = attach_here(tmp_path, str(p.pid), "--duration", "3", "--rate", RATE, "--no-plots")
     assert rc == 0 and rec is not None

@@ -16,7 +16,12 @@ Method (docs/attribution.md has the long form):
      its own kernel accounting — on a core → ``cpu``/``on_cpu``, waiting for a core → ``cpu``/``runqueue``, blocked
      with block-device reads → ``io``/``blocked_device``, blocked without → ``io``/``blocked_other`` — and by its
      named sub-stages (read, decode, augment, the user's own) with the rest of the call as ``getitem``;
-   - instants no span covers (the worker between batches, process start) → ``other``.
+   - the worker between two fetches (torch's loop): its own kernel accounting of that gap — on a core →
+     ``cpu``/``on_cpu``, waiting for a core → ``cpu``/``runqueue``, blocked on its index queue → ``other``; all
+     stage ``other``;
+   - instants no span covers (process start, a worker's first fetch) → ``other``; with workers = 0, the main
+     thread's own run-queue and on-CPU time in the wait beyond its spans (the sampler, the loader's ``__next__``)
+     → ``cpu``, the rest ``other``.
    A gap longer than the host wait (e.g. the host busy launching kernels) is ``other`` beyond the wait.
 3. Records without kernel accounting (schema 1) use each stage's default cause from the registry (read → io).
 So ``by_cause``, ``by_stage`` and ``by_kind`` each sum to the idle seconds exactly, by construction.
@@ -123,6 +128,20 @@ def _worker_spans(t: Tables, stage_names: list[str], kernel: bool) -> dict[int, 
         for w in np.unique(bt["worker"]):
             m = bt["worker"] == w
             parts.setdefault(int(w), []).append((s[m], e[m], kinds[m], stage_mat[m]))
+    if kernel and bt.get("gap_start") is not None and bt["gap_start"].size:
+        # Between fetches the worker runs torch's loop (on a core) or waits for a core to run it, or is blocked on
+        # its index queue (the main process has not asked: no cause of ours, left "other").
+        s, e = bt["gap_start"].astype(float), bt["gap_end"].astype(float)
+        wall = np.maximum(e - s, 0.0)
+        kinds = _kind_shares(wall, bt["gap_cpu"].astype(float), bt["gap_runq"].astype(float), np.zeros_like(s), None)
+        kinds[:, _K["other"]] += kinds[:, _K["blocked_other"]]
+        kinds[:, _K["blocked_other"]] = 0.0
+        stage_mat = np.zeros((s.size, len(stage_names)))
+        stage_mat[:, col["other"]] = 1.0
+        keep = wall > 0
+        for w in np.unique(bt["worker"][keep]):
+            m = keep & (bt["worker"] == w)
+            parts.setdefault(int(w), []).append((s[m], e[m], kinds[m], stage_mat[m]))
     return {w: _WorkerSpans(*(np.concatenate([p[i] for p in ps]) for i in range(4))) for w, ps in parts.items()}
 
 
@@ -153,6 +172,7 @@ def attribute(t: Tables, window_s: float, device_timing: str = "host clocks",
     zero_runq = np.zeros(n)
     main_runq = st.get("main_runq", zero_runq).astype(float) if n else zero_runq
     own_wait = st.get("profiler_wait", zero_runq).astype(float) if n else zero_runq
+    main_cpu = st.get("main_cpu", zero_runq).astype(float) if n else zero_runq
     taken_out = 0.0
     for i in range(n):
         a, b = float(st["wait_start"][i]), float(st["wait_end"][i])
@@ -189,12 +209,15 @@ def attribute(t: Tables, window_s: float, device_timing: str = "host clocks",
             kinds += kind_s
             stages += stage_s
         rest = max(0.0, explained - kinds.sum())
+        own = min(float(own_wait[i]), idle)  # the step's split sums to its idle time
+        if int(st["worker"][i]) < 0 and kernel and rest > 0 and wait > 0:
+            rest -= _main_thread_rest(kinds, rest - min(own, rest), explained / wait,
+                                      float(main_runq[i]), float(main_cpu[i]) - float(own_wait[i]))
         kinds[_K["other"]] += rest + (gap - explained)
         stages[scol["other"]] += max(0.0, explained - stages.sum()) + (gap - explained)
         if h2d > 0:
             kinds[_K["transfer"]] += h2d
             stages[scol["h2d"]] += h2d
-        own = min(float(own_wait[i]), float(kinds.sum()))
         if own > 0:  # the profiler's own time in the wait is not the job's: out, from what no span explains first
             _take_out(kinds, _K["other"], own)
             _take_out(stages, scol["other"], own)
@@ -220,6 +243,19 @@ def attribute(t: Tables, window_s: float, device_timing: str = "host clocks",
         "per_step": {k: [round(float(x), 6) for x in per_stage[:, j]] for j, k in enumerate(stage_names)},
         "profiler": profiler_cost(st, window_s, taken_out),
     }
+
+
+def _main_thread_rest(kinds: np.ndarray, free: float, scale: float, main_runq: float, main_cpu: float) -> float:
+    """With ``num_workers = 0`` the main thread runs the loader itself for the whole wait; the part no span covers
+    (the sampler, the loader's ``__next__``, the fetcher around the calls) is its own CPU work or its wait for a core,
+    not "unexplained". The thread's run-queue and on-CPU time in the wait (scaled to the explained tail) beyond what the
+    spans already hold fill ``free`` seconds of it, waiting first: runqueue, then on_cpu. Returns the seconds placed
+    (the rest stays ``other``: the thread was blocked there, on something no span saw)."""
+    rq = min(free, max(0.0, main_runq * scale - float(kinds[_K["runqueue"]])))
+    oc = min(free - rq, max(0.0, main_cpu * scale - float(kinds[_K["on_cpu"]])))
+    kinds[_K["runqueue"]] += rq
+    kinds[_K["on_cpu"]] += oc
+    return rq + oc
 
 
 def _take_out(v: np.ndarray, first: int, amount: float) -> None:

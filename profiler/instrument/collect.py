@@ -59,7 +59,7 @@ def timeline(s: Session) -> dict[str, Any]:
     metas = [(i, m) for i, m in enumerate(s.metas) if i in received]
     batches: dict[str, list] = {k: [] for k in ("batch", "worker", "pid", "collate_start", "collate_end", "sent",
                                                 "received", "samples", "rchar", "read_bytes", "collate_cpu",
-                                                "collate_runq")}
+                                                "collate_runq", "gap_start", "gap_end", "gap_cpu", "gap_runq")}
     span_cols = ("batch", "worker", "index", "items", "start", "end", "cpu", "runq", "rchar", "read_bytes", "pixels")
     spans: dict[str, Any] = {k: [] for k in span_cols}  # columns, then "stages": name -> column
     stage_parts: dict[str, list[np.ndarray]] = {}
@@ -81,6 +81,11 @@ def timeline(s: Session) -> dict[str, Any]:
         batches["read_bytes"].append(int(m.io[1]))
         batches["collate_cpu"].append(ccpu)
         batches["collate_runq"].append(crunq)
+        g0, g1, gcpu, grunq = m.gap
+        batches["gap_start"].append(g0 or c0)  # unknown: an empty gap
+        batches["gap_end"].append(g1 or c0)
+        batches["gap_cpu"].append(gcpu)
+        batches["gap_runq"].append(grunq)
         n = m.rows.shape[0]
         a = m.rows
         spans["batch"].extend([b] * n)
@@ -104,9 +109,9 @@ def timeline(s: Session) -> dict[str, Any]:
     for col in ("cpu", "runq"):
         spans[col] = _dur(np.concatenate(spans[col]) if spans[col] else [])
     spans["stages"] = {k: _dur(np.concatenate(v)) for k, v in sorted(stage_parts.items())}
-    for col in ("collate_start", "collate_end", "sent", "received"):
+    for col in ("collate_start", "collate_end", "sent", "received", "gap_start", "gap_end"):
         batches[col] = _sec(batches[col], t0)
-    for col in ("collate_cpu", "collate_runq"):
+    for col in ("collate_cpu", "collate_runq", "gap_cpu", "gap_runq"):
         batches[col] = _dur(batches[col])
     epochs = {"epoch": [e.epoch for e in s.epochs], "iter_start": _sec([e.iter_start_ns for e in s.epochs], t0),
               "iter_end": _sec([e.iter_end_ns for e in s.epochs], t0),

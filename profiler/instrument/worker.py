@@ -78,32 +78,35 @@ class BatchMeta:
     opened: dict[str, int] = field(default_factory=dict)  # folder -> files opened for reading during this batch
     n_items: int = 0  # samples the dataset calls returned (one per call, or len(keys) per __getitems__)
     own_ns: int = 0  # the instrumentation's own time in this fetch (see the module docstring)
+    gap: tuple[int, int, int, int] = (0, 0, 0, 0)  # the worker between its previous fetch and this one: wall start,
+    # wall end, on-CPU ns, run-queue ns (zeros: not known — its first fetch, or a batch made in the main process)
 
     @property
     def items(self) -> int:
         return self.n_items
 
     @cached_property
-    def _derived(self) -> tuple[np.ndarray, int]:
-        """(rows, the collate's run-queue share): the fetch's run-queue wait shared over its calls and its collate
-        by their off-CPU time (a thread waiting for a core is off it), then rchar by items and read_bytes by
-        blocked time (share_batch_counters)."""
+    def _derived(self) -> tuple[np.ndarray, int, int]:
+        """(rows, the collate's run-queue share, the collate's start): the fetch cut into its calls and its collate
+        end to end (join_calls), its run-queue wait shared over them by their off-CPU time (a thread waiting for a
+        core is off it), then rchar by items and read_bytes by blocked time (share_batch_counters)."""
         w = len(CALL_FIELDS)
         n = len(self.calls) // w
         rows = np.zeros((n, len(ROW_COLUMNS)), dtype=np.int64)
+        c0, c1, ccpu = self.collate_span
         if n:
             flat = self.calls[:n * w]
             # Column by column: an index is any int the dataset was called with (a hash id beyond int64 is -1).
             rows[:, 6] = [k if -_I64 < k < _I64 else -1 for k in flat[3::w]]
             for col, j in ((0, 0), (1, 1), (7, 4)):
                 rows[:, col] = flat[j::w]
+            c0 = join_calls(rows, self.cpu_start[0], c0)
             rows[:, 2] = call_cpu(rows[:, 0], rows[:, 1], np.array(flat[2::w], dtype=np.int64), self.cpu_start,
                                   self.cpu_end)
             for r, px in self.pixel_events:
                 if 0 <= r < n:
                     rows[r, 8] += px
         runq, rchar, read_bytes = self.counters
-        c0, c1, ccpu = self.collate_span
         collate_off = max(0, c1 - c0 - ccpu)
         collate_runq = 0
         if runq > 0:
@@ -111,7 +114,7 @@ class BatchMeta:
             collate_runq = min(collate_off, int(round(runq * collate_off / (off + collate_off)))) \
                 if off + collate_off > 0 else 0
         share_batch_counters(rows, runq=runq - collate_runq, rchar=rchar, read_bytes=read_bytes)
-        return rows, collate_runq
+        return rows, collate_runq, c0
 
     @property
     def rows(self) -> np.ndarray:
@@ -120,9 +123,10 @@ class BatchMeta:
 
     @property
     def collate(self) -> tuple[int, int, int, int]:
-        """start, end, on-CPU ns, run-queue ns of the collate."""
-        c0, c1, ccpu = self.collate_span
-        return c0, c1, ccpu, self._derived[1]
+        """start (joined to the last call's end), end, on-CPU ns, run-queue ns of the collate."""
+        _, c1, ccpu = self.collate_span
+        _, crunq, c0 = self._derived
+        return c0, c1, ccpu, crunq
 
     @cached_property
     def stages(self) -> dict[str, np.ndarray]:
@@ -175,6 +179,10 @@ class _Recorder:
 
 
 _current: _Recorder | None = None
+# (pid, wall, on-CPU clock, run-queue ns) at this worker's last fetch's end: the start of the time between fetches
+# (torch's worker loop waiting for the next index, or waiting for a core to run it). The pid tells a forked worker
+# from the parent whose value it inherited.
+_previous_end: tuple[int, int, int, int] = (0, 0, 0, 0)
 # A batch that opened no file shares this one (never written to): one dict less for the garbage collector per batch.
 _NO_FOLDERS: dict[str, int] = {}
 # Folders a batch's dataset calls opened files in, at most this many per batch: enough to name where a job's data
@@ -375,6 +383,27 @@ NO_COLLATE = (0, 0, 0, 0)
 NOT_READ_IO = (-1, -1)
 
 
+def join_calls(rows: np.ndarray, fetch_start: int, collate_start: int) -> int:
+    """Start each dataset call where the fetcher's previous step ended (the fetch's start, the previous call's end),
+    in place, and return the collate's start moved back to the last call's end the same way (0 stays 0: no collate).
+
+    Why: the fetcher's own steps between calls (torch's loop, the list append, the profiler's clock reads) are
+    microseconds, but that is where a worker that used up its time slice is preempted: reading the thread's on-CPU
+    clock updates the scheduler's accounting, and the return from that system call is where a thread with no slice
+    left gives up its core. On a loaded machine those waits for a core (ms each) fell between the timed calls, so no
+    span covered them and the batch's run-queue time had nowhere to go: "other" instead of "cpu". Joined end to end,
+    the calls and the collate cover the whole fetch, and the step's wait for a core lands in the call it delayed.
+    Only where the order is the expected one (a start at or after the previous end)."""
+    n = rows.shape[0]
+    if n > 1:
+        prev_end = rows[:-1, 1]
+        rows[1:, 0] = np.where((prev_end <= rows[1:, 0]) & (prev_end > 0), prev_end, rows[1:, 0])
+    if n and 0 < fetch_start <= rows[0, 0]:
+        rows[0, 0] = fetch_start
+    last_end = int(rows[-1, 1]) if n else 0
+    return last_end if collate_start and 0 < last_end <= collate_start else collate_start
+
+
 def call_cpu(start: np.ndarray, end: np.ndarray, clock: np.ndarray, first: tuple[int, int],
              last: tuple[int, int]) -> np.ndarray:
     """Each call's on-CPU ns from the thread's on-CPU clock, read at the fetch's ends and at the end of the calls
@@ -496,7 +525,7 @@ def _envelope(batch: Any, rec: _Recorder, smp: Any, b0: tuple[int, int, int], fi
               own_ns: int) -> Instrumented:
     """The fetch's end: the batch's counters, its BatchMeta and the envelope. ``own_ns`` is the fetch's own time so
     far; this function's own is added (measured up to the envelope)."""
-    global _current
+    global _current, _previous_end
     _current = None
     substages.end_batch()
     b1 = clocks.counters()
@@ -508,6 +537,11 @@ def _envelope(batch: Any, rec: _Recorder, smp: Any, b0: tuple[int, int, int], fi
                      rec.skipped or (),
                      opened=rec.opened or _NO_FOLDERS,
                      n_items=len(calls) // width if n_items is None else n_items)
+    if worker_id >= 0:  # a worker's time between fetches; the main process's is the user's loop (not ours to split)
+        p = _previous_end
+        if p[0] == pid and 0 < p[1] <= first[0]:
+            meta.gap = (p[1], first[0], max(0, first[1] - p[2]), max(0, b0[0] - p[3]))
+        _previous_end = (pid, out[0], out[1], b1[0])
     meta.own_ns = own_ns + (rec.cpu_reads + 2) * clock_cost_ns() + (_cpu() - out[1])
     return Instrumented(batch, meta)
 

@@ -165,6 +165,10 @@ class BatchesTable(TypedDict):
     read_bytes: list[Counter]
     collate_cpu: list[Seconds]
     collate_runq: list[Seconds]
+    gap_start: NotRequired[list[Time]]
+    gap_end: NotRequired[list[Time]]
+    gap_cpu: NotRequired[list[Seconds]]
+    gap_runq: NotRequired[list[Seconds]]
 
 
 class SpansTable(TypedDict):
