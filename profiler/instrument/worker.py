@@ -15,16 +15,17 @@ Per dataset call we keep one row: wall start/end, the thread's on-CPU and run-qu
 from the block device, and the named sub-stages' self time (substages.py).
 
 The per-call path is the hot path (every sample of every batch): two wall-clock reads and five ints appended to a
-flat list, nothing else (~0.2 µs; no dict, no thread-local lookup, no /proc read, no object the garbage collector
-tracks). The thread's on-CPU clock (a system call, ~0.25-0.5 µs, more than the rest of the call's path) is read only
-at the end of a call that took CALL_CPU_FROM_NS or longer; a shorter call is taken as on a core, and what its batch's
-clock says it was not is shared out when the rows are built (:func:`call_cpu`). Run-queue wait and bytes read are read
-once per batch and shared out over its calls, and the batch's columns (the ``rows`` array, the stage columns) are
-built from the raw lists only when the main process reads them after the window, never on the way. The
-instrumentation's own time per fetch is kept in ``BatchMeta.own_ns`` (measured around its own per-batch work, plus
-the calls times the per-call cost calibrated once per process, :func:`call_cost_ns`, and the on-CPU clock reads times
-their calibrated cost), so it can be reported and, where the fetch ran
-inside the main thread's wait (``num_workers=0``), taken out of the wait before attribution.
+flat list, nothing else (~0.2 µs; the written-out map fetch, :func:`inline_map_fetch`: one read and one int, ~0.1
+µs; no dict, no thread-local lookup, no /proc read, no object the garbage collector tracks). The thread's on-CPU
+clock (a system call, ~0.25-0.5 µs, more than the rest of the call's path) is read only at the end of a call that
+took CALL_CPU_FROM_NS or longer; a shorter call is taken as on a core, and what its batch's clock says it was not is
+shared out when the rows are built (:func:`call_cpu`). Run-queue wait and bytes read are read once per batch and
+shared out over its calls, and the batch's columns (the ``rows`` array, the stage columns) are built from the raw
+lists only when the main process reads them after the window, never on the way. The instrumentation's own time per
+fetch is kept in ``BatchMeta.own_ns`` (measured around its own per-batch work, plus the calls times the per-call
+cost calibrated once per process, :func:`call_cost_ns`, and the on-CPU clock reads times their calibrated cost), so
+it can be reported and, where the fetch ran inside the main thread's wait (``num_workers=0``), taken out of the wait
+before attribution.
 """
 from __future__ import annotations
 
@@ -80,6 +81,11 @@ class BatchMeta:
     own_ns: int = 0  # the instrumentation's own time in this fetch (see the module docstring)
     gap: tuple[int, int, int, int] = (0, 0, 0, 0)  # the worker between its previous fetch and this one: wall start,
     # wall end, on-CPU ns, run-queue ns (zeros: not known — its first fetch, or a batch made in the main process)
+    # The written-out map fetch's compact form (inline_map_fetch): ``calls`` holds one int per call, its end (a call
+    # starts where the previous one ended, the first at the fetch's start), ``keys`` the indices in call order, and
+    # ``long_clocks`` (row, on-CPU clock) for the calls that read the clock. None: ``calls`` is CALL_FIELDS-wide.
+    keys: Sequence[Any] | None = None
+    long_clocks: Sequence[int] = ()
 
     @property
     def items(self) -> int:
@@ -90,19 +96,13 @@ class BatchMeta:
         """(rows, the collate's run-queue share, the collate's start): the fetch cut into its calls and its collate
         end to end (join_calls), its run-queue wait shared over them by their off-CPU time (a thread waiting for a
         core is off it), then rchar by items and read_bytes by blocked time (share_batch_counters)."""
-        w = len(CALL_FIELDS)
-        n = len(self.calls) // w
+        n = self.n_calls
         rows = np.zeros((n, len(ROW_COLUMNS)), dtype=np.int64)
         c0, c1, ccpu = self.collate_span
         if n:
-            flat = self.calls[:n * w]
-            # Column by column: an index is any int the dataset was called with (a hash id beyond int64 is -1).
-            rows[:, 6] = [k if -_I64 < k < _I64 else -1 for k in flat[3::w]]
-            for col, j in ((0, 0), (1, 1), (7, 4)):
-                rows[:, col] = flat[j::w]
+            clock = self._fill_calls(rows)
             c0 = join_calls(rows, self.cpu_start[0], c0)
-            rows[:, 2] = call_cpu(rows[:, 0], rows[:, 1], np.array(flat[2::w], dtype=np.int64), self.cpu_start,
-                                  self.cpu_end)
+            rows[:, 2] = call_cpu(rows[:, 0], rows[:, 1], clock, self.cpu_start, self.cpu_end)
             for r, px in self.pixel_events:
                 if 0 <= r < n:
                     rows[r, 8] += px
@@ -115,6 +115,33 @@ class BatchMeta:
                 if off + collate_off > 0 else 0
         share_batch_counters(rows, runq=runq - collate_runq, rchar=rchar, read_bytes=read_bytes)
         return rows, collate_runq, c0
+
+    @property
+    def n_calls(self) -> int:
+        return len(self.calls) if self.keys is not None else len(self.calls) // len(CALL_FIELDS)
+
+    def _fill_calls(self, rows: np.ndarray) -> np.ndarray:
+        """Start, end, index and items of each call into ``rows``, from either recorded form; returns the on-CPU
+        clock read at each call's end (NO_CPU where not read)."""
+        n = rows.shape[0]
+        if self.keys is not None:
+            rows[:, 1] = self.calls[:n]
+            rows[0, 0] = self.cpu_start[0]
+            rows[1:, 0] = rows[:-1, 1]
+            rows[:, 6] = [k if k.__class__ is int and -_I64 < k < _I64 else _index_of(k) for k in self.keys[:n]]
+            rows[:, 7] = 1
+            clock = np.full(n, NO_CPU, dtype=np.int64)
+            for r, c in zip(self.long_clocks[0::2], self.long_clocks[1::2]):
+                if 0 <= r < n:
+                    clock[r] = c
+            return clock
+        w = len(CALL_FIELDS)
+        flat = self.calls[:n * w]
+        # Column by column: an index is any int the dataset was called with (a hash id beyond int64 is -1).
+        rows[:, 6] = [k if -_I64 < k < _I64 else -1 for k in flat[3::w]]
+        for col, j in ((0, 0), (1, 1), (7, 4)):
+            rows[:, col] = flat[j::w]
+        return np.array(flat[2::w], dtype=np.int64)
 
     @property
     def rows(self) -> np.ndarray:
@@ -132,7 +159,7 @@ class BatchMeta:
     def stages(self) -> dict[str, np.ndarray]:
         """stage -> int64 self ns per row (rows where it occurred; zero elsewhere)."""
         out: dict[str, np.ndarray] = {}
-        n = len(self.calls) // len(CALL_FIELDS)
+        n = self.n_calls
         for r, name, ns in self.stage_events:
             if not 0 <= r < n:  # outside a call, or in an iterator's end (no row)
                 continue
@@ -169,10 +196,11 @@ class _Recorder:
     """Raw rows of the batch being fetched, in this thread: CALL_FIELDS ints per dataset call, appended by the
     proxies, and how many of those calls read the on-CPU clock (its cost is counted in the fetch's own time)."""
 
-    __slots__ = ("calls", "skipped", "opened", "cpu_reads")
+    __slots__ = ("calls", "skipped", "opened", "cpu_reads", "long_clocks")
 
     def __init__(self) -> None:
         self.calls: list[int] = []
+        self.long_clocks: list[int] = []  # the written-out fetch's (row, clock) pairs (BatchMeta.long_clocks)
         self.skipped: list[tuple[int, str, str]] = []
         self.opened: dict[str, int] = {}
         self.cpu_reads = 0
@@ -522,7 +550,7 @@ def _abandon() -> None:
 
 def _envelope(batch: Any, rec: _Recorder, smp: Any, b0: tuple[int, int, int], first: tuple[int, int],
               last: tuple[int, int, int, int], out: tuple[int, int], worker_id: int, pid: int, n_items: int | None,
-              own_ns: int) -> Instrumented:
+              own_ns: int, keys: Sequence[Any] | None = None) -> Instrumented:
     """The fetch's end: the batch's counters, its BatchMeta and the envelope. ``own_ns`` is the fetch's own time so
     far; this function's own is added (measured up to the envelope)."""
     global _current, _previous_end
@@ -536,7 +564,8 @@ def _envelope(batch: Any, rec: _Recorder, smp: Any, b0: tuple[int, int, int], fi
                      (last[0], last[1], last[2]), clocks.process_io() if worker_id >= 0 else NOT_READ_IO,
                      rec.skipped or (),
                      opened=rec.opened or _NO_FOLDERS,
-                     n_items=len(calls) // width if n_items is None else n_items)
+                     n_items=len(calls) // width if n_items is None else n_items,
+                     keys=keys, long_clocks=rec.long_clocks or ())
     if worker_id >= 0:  # a worker's time between fetches; the main process's is the user's loop (not ours to split)
         p = _previous_end
         if p[0] == pid and 0 < p[1] <= first[0]:
@@ -600,19 +629,22 @@ def inline_call_cost_ns() -> int:
         for _ in range(7):
             calls.clear()
             t = _perf()
-            for idx in data:
-                t0 = _perf()
-                try:
-                    item = data[idx]
-                finally:
-                    t1 = _perf()
-                    if t1 - t0 < CALL_CPU_FROM_NS:  # always (a list index): the short-call branch, test included
-                        calls += (t0, t1, NO_CPU, idx if idx.__class__ is int else _index_of(idx), 1)
-                del item
-            t1 = _perf()
+            items: list[int] = []
+            append_item, append_end = items.append, calls.append
+            t0 = t
             for idx in data:
                 item = data[idx]
-                del item
+                t1 = _perf()
+                if t1 - t0 >= CALL_CPU_FROM_NS:  # never (a list index): the short-call branch, test included
+                    calls += (len(calls), _cpu())
+                append_end(t1)
+                t0 = t1
+                append_item(item)
+            t1 = _perf()
+            items = []
+            append_item = items.append
+            for idx in data:
+                append_item(data[idx])
             t2 = _perf()
             best = min(best, (t1 - t) - (t2 - t1))
         _inline_cost_ns = max(0, best // len(data))
@@ -630,39 +662,40 @@ def inline_map_fetch(fetcher: Any, worker_id: int) -> Callable[[Any], Any]:
     the fetcher's ``dataset`` and ``collate_fn`` stay the user's own (read per fetch, as torch reads them)."""
     pid = os.getpid()
     per_call = inline_call_cost_ns()
-    width = len(CALL_FIELDS)
 
     def fetch(possibly_batched_index: Any) -> Any:
         c_entry = _cpu()
-        rec, smp, b0, _ = _begin(width)
+        rec, smp, b0, _ = _begin(1)  # compact form: one int per call (BatchMeta.keys)
         dataset, collate_fn = fetcher.dataset, fetcher.collate_fn
-        calls = rec.calls
+        ends = rec.calls
         last = NO_COLLATE
+        keys: Sequence[Any]
         w_in = _perf()
         c_in = _cpu()
         try:
             if fetcher.auto_collation:
-                data = []
-                for idx in possibly_batched_index:
-                    t0 = _perf()
-                    try:
-                        item = dataset[idx]
-                    finally:
-                        t1 = _perf()
-                        if t1 - t0 < CALL_CPU_FROM_NS:
-                            calls += (t0, t1, NO_CPU, idx if idx.__class__ is int else _index_of(idx), 1)
-                        else:
-                            calls += (t0, t1, _cpu(), idx if idx.__class__ is int else _index_of(idx), 1)
-                            rec.cpu_reads += 1
-                    data.append(item)
-            else:
-                t0 = _perf()
-                try:
-                    data = dataset[possibly_batched_index]
-                finally:
+                keys = possibly_batched_index
+                if keys.__class__ is not list and keys.__class__ is not tuple:
+                    keys = list(keys)  # a batch sampler's other iterable (a range, an array): the same indices
+                data: list[Any] = []
+                append_item, append_end = data.append, ends.append
+                t0 = w_in
+                for idx in keys:
+                    # One clock read per call: a call starts where the previous one ended (join_calls' rule); one
+                    # that raises records nothing (the fetch is abandoned, as torch abandons the batch).
+                    item = dataset[idx]
                     t1 = _perf()
-                    calls += (t0, t1, _cpu(), _index_of(possibly_batched_index), 1)
-                    rec.cpu_reads += 1
+                    if t1 - t0 >= CALL_CPU_FROM_NS:
+                        rec.long_clocks += (len(ends), _cpu())
+                    append_end(t1)
+                    t0 = t1
+                    append_item(item)
+            else:
+                keys = (possibly_batched_index,)
+                data = dataset[possibly_batched_index]
+                ends.append(_perf())
+                rec.long_clocks += (0, _cpu())
+            rec.cpu_reads = len(rec.long_clocks) // 2
             t0 = _perf()
             k0 = _cpu()
             try:
@@ -675,8 +708,8 @@ def inline_map_fetch(fetcher: Any, worker_id: int) -> Callable[[Any], Any]:
             raise
         c_out = _cpu()
         w_out = _perf()
-        n = len(calls) // width
-        return _envelope(batch, rec, smp, b0, (w_in, c_in), last, (w_out, c_out), worker_id, pid, None,
-                         (c_in - c_entry) + (n + 1) * per_call)
+        n = len(ends)
+        return _envelope(batch, rec, smp, b0, (w_in, c_in), last, (w_out, c_out), worker_id, pid, n,
+                         (c_in - c_entry) + (n + 1) * per_call, keys)
 
     return fetch
