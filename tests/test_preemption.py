@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -48,7 +49,7 @@ def test_join_calls_keeps_an_unexpected_order() -> None:
     assert worker.join_calls(rows, 0, 0) == 0  # no collate stays no collate
 
 
-def _pinned(cpu: int):  # type: ignore[no-untyped-def]
+def _pinned(cpu: int) -> Callable[[], None]:
     return lambda: os.sched_setaffinity(0, {cpu})
 
 
