@@ -360,7 +360,7 @@ def test_rank_of_attaches_to_every_rank_and_names_the_straggler(tmp_path):
         ranks = sorted(c for c in procfs.children(p.pid) if "attach_planted.py" in " ".join(procfs.cmdline(c)))
         assert len(ranks) == 2 and discover.agent_of(ranks[0]) == p.pid
         rank0 = next(c for c in ranks if procfs.environ_value(c, ("RANK",)).get("RANK") == "0")
-        rc, _ = attach_here(tmp_path, "--rank-of", str(rank0), "--duration", ATTACH_S, "--rate", RATE, "--no-plots")
+        rc, _ = attach_here(tmp_path, "--rank-of", str(rank0), "--duration", ATTACH_S, "--rate", RATE)
         assert p.poll() is None
     finally:
         if p.poll() is None:
@@ -377,6 +377,11 @@ def test_rank_of_attaches_to_every_rank_and_names_the_straggler(tmp_path):
     assert view["straggler"] is not None and view["straggler"]["rank"] == 1, view["summary"]
     assert view["straggler"]["cause"] == "cpu" and view["straggler"]["waiting_ranks"] == [0]
     assert view["summary"].startswith("Rank 1 is cpu-bound") and "rank 0 spent" in view["summary"]
+    # the torchrun job's merged page, from the same view: the straggler sentence, the table, each rank's own page
+    html = (tmp_path / "att" / "report.html").read_text()
+    assert view["summary"][:40] in html and "Attached from outside" in html and "Merged trace" not in html
+    assert all(f'href="attach-rank{k}/report.html"' in html for k in (0, 1))
+    assert (tmp_path / "att" / "ranks.png").stat().st_size > 0 and not (tmp_path / "att" / "trace.json").exists()
 
 
 @pytest.mark.gpu

@@ -44,7 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("pid", metavar="PID", type=int, nargs="?", help="the job's main process (or one of its "
                    "DataLoader workers: its parent is taken)")
     p.add_argument("--rank-of", metavar="PID", type=int, help="attach to every rank of the torchrun job PID belongs "
-                   "to (one record per rank, in <out>/attach-rank<k>/)")
+                   "to (one record per rank, in <out>/attach-rank<k>/; merged: <out>/ranks.json, report.html)")
     p.add_argument("--duration", type=float, default=D.duration_s, metavar="S",
                    help=f"seconds to sample (default {D.duration_s:g}; Ctrl-C ends it early and still reports)")
     p.add_argument("--rate", type=int, default=D.rate_hz, metavar="HZ",
@@ -111,25 +111,26 @@ def main(args: argparse.Namespace) -> int:
                       f"(record: {folder / 'run.json'})", file=sys.stderr)
                 status = 2
         if len(sampled) > 1:  # --rank-of: one ranks table over the ranks' records, the straggler named
-            write_ranks_view(out, by_rank, paths, console)
+            write_ranks_view(out, by_rank, paths, console, plots=not args.no_plots)
     if interrupted is not None:
         return signals.exit_status(interrupted)
     return status
 
 
-def write_ranks_view(out: Path, by_rank: dict[int, dict[str, object]], paths: dict[int, str], console: object) -> Path:
-    """<out>/ranks.json: the merged view of the ranks' attach records (profiler/attach/ranks.py), and its table."""
-    import json
-
+def write_ranks_view(out: Path, by_rank: dict[int, dict[str, object]], paths: dict[int, str], console: object,
+                     plots: bool = True) -> list[Path]:
+    """The merged view of the ranks' attach records (profiler/attach/ranks.py) through a torchrun job's own
+    renderers: <out>/ranks.json, ranks.png (``plots``) and report.html, each rank's page linked; no merged trace
+    (attach times no spans). Then its table in the terminal."""
     from ..attach.ranks import merged
-    from ..fsutil import atomic_write_bytes
+    from ..render import RANKS, render_all
     from ..render.attach_terminal import print_attach_ranks
 
     view = merged(by_rank, paths)
-    path = out / "ranks.json"
-    atomic_write_bytes(path, json.dumps(view, indent=1, default=str).encode())
-    print_attach_ranks(view, console, [str(path)])
-    return path
+    chosen = tuple(r for r in RANKS if r.name != "ranks_trace" and (plots or r.name != "ranks_png"))
+    files = render_all(chosen, view, out, {"recs": {}})
+    print_attach_ranks(view, console, [str(f) for f in files])
+    return files
 
 
 def _rank(s: object, i: int) -> int:

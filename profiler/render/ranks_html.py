@@ -21,10 +21,19 @@ from .ranks_rows import HEADERS, figure, table_rows
 def render_html(view: dict[str, Any], png: bytes | None, folder: Path | None = None) -> str:
     """The whole page as one string: inline CSS, the PNG as a data: URI, nothing fetched. A rank's record links to
     its own report where that is in ``folder`` (a shared --out, or rank 0's node)."""
-    local = {r: folder is not None and (Path(folder) / f"rank{r}" / "report.html").exists() for r in view["present"]}
+    local = {r: _local_report(folder, r) for r in view["present"]}
     return environment().get_template("ranks.html.j2").render(
         v=view, local=local, headers=HEADERS, rows=table_rows(view), skew_mean=figure(view["skew_ms"]["mean"]),
         skew_max=figure(view["skew_ms"]["max"]), png_b64=base64.b64encode(png).decode("ascii") if png else None)
+
+
+def _local_report(folder: Path | None, rank: int) -> str | None:
+    """The relative link to a rank's own report in ``folder``: ``rank<N>/`` (a run's), ``attach-rank<N>/`` (attach
+    --rank-of's), or None where neither is there."""
+    for sub in (f"rank{rank}", f"attach-rank{rank}"):
+        if folder is not None and (Path(folder) / sub / "report.html").exists():
+            return f"{sub}/report.html"
+    return None
 
 
 def render(view: dict[str, Any], out_dir: Path, ctx: dict[str, Any]) -> Path:
