@@ -571,7 +571,8 @@ def _envelope(batch: Any, rec: _Recorder, smp: Any, b0: tuple[int, int, int], fi
         if p[0] == pid and 0 < p[1] <= first[0]:
             meta.gap = (p[1], first[0], max(0, first[1] - p[2]), max(0, b0[0] - p[3]))
         _previous_end = (pid, out[0], out[1], b1[0])
-    meta.own_ns = own_ns + (rec.cpu_reads + 2) * clock_cost_ns() + (_cpu() - out[1])
+    clock_reads = rec.cpu_reads + len(rec.long_clocks) // 2 + 2  # the proxies' long calls, the written-out fetch's
+    meta.own_ns = own_ns + clock_reads * clock_cost_ns() + (_cpu() - out[1])
     return Instrumented(batch, meta)
 
 
@@ -677,9 +678,9 @@ def inline_map_fetch(fetcher: Any, worker_id: int) -> Callable[[Any], Any]:
         c_in = _cpu()
         try:
             if fetcher.auto_collation:
-                keys = possibly_batched_index
-                if keys.__class__ is not list and keys.__class__ is not tuple:
-                    keys = list(keys)  # a batch sampler's other iterable (a range, an array): the same indices
+                # A copy (one C call): a batch sampler that refills one list per batch would rewrite the indices
+                # kept in earlier batches, and another iterable (a range, an array) gives the same indices as a tuple.
+                keys = tuple(possibly_batched_index)
                 data: list[Any] = []
                 append_item, append_end = data.append, ends.append
                 t0 = w_in
@@ -698,7 +699,6 @@ def inline_map_fetch(fetcher: Any, worker_id: int) -> Callable[[Any], Any]:
                 data = dataset[possibly_batched_index]
                 ends.append(_perf())
                 rec.long_clocks += (0, _cpu())
-            rec.cpu_reads = len(rec.long_clocks) // 2
             t0 = _perf()
             k0 = _cpu()
             try:
