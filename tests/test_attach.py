@@ -175,9 +175,12 @@ def test_workers_forked_after_discovery_are_sampled_and_counted_once(tmp_path):
     still said to have 2 workers, not one per process seen."""
     few = tmp_path / "few"
     few.mkdir()
-    for i in range(24):  # 6 batches of 4 per epoch: each epoch's workers live long enough to be clocked under load
-        (few / f"f{i}.bin").write_bytes(os.urandom(64 * 1024))
-    with job("io", str(few), "2") as p:
+    # 256 samples of ~1.4 ms of CPU each per epoch (the planted cpu cause; the files only set the length): each
+    # epoch's workers live ~0.2 s on a quiet machine, several readings of the kernel clocks at 20 Hz. Cold file reads
+    # instead let a quiet machine's epoch end in 20-40 ms: one reading or none per worker.
+    for i in range(256):
+        (few / f"f{i:03d}").write_bytes(b"x")
+    with job("cpu", str(few), "2") as p:
         rc, rec = attach_here(tmp_path, str(p.pid), "--duration", "3", "--rate", RATE, "--no-plots")
     assert rc == 0 and rec is not None
     at = rec["attach"]
