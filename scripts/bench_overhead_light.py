@@ -164,6 +164,7 @@ def main() -> int:
             run_loop(ds, model, opt, workers, a.warmup, 50, None)
             run_loop(ds, model, opt, workers, a.warmup, 50, os.path.join(tmp, f"w{workers}-discard"))
             overhead, plain_share, prof_share, rec_share, next_plain, next_prof, own = [], [], [], [], [], [], []
+            tree_plain, tree_prof = [], []  # the process tree's CPU per batch of each loop (for the minima)
             for r in range(a.rounds):
                 order = ("plain", "profiled") if r % 2 == 0 else ("profiled", "plain")
                 res: dict[str, Loop] = {}
@@ -182,6 +183,8 @@ def main() -> int:
                 next_prof.append(_median(pr.next_s) * 1e6)
                 own.append((pr.profiler_s or 0.0) / a.batches * 1e6)
                 tree_pl = pl.main_cpu_s / a.batches * 1e6 + pl.workers_cpu_s / n * 1e6
+                tree_plain.append(tree_pl)
+                tree_prof.append(pr.main_cpu_s / a.batches * 1e6 + pr.workers_cpu_s / n * 1e6)
                 print(f"workers={workers} round {r + 1}: CPU per batch plain {tree_pl:.0f} us, profiled "
                       f"{tree_pl + overhead[-1]:.0f} us ({overhead[-1]:+.0f}: main {main_us:+.0f}, workers "
                       f"{workers_us:+.0f}); next() median {next_plain[-1]:.0f} vs "
@@ -190,6 +193,8 @@ def main() -> int:
                       f"{own[-1]:.1f} us/step taken out)", flush=True)
             med = _median(overhead)
             per_worker_setting[workers] = med
+            print(f"workers={workers}: fastest rounds: plain {min(tree_plain):.0f} us, profiled {min(tree_prof):.0f} "
+                  f"us per batch: {min(tree_prof) - min(tree_plain):+.0f} us", flush=True)
             print(f"workers={workers}: overhead {med:.0f} us per batch of {BATCH} (CPU, process tree; rounds "
                   f"{', '.join(f'{x:.0f}' for x in overhead)}); next() median {_median(next_plain):.0f} us plain, "
                   f"{_median(next_prof):.0f} us profiled; stall share plain {_median(plain_share):.1%} vs record "

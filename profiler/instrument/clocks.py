@@ -6,9 +6,10 @@ per-thread figures. Two tiers, by cost:
 
 - per dataset call and per collate, wall clock and on-CPU time only (``perf_counter_ns`` and ``thread_time_ns``
   read inline by worker.py's proxies, ~0.3 µs together); the rest of the call is off-CPU;
-- per batch (worker side) :func:`snapshot` (~2.5 µs) adds the run-queue wait and bytes read (asked for, and from the
-  block device), which the batch then shares out over its calls and its collate; per step (main side)
-  :func:`sched_snapshot` reads the run-queue wait without the byte counts:
+- per batch, :func:`fetch_start` and :func:`fetch_end` add the run-queue wait and bytes read (asked for, and from
+  the block device), which the batch then shares out over its calls and its collate; per step (main side)
+  :func:`sched_snapshot` reads the run-queue wait without the byte counts. Both read /proc as seldom as exactness
+  allows (see PROBE_EVERY): on a light loop, one read per batch.
 
 - on-CPU time: ``time.thread_time_ns()`` (CLOCK_THREAD_CPUTIME_ID), exact to the nanosecond at the moment of the
   call. (schedstat's on-CPU field is only brought up to date at ticks and context switches, so for a call of a few
@@ -17,8 +18,9 @@ per-thread figures. Two tiers, by cost:
   distribution kernel has) — time the thread was ready to run but had no core: the signature of oversubscribed
   workers. It grows when the thread is switched back in, so between two reads made while the thread runs it counts
   exactly the waits in between.
-- ``/proc/thread-self/io``: ``rchar`` (bytes the thread asked ``read()`` for, page cache or not) and ``read_bytes``
-  (bytes it caused to be fetched from the block device).
+- ``/proc/thread-self/io``: ``rchar`` (bytes the thread asked ``read()`` for, page cache or not: the profiler's own
+  /proc reads included, which are therefore counted and taken out) and ``read_bytes`` (bytes it caused to be
+  fetched from the block device; also ``getrusage(RUSAGE_THREAD).ru_inblock`` x 512, which is what is read).
 
 A file descriptor of ``/proc/thread-self/...`` is bound to the thread that opened it, so each thread opens its own
 (kept in a ``threading.local``) and re-reads it with one ``pread`` (~1-2 µs each). Every timestamp is
@@ -27,6 +29,7 @@ A file descriptor of ``/proc/thread-self/...`` is bound to the thread that opene
 from __future__ import annotations
 
 import os
+import resource
 import threading
 import time
 
@@ -61,12 +64,124 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
 
 
+# The run-queue wait and the byte counts, at the fewest reads of /proc (each ~1-2 µs, and ~4 µs of the job's own
+# time on a busy loop: they evict what the job had in cache):
+# - read_bytes comes from getrusage(RUSAGE_THREAD) (ru_inblock is the same counter in 512-byte units), which is
+#   cheaper than any /proc read and leaves the job's caches alone;
+# - the run-queue wait grows only when the thread is switched back in after waiting, which follows a context switch
+#   away from it, and getrusage counts those (ru_nvcsw + ru_nivcsw): while the count has not moved since schedstat
+#   was last read, the wait is the value read then, exactly;
+# - rchar needs /proc/thread-self/io. A fetch's start takes the value read at its thread's previous fetch's end, as
+#   long as nothing is read between fetches; every PROBE_EVERY-th fetch reads it at its start as well, and once one
+#   finds bytes read in between (the job's own loop reads files, or a worker's index queue is a pipe), the thread
+#   reads it at both ends of every fetch. Why 16: a job that reads between its fetches does so at every step (a file
+#   per step) or seldom (a checkpoint): the first is found within 16 batches, and the second costs at most the bytes
+#   of that one read, counted as its next fetch's.
+PROBE_EVERY = 16
+
+
+class _Thread:
+    """One thread's kept-open /proc descriptors and what it last read from them (see above)."""
+
+    __slots__ = ("sched", "io", "generation", "csw", "runq", "io_raw", "own_at_raw", "own", "probe", "exact")
+
+    def __init__(self) -> None:
+        self.sched = _open("/proc/thread-self/schedstat")
+        self.io = _open("/proc/thread-self/io")
+        self.generation = _generation
+        self.csw = -1  # context switches counted when ``runq`` was read (-1: never read)
+        self.runq = 0
+        self.io_raw = b""  # /proc/thread-self/io at the end of this thread's last fetch (b"": none yet)
+        self.own_at_raw = 0  # ``own`` when io_raw was read
+        # Bytes this thread has read from /proc for the profiler: rchar counts every read, these too, so a fetch's
+        # rchar is its delta less the delta of this (exact: what was read is known).
+        self.own = 0
+        self.probe = 0  # fetch starts until the next probe
+        self.exact = False  # bytes were read between two fetches: read rchar at both ends of every fetch
+
+
+def _state() -> _Thread:
+    st: _Thread | None = getattr(_local, "state", None)
+    if st is None or st.generation != _generation:
+        st = _local.state = _Thread()
+    return st
+
+
 def _fds() -> tuple[int | None, int | None]:
-    fds = getattr(_local, "fds", None)
-    if fds is None or _local.generation != _generation:
-        fds = (_open("/proc/thread-self/schedstat"), _open("/proc/thread-self/io"))
-        _local.fds, _local.generation = fds, _generation
-    return fds
+    st = _state()
+    return st.sched, st.io
+
+
+_getrusage = resource.getrusage
+_RUSAGE_THREAD = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
+
+
+def _runq(st: _Thread, csw: int) -> int:
+    if csw != st.csw and st.sched is not None:
+        buf = os.pread(st.sched, 128, 0)
+        st.own += len(buf)
+        st.runq = int(buf.split()[1])
+        st.csw = csw
+    return st.runq
+
+
+def _read_io(st: _Thread, fd: int) -> tuple[bytes, int]:
+    """/proc/thread-self/io now, and ``own`` as it stands in that reading (this read's bytes come after it)."""
+    own = st.own
+    buf = os.pread(fd, 512, 0)
+    st.own = own + len(buf)
+    return buf, own
+
+
+def fetch_start() -> tuple[int, int, bytes, int]:
+    """``(runq_ns, read_bytes, io, own)`` of the calling thread at a fetch's start, cumulative: ``io`` is
+    /proc/thread-self/io as read (unparsed; ``b""``: not readable), maybe at the end of its previous fetch (above),
+    and ``own`` the bytes of the profiler's own reads that its rchar counts."""
+    st = _state()
+    ru = _getrusage(_RUSAGE_THREAD)
+    runq = _runq(st, ru.ru_nvcsw + ru.ru_nivcsw)
+    raw, own = st.io_raw, st.own_at_raw
+    if st.io is not None:
+        if not raw or st.exact:
+            raw, own = _read_io(st, st.io)
+        else:
+            st.probe -= 1
+            if st.probe <= 0:
+                st.probe = PROBE_EVERY
+                now, own_now = _read_io(st, st.io)
+                if parse_io(now)[0] - parse_io(raw)[0] > own_now - own:
+                    st.exact = True  # read between fetches: not a fetch's, so both ends of every fetch from now on
+                raw, own = now, own_now
+    return runq, ru.ru_inblock * 512, raw, own
+
+
+def fetch_end() -> tuple[int, int, bytes, int]:
+    """The same at a fetch's end (io read now, and kept as the next fetch's start)."""
+    st = _state()
+    ru = _getrusage(_RUSAGE_THREAD)
+    runq = _runq(st, ru.ru_nvcsw + ru.ru_nivcsw)
+    if st.io is None:
+        return runq, ru.ru_inblock * 512, b"", st.own
+    raw, own = _read_io(st, st.io)
+    st.io_raw, st.own_at_raw = raw, own
+    return runq, ru.ru_inblock * 512, raw, own
+
+
+def forget_last_fetch() -> None:
+    """The calling thread's next fetch reads rchar at its start: what ran since its last fetch (a new iterator being
+    made, the profiler's own set-up) is not the job's loop between two fetches of one loader."""
+    st: _Thread | None = getattr(_local, "state", None)
+    if st is not None:
+        st.io_raw = b""
+        st.probe = 0  # and its second fetch probes: reads between fetches are found from the first gap on
+        st.exact = False
+
+
+def runq_now() -> int:
+    """The calling thread's run-queue wait (ns, cumulative), read from schedstat only if it may have moved."""
+    st = _state()
+    ru = _getrusage(_RUSAGE_THREAD)
+    return _runq(st, ru.ru_nvcsw + ru.ru_nivcsw)
 
 
 def process_io() -> tuple[int, int]:
@@ -76,12 +191,19 @@ def process_io() -> tuple[int, int]:
     at open time, so an inherited descriptor would read the parent)."""
     global _proc_io
     if _proc_io is None:
+        st = _state()
+        before = parse_io(os.pread(st.io, 512, 0))[0] if st.io is not None else 0
         _proc_io = (os.getpid(), _open("/proc/self/io"))
+        if st.io is not None:  # the opening's own test read and these two reads: counted as ours
+            after = os.pread(st.io, 512, 0)
+            st.own += parse_io(after)[0] - before + len(after)
     fd = _proc_io[1]
     if fd is None:
         return -1, -1
     try:
-        lines = os.pread(fd, 512, 0).split(b"\n")
+        buf = os.pread(fd, 512, 0)
+        _state().own += len(buf)  # this thread's rchar counts it too: the profiler's own read
+        lines = buf.split(b"\n")
         return int(lines[0][7:]), int(lines[4][12:])
     except (OSError, ValueError, IndexError):
         return -1, -1
@@ -107,42 +229,18 @@ def cpu_snapshot(end: bool = False) -> tuple[int, int, int]:
 def sched_snapshot(end: bool = False) -> tuple[int, int, int]:
     """``(wall_ns, cpu_ns, runq_ns)`` of the calling thread: :func:`snapshot` without the io counters, for the main
     thread's per-step reads (which use no byte counts)."""
-    sched = _fds()[0]
     wall = 0 if end else time.perf_counter_ns()
     cpu = time.thread_time_ns()
-    runq = int(os.pread(sched, 128, 0).split()[1]) if sched is not None else 0
+    runq = runq_now()
     if end:
         wall = time.perf_counter_ns()
     return wall, cpu, runq
 
 
-def snapshot(end: bool = False) -> tuple[int, int, int, int, int]:
-    """``(wall_ns, cpu_ns, runq_ns, rchar, read_bytes)`` of the calling thread; counters are cumulative.
-
-    The wall clock is read first at the start of an interval and last at its end (``end=True``), so a preemption
-    while the counters are read falls outside the interval's counters but inside its wall time: on-CPU + run-queue
-    never exceed the wall time of the interval.
-    """
-    sched, tio = _fds()
-    wall = 0 if end else time.perf_counter_ns()
-    cpu = time.thread_time_ns()
-    runq = int(os.pread(sched, 128, 0).split()[1]) if sched is not None else 0
-    rchar = rbytes = 0
-    if tio is not None:
-        # "rchar: N\nwchar: N\nsyscr: N\nsyscw: N\nread_bytes: N\n..." — fixed order since Linux 2.6.20.
-        lines = os.pread(tio, 512, 0).split(b"\n")
-        rchar, rbytes = int(lines[0][7:]), int(lines[4][12:])
-    if end:
-        wall = time.perf_counter_ns()
-    return wall, cpu, runq, rchar, rbytes
-
-
-def counters() -> tuple[int, int, int]:
-    """``(runq_ns, rchar, read_bytes)`` of the calling thread, cumulative: :func:`snapshot` without the clocks, for
-    a fetch that reads its clocks itself (around its own work, not around these reads)."""
-    sched, tio = _fds()
-    runq = int(os.pread(sched, 128, 0).split()[1]) if sched is not None else 0
-    if tio is None:
-        return runq, 0, 0
-    lines = os.pread(tio, 512, 0).split(b"\n")
-    return runq, int(lines[0][7:]), int(lines[4][12:])
+def parse_io(raw: bytes) -> tuple[int, int]:
+    """``(rchar, read_bytes)`` from a /proc/*/io read (``(0, 0)`` for ``b""``: not readable)."""
+    if not raw:
+        return 0, 0
+    # "rchar: N\nwchar: N\nsyscr: N\nsyscw: N\nread_bytes: N\n..." — fixed order since Linux 2.6.20.
+    lines = raw.split(b"\n")
+    return int(lines[0][7:]), int(lines[4][12:])

@@ -74,8 +74,15 @@ def count_samples(batch: Any, batch_size: int | None = None) -> tuple[int, str] 
     of uncollated samples (``collate_fn=lambda b: b``) counts by its length; ``batch_size`` only breaks the tie of a
     list of same-shaped tensors, which is either a collated ``(x, y)`` pair or a list of samples.
     """
-    if (batch.__class__ is tuple or (batch.__class__ is list and len(batch) != batch_size)) \
-            and 0 < len(batch) <= MAX_VISITS:
+    cls = batch.__class__
+    if (cls is list or cls is tuple) and len(batch) == 2 and batch_size != 2:
+        # The commonest batch of all, (x, y) of tensors, with the fewest steps (this runs once per step).
+        x, y = batch
+        if x.__class__ is _Tensor and y.__class__ is _Tensor:
+            sx, sy = x.shape, y.shape
+            if sx and sy and sx[0] == sy[0]:
+                return int(sx[0]), BASIS_BATCH
+    if (cls is tuple or (cls is list and len(batch) != batch_size)) and 0 < len(batch) <= MAX_VISITS:
         # The common collated batch, (x, y) of tensors (default_collate makes it a list), counted without the walk
         # (the same answer, once per step); a list as long as batch_size may be uncollated samples: judged below.
         first = -1

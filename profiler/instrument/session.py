@@ -35,6 +35,10 @@ from .loaders import (
 )
 from .worker import BatchMeta, Instrumented, call_cost_ns
 
+_perf = time.perf_counter_ns
+_cpu = time.thread_time_ns
+_get_ident = threading.get_ident
+
 # Resolve completed CUDA events every this many steps: bounds live events on long runs without a synchronize.
 RESOLVE_EVERY = 32
 # Distinct folders the record names as where the data was read from (the most-opened are kept).
@@ -524,19 +528,29 @@ class Session:
         return batch
 
     def _on_next(self, it: Any, orig: Callable[[Any], Any]) -> Any:
-        if self.closed or threading.get_ident() != self._owner_thread:
+        # Once per batch of the profiled loader, on the job's critical path: written for few bytecodes (locals, no
+        # helper frames, no temporaries), measured by scripts/bench_overhead_light.py.
+        if self.closed or _get_ident() != self._owner_thread:
             return torch_hooks.unwrap(orig(it))
-        if id(it) not in self._iters:
+        key = id(it)
+        if key not in self._iters:
             return self._other_next(it, orig)
         # num_workers=0: the batch is made in this thread, and its fetch reads the run-queue wait itself (shared below);
         # reading it here too would only cost the step twice.
-        inthread = id(it) in self._inthread
-        s0 = clocks.cpu_snapshot() if inthread else clocks.sched_snapshot()
-        t0 = s0[0]
-        if self.cuda is not None and self._open_row is not None and self._open_row.measured:
-            self.cuda.mark(self._open_row, "compute_end_ns")
-        self._end_step(t0)
-        if self.measured_steps >= self.steps:
+        inthread = key in self._inthread
+        if inthread:
+            t0 = _perf()
+            c0 = _cpu()
+            q0 = 0
+        else:
+            t0, c0, q0 = clocks.sched_snapshot()
+        cuda = self.cuda
+        prev = self._open_row
+        if prev is not None:
+            if cuda is not None and prev.measured:
+                cuda.mark(prev, "compute_end_ns")
+            self._end_step(t0)
+        if self._measured_done >= self.steps:
             self._close(t0)
             if self.then == "exit":
                 raise WindowClosed()
@@ -546,70 +560,82 @@ class Session:
         if measured and not self.window_start_ns:
             self._open_window(t0)
             t0 = self.window_start_ns
-        row = StepRow(step, max(0, len(self.epochs) - 1), -1, self._pid, 0, t0, 0, 0, 0, measured,
+            cuda = self.cuda
+        epochs = self.epochs
+        row = StepRow(step, len(epochs) - 1 if epochs else 0, -1, self._pid, 0, t0, 0, 0, 0, measured,
                       tail=measured and step - self.warmup >= self.detail_steps)
-        if self.cuda is not None and measured:
-            self.cuda.mark(row, "wait_start_dev")
-        row.own_wait_ns = time.thread_time_ns() - s0[1]  # on-CPU: a preemption here is the machine's, not ours
+        if cuda is not None and measured:
+            cuda.mark(row, "wait_start_dev")
+        row.own_wait_ns = _cpu() - c0  # on-CPU: a preemption here is the machine's, not ours
         try:
             data = orig(it)
         except StopIteration:
             self._epoch_done = True
             raise
-        s1 = clocks.cpu_snapshot(end=True) if inthread else clocks.sched_snapshot(end=True)
-        self._n_steps += 1
+        if inthread:  # the end's clocks in the opposite order (clocks.snapshot says why)
+            c1 = _cpu()
+            t1 = _perf()
+            q1 = 0
+        else:
+            t1, c1, q1 = clocks.sched_snapshot(end=True)
+        self._n_steps = step + 1
         self._epoch_batches += 1
-        self._last_next_ns = s1[0]
-        row.wait_end_ns, row.main_cpu_ns, row.main_runq_ns = s1[0], s1[1] - s0[1], s1[2] - s0[2]
-        if self.cuda is not None and measured:
-            self.cuda.mark(row, "wait_end_dev")
-        batch = data
-        meta = None
-        if isinstance(data, Instrumented):
-            meta, batch = data.meta, data.batch
-        self._count(row, batch, meta)
-        if meta is not None:
-            row.worker_id, row.pid = meta.worker_id, meta.pid
-            if meta.worker_id < 0:  # fetched in this thread, inside the wait: its instrumentation's time is ours
-                row.own_wait_ns += meta.own_ns
-                if inthread:
-                    row.main_runq_ns = meta.counters[0]
-            if row.tail:  # its spans are not kept; what the record lists of it is kept here
-                self.tail_skipped.extend(meta.skipped[:MAX_TAIL_SKIPPED - len(self.tail_skipped)])
-            else:
-                row.batch = len(self.metas)
-                self.metas.append(meta)
-            for folder, n in meta.opened.items():
-                if folder in self.read_from or len(self.read_from) < MAX_FOLDERS:
-                    self.read_from[folder] = self.read_from.get(folder, 0) + n
-            if meta.pid not in self._pids:
-                self._pids.add(meta.pid)
-                if self.on_first_pid is not None:
-                    self.on_first_pid(meta.pid, meta.worker_id)
-        ep = self.epochs[-1] if self.epochs else None
-        if ep is not None and not ep.first_batch_ns:
-            ep.first_batch_ns = row.wait_end_ns
-        if not row.tail:
-            self.rows.append(row)
-        self._open_row = row
-        if self.cuda is not None and step % RESOLVE_EVERY == 0:
-            self.cuda.resolve()
-        if self.on_step is not None:
-            self.on_step(row, row.measured)
-        row.own_rest_ns = time.thread_time_ns() - s1[1]
-        return batch
-
-    def _count(self, row: StepRow, batch: Any, meta: BatchMeta | None) -> None:
-        """The step's samples: what the batch holds; else what the dataset calls returned; else one per step."""
+        self._last_next_ns = t1
+        row.wait_end_ns = t1
+        row.main_cpu_ns = c1 - c0
+        row.main_runq_ns = q1 - q0
+        if cuda is not None and measured:
+            cuda.mark(row, "wait_end_dev")
+        if data.__class__ is Instrumented:
+            meta = data.meta
+            batch = data.batch
+        else:
+            meta = None
+            batch = data
+        # The step's samples: what the batch holds; else what the dataset calls returned; else one per step.
         li = self.loader
         n = count_samples(batch, li.batch_size if li is not None else None)
         if n is not None:
             row.n_samples, basis = n
-        elif meta is not None and meta.items:
-            row.n_samples, basis = max(0, meta.items - len(meta.skipped)), BASIS_CALLS
+        elif meta is not None and meta.n_items:
+            row.n_samples, basis = max(0, meta.n_items - len(meta.skipped)), BASIS_CALLS
         else:
             row.n_samples, basis = 1, BASIS_STEP
-        self._basis[basis] = self._basis.get(basis, 0) + 1
+        counted = self._basis
+        counted[basis] = counted.get(basis, 0) + 1
+        if meta is not None:
+            row.worker_id = meta.worker_id
+            row.pid = meta.pid
+            if meta.worker_id < 0:  # fetched in this thread, inside the wait: its instrumentation's time is ours
+                row.own_wait_ns += meta.own_ns
+                if inthread:
+                    row.main_runq_ns = meta.marks[4]  # the fetch's run-queue wait (its byte counts wait unparsed)
+            if row.tail:  # its spans are not kept; what the record lists of it is kept here
+                if meta.skipped:
+                    self.tail_skipped.extend(meta.skipped[:MAX_TAIL_SKIPPED - len(self.tail_skipped)])
+            else:
+                row.batch = len(self.metas)
+                self.metas.append(meta)
+            if meta.opened:
+                read_from = self.read_from
+                for folder, k in meta.opened.items():
+                    if folder in read_from or len(read_from) < MAX_FOLDERS:
+                        read_from[folder] = read_from.get(folder, 0) + k
+            if meta.pid not in self._pids:
+                self._pids.add(meta.pid)
+                if self.on_first_pid is not None:
+                    self.on_first_pid(meta.pid, meta.worker_id)
+        if epochs and not epochs[-1].first_batch_ns:
+            epochs[-1].first_batch_ns = t1
+        if not row.tail:
+            self.rows.append(row)
+        self._open_row = row
+        if cuda is not None and step % RESOLVE_EVERY == 0:
+            cuda.resolve()
+        if self.on_step is not None:
+            self.on_step(row, measured)
+        row.own_rest_ns = _cpu() - c1
+        return batch
 
     # --- window ---------------------------------------------------------------------------------------------------
     def _open_window(self, t0_ns: int) -> None:

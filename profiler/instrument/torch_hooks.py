@@ -38,7 +38,7 @@ import torch.utils.data._utils.worker as _worker_mod
 from torch.utils.data import DataLoader
 from torch.utils.data import dataloader as _dl
 
-from . import substages, worker
+from . import clocks, substages, worker
 
 _ORIG_WORKER_LOOP = _worker_mod._worker_loop
 _ORIG_CREATE_FETCHER = _dl._DatasetKind.__dict__["create_fetcher"]
@@ -196,6 +196,7 @@ def instrument_fetcher(fetcher: Any, worker_id: int) -> Any:
     if kind is fetch_module._MapDatasetFetcher and not (hasattr(fetcher.dataset, "__getitems__")
                                                         and fetcher.dataset.__getitems__) and map_fetch_is_known():
         fetcher.fetch = worker.inline_map_fetch(fetcher, worker_id)
+        clocks.forget_last_fetch()  # a new fetcher (after any calibration): its first fetch reads both ends
         return fetcher
     iterable = hasattr(fetcher, "dataset_iter")
     source = fetcher.dataset_iter if iterable else fetcher.dataset
@@ -206,6 +207,7 @@ def instrument_fetcher(fetcher: Any, worker_id: int) -> Any:
         fetcher.dataset = timed
     fetcher.collate_fn = collate
     fetcher.fetch = fetch
+    clocks.forget_last_fetch()
     return fetcher
 
 

@@ -34,7 +34,6 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -57,42 +56,107 @@ NO_CPU = -1
 CALL_CPU_FROM_NS = 10_000
 
 
-@dataclass
+# BatchMeta.marks: every per-batch int but the calls', in one tuple (see BatchMeta for why), in this order.
+MARKS = ("start_wall", "start_cpu",  # when the fetch began: wall, the thread's on-CPU clock (the first calls count
+         # from it)
+         "end_wall", "end_cpu",  # after the last call (the collate's start, else the fetch's end): wall, on-CPU clock
+         "runq", "rchar", "read_bytes",  # the fetch thread's run-queue ns, rchar, read_bytes over the whole fetch
+         "collate_start", "collate_end", "collate_cpu",  # the collate's wall start, end and on-CPU ns (0s: none)
+         "io_rchar", "io_read_bytes",  # /proc/self/io of the worker after the batch, cumulative (-1: unknown or not
+         # read: the main process, NOT_READ_IO)
+         "gap_start", "gap_end", "gap_cpu", "gap_runq")  # the worker between its previous fetch and this one: wall
+# start, wall end, on-CPU ns, run-queue ns (zeros: not known: its first fetch, or a batch made in the main process)
+_M = {name: i for i, name in enumerate(MARKS)}
+NO_GAP = (0, 0, 0, 0)
+
+
+@dataclass(slots=True)
 class BatchMeta:
     """What one worker did for one batch, as recorded (flat lists and tuples: cheap to build and to pickle).
 
-    The derived views (``rows``, ``stages``, ``collate``, ``items``) are computed on first use in the main process."""
+    The derived views (``rows``, ``stages``, ``collate``, ``items``) are computed on first use in the main process.
+
+    Why slots and one tuple of ints (``marks``) rather than a field per figure: every object a batch leaves behind
+    that the garbage collector tracks counts towards its next collection, and a BatchMeta is kept for every measured
+    batch. With a ``__dict__`` and six small tuples per batch, a light ``num_workers=0`` loop collected five times as
+    often as the plain loop, each young collection walking every kept record (~0.4 µs per BatchMeta): ~10 µs per
+    batch, the largest part of the profiler's cost there. Now a batch keeps three tracked objects (this, its
+    ``calls`` list and ``marks``, which the collector untracks the first time it sees it: it holds only ints)."""
     worker_id: int  # -1: the main process (num_workers = 0)
     pid: int
-    calls: list[int]  # flat, CALL_FIELDS per dataset call: start, end, thread CPU clock at its end (NO_CPU: not
-    # read, a call shorter than CALL_CPU_FROM_NS), index, items
-    cpu_start: tuple[int, int]  # (wall, thread CPU clock) when the fetch began: the first calls count from it
-    cpu_end: tuple[int, int]  # (wall, thread CPU clock) after the last call: the collate's start, else the fetch's end
-    stage_events: Sequence[tuple[int, str, int]]  # (call row, stage, self ns)
-    pixel_events: Sequence[tuple[int, int]]  # (call row, decoded pixels)
-    counters: tuple[int, int, int]  # the fetch thread's run-queue ns, rchar, read_bytes over the whole fetch
-    collate_span: tuple[int, int, int]  # start, end, on-CPU ns of the collate (0s: none)
-    io: tuple[int, int]  # /proc/self/io of the worker after the batch: (rchar, read_bytes), cumulative; -1 unknown
-    # or not read (the main process: NOT_READ_IO)
+    calls: Sequence[Any]  # flat, CALL_FIELDS per dataset call: start, end, thread CPU clock at its end (NO_CPU: not
+    # read, a call shorter than CALL_CPU_FROM_NS), index, items; the compact form (below): each call's end, then
+    # each call's key
+    marks: tuple[int, ...]  # MARKS, in that order
+    stage_events: Sequence[tuple[int, str, int]] = ()  # (call row, stage, self ns)
+    pixel_events: Sequence[tuple[int, int]] = ()  # (call row, decoded pixels)
     skipped: list[tuple[int, str, str]] | tuple[()] = ()  # (index, path, reason) reported by the dataset
     sent_ns: int = 0  # when the worker's queue thread began pickling it (0: never pickled, e.g. num_workers = 0)
     opened: dict[str, int] = field(default_factory=dict)  # folder -> files opened for reading during this batch
     n_items: int = 0  # samples the dataset calls returned (one per call, or len(keys) per __getitems__)
     own_ns: int = 0  # the instrumentation's own time in this fetch (see the module docstring)
-    gap: tuple[int, int, int, int] = (0, 0, 0, 0)  # the worker between its previous fetch and this one: wall start,
-    # wall end, on-CPU ns, run-queue ns (zeros: not known — its first fetch, or a batch made in the main process)
-    # The written-out map fetch's compact form (inline_map_fetch): ``calls`` holds one int per call, its end (a call
-    # starts where the previous one ended, the first at the fetch's start), ``keys`` the indices in call order, and
-    # ``long_clocks`` (row, on-CPU clock) for the calls that read the clock. None: ``calls`` is CALL_FIELDS-wide.
-    keys: Sequence[Any] | None = None
+    # The written-out map fetch's compact form (inline_map_fetch): ``calls`` holds each call's end (a call starts
+    # where the previous one ended, the first at the fetch's start) and then each call's key (its index), and
+    # ``long_clocks`` (row, on-CPU clock) the calls that read the clock. False: ``calls`` is CALL_FIELDS-wide.
+    compact: bool = False
     long_clocks: Sequence[int] = ()
+    # The fetch thread's /proc/thread-self/io at the fetch's start and end, unparsed, where ``marks`` does not hold
+    # its rchar yet (a batch fetched in the main process: its rchar is parsed when read, after the window); b"":
+    # parsed.
+    thread_io_start: bytes = b""
+    thread_io_end: bytes = b""
+    _derived_views: tuple[np.ndarray, int, int] | None = field(default=None, repr=False, compare=False)
+    _stage_views: dict[str, np.ndarray] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def cpu_start(self) -> tuple[int, int]:
+        """(wall, thread CPU clock) when the fetch began."""
+        return self.marks[0], self.marks[1]
+
+    @property
+    def cpu_end(self) -> tuple[int, int]:
+        """(wall, thread CPU clock) after the last call: the collate's start, else the fetch's end."""
+        return self.marks[2], self.marks[3]
+
+    @property
+    def counters(self) -> tuple[int, int, int]:
+        """The fetch thread's run-queue ns, rchar and read_bytes over the whole fetch."""
+        if self.thread_io_end:  # marks' rchar holds the profiler's own reads in between, to take out
+            return (self.marks[4], clocks.parse_io(self.thread_io_end)[0] - clocks.parse_io(self.thread_io_start)[0]
+                    - self.marks[5], self.marks[6])
+        return self.marks[4], self.marks[5], self.marks[6]
+
+    @property
+    def collate_span(self) -> tuple[int, int, int]:
+        """Start, end and on-CPU ns of the collate (0s: none)."""
+        return self.marks[7], self.marks[8], self.marks[9]
+
+    @property
+    def io(self) -> tuple[int, int]:
+        """/proc/self/io of the worker after the batch: (rchar, read_bytes), cumulative; -1: unknown or not read."""
+        return self.marks[10], self.marks[11]
+
+    @property
+    def gap(self) -> tuple[int, int, int, int]:
+        """The worker between its previous fetch and this one: wall start, wall end, on-CPU ns, run-queue ns."""
+        return self.marks[12], self.marks[13], self.marks[14], self.marks[15]
+
+    @property
+    def keys(self) -> Sequence[Any] | None:
+        """The compact form's keys in call order (None: the wide form, whose keys are in ``calls``)."""
+        return self.calls[len(self.calls) // 2:] if self.compact else None
 
     @property
     def items(self) -> int:
         return self.n_items
 
-    @cached_property
+    @property
     def _derived(self) -> tuple[np.ndarray, int, int]:
+        if self._derived_views is None:
+            self._derived_views = self._derive()
+        return self._derived_views
+
+    def _derive(self) -> tuple[np.ndarray, int, int]:
         """(rows, the collate's run-queue share, the collate's start): the fetch cut into its calls and its collate
         end to end (join_calls), its run-queue wait shared over them by their off-CPU time (a thread waiting for a
         core is off it), then rchar by items and read_bytes by blocked time (share_batch_counters)."""
@@ -118,17 +182,17 @@ class BatchMeta:
 
     @property
     def n_calls(self) -> int:
-        return len(self.calls) if self.keys is not None else len(self.calls) // len(CALL_FIELDS)
+        return len(self.calls) // (2 if self.compact else len(CALL_FIELDS))
 
     def _fill_calls(self, rows: np.ndarray) -> np.ndarray:
         """Start, end, index and items of each call into ``rows``, from either recorded form; returns the on-CPU
         clock read at each call's end (NO_CPU where not read)."""
         n = rows.shape[0]
-        if self.keys is not None:
+        if self.compact:
             rows[:, 1] = self.calls[:n]
             rows[0, 0] = self.cpu_start[0]
             rows[1:, 0] = rows[:-1, 1]
-            rows[:, 6] = [k if k.__class__ is int and -_I64 < k < _I64 else _index_of(k) for k in self.keys[:n]]
+            rows[:, 6] = [k if k.__class__ is int and -_I64 < k < _I64 else _index_of(k) for k in self.calls[n:2 * n]]
             rows[:, 7] = 1
             clock = np.full(n, NO_CPU, dtype=np.int64)
             for r, c in zip(self.long_clocks[0::2], self.long_clocks[1::2]):
@@ -155,9 +219,14 @@ class BatchMeta:
         _, crunq, c0 = self._derived
         return c0, c1, ccpu, crunq
 
-    @cached_property
+    @property
     def stages(self) -> dict[str, np.ndarray]:
         """stage -> int64 self ns per row (rows where it occurred; zero elsewhere)."""
+        if self._stage_views is None:
+            self._stage_views = self._stages()
+        return self._stage_views
+
+    def _stages(self) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}
         n = self.n_calls
         for r, name, ns in self.stage_events:
@@ -168,9 +237,17 @@ class BatchMeta:
             out[name][r] += ns
         return out
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> tuple[Any, ...]:
         # The derived views are rebuilt where they are read: never pickled along.
-        return {k: v for k, v in self.__dict__.items() if k not in ("_derived", "stages")}
+        return tuple(getattr(self, name) for name in _PICKLED)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        for name, value in zip(_PICKLED, state):
+            setattr(self, name, value)
+        self._derived_views = self._stage_views = None
+
+
+_PICKLED = tuple(f for f in BatchMeta.__dataclass_fields__ if f not in ("_derived_views", "_stage_views"))
 
 
 class Instrumented:
@@ -532,11 +609,13 @@ def clock_cost_ns() -> int:
     return _clock_cost_ns
 
 
-def _begin(width: int) -> tuple[_Recorder, Any, tuple[int, int, int], int]:
+def _begin(width: int) -> tuple[_Recorder, Any, tuple[int, int, bytes, int], int]:
     """A fetch's start in this thread: the batch's counters, its recorder and sub-stage lists (the caller reads the
     fetch's first clocks right after)."""
     global _current
-    b0 = clocks.counters()
+    if substages._waiting and len(sys.modules) != substages._modules_seen:
+        substages.refresh_library_stages()  # a library the job imported since the last batch: named from this one
+    b0 = clocks.fetch_start()
     rec = _current = _Recorder()
     return rec, substages.begin_batch(rec.calls, width), b0, 0
 
@@ -548,31 +627,42 @@ def _abandon() -> None:
     substages.end_batch()
 
 
-def _envelope(batch: Any, rec: _Recorder, smp: Any, b0: tuple[int, int, int], first: tuple[int, int],
-              last: tuple[int, int, int, int], out: tuple[int, int], worker_id: int, pid: int, n_items: int | None,
-              own_ns: int, keys: Sequence[Any] | None = None) -> Instrumented:
-    """The fetch's end: the batch's counters, its BatchMeta and the envelope. ``own_ns`` is the fetch's own time so
-    far; this function's own is added (measured up to the envelope)."""
+def _envelope(batch: Any, rec: _Recorder, smp: Any, b0: tuple[int, int, bytes, int], w_in: int, c_in: int,
+              last: tuple[int, int, int, int], w_out: int, c_out: int, worker_id: int, pid: int,
+              n_items: int | None, own_ns: int, compact: bool = False) -> Instrumented:
+    """The fetch's end: the batch's counters, its BatchMeta and the envelope. ``(w_in, c_in)`` and ``(w_out, c_out)``
+    are the wall and on-CPU clocks around the user's fetch, ``last`` the collate's (NO_COLLATE: none); ``own_ns`` is
+    the fetch's own time so far, and this function's own is added (measured up to the envelope)."""
     global _current, _previous_end
     _current = None
     substages.end_batch()
-    b1 = clocks.counters()
-    calls = rec.calls
-    width = len(CALL_FIELDS)
-    meta = BatchMeta(worker_id, pid, calls, first, (last[0], last[3]) if last[0] else out,
-                     smp.events or (), smp.pixels or (), (b1[0] - b0[0], b1[1] - b0[1], b1[2] - b0[2]),
-                     (last[0], last[1], last[2]), clocks.process_io() if worker_id >= 0 else NOT_READ_IO,
-                     rec.skipped or (),
-                     opened=rec.opened or _NO_FOLDERS,
-                     n_items=len(calls) // width if n_items is None else n_items,
-                     keys=keys, long_clocks=rec.long_clocks or ())
+    b1 = clocks.fetch_end()
+    # A tuple: of ints only, so the garbage collector untracks it the first time it sees it, where a kept list is
+    # walked again in every older collection (BatchMeta says why that matters).
+    calls = tuple(rec.calls)
+    gap = NO_GAP
     if worker_id >= 0:  # a worker's time between fetches; the main process's is the user's loop (not ours to split)
+        io = clocks.process_io()
         p = _previous_end
-        if p[0] == pid and 0 < p[1] <= first[0]:
-            meta.gap = (p[1], first[0], max(0, first[1] - p[2]), max(0, b0[0] - p[3]))
-        _previous_end = (pid, out[0], out[1], b1[0])
+        if p[0] == pid and 0 < p[1] <= w_in:
+            gap = (p[1], w_in, max(0, c_in - p[2]), max(0, b0[0] - p[3]))
+        _previous_end = (pid, w_out, c_out, b1[0])
+        rchar = clocks.parse_io(b1[2])[0] - clocks.parse_io(b0[2])[0] - (b1[3] - b0[3])
+        io_start = io_end = b""
+    else:  # the main thread: its rchar is parsed after the window (BatchMeta.counters), less its own reads (here)
+        io = NOT_READ_IO
+        rchar = b1[3] - b0[3]
+        io_start, io_end = b0[2], b1[2]
+    meta = BatchMeta(worker_id, pid, calls,
+                     (w_in, c_in, last[0] or w_out, last[3] if last[0] else c_out,
+                      b1[0] - b0[0], rchar, b1[1] - b0[1], last[0], last[1], last[2], io[0], io[1], *gap),
+                     smp.events or (), smp.pixels or (), rec.skipped or (),
+                     opened=rec.opened or _NO_FOLDERS,
+                     n_items=len(calls) // len(CALL_FIELDS) if n_items is None else n_items,
+                     compact=compact, long_clocks=rec.long_clocks or (), thread_io_start=io_start,
+                     thread_io_end=io_end)
     clock_reads = rec.cpu_reads + len(rec.long_clocks) // 2 + 2  # the proxies' long calls, the written-out fetch's
-    meta.own_ns = own_ns + clock_reads * clock_cost_ns() + (_cpu() - out[1])
+    meta.own_ns = own_ns + clock_reads * clock_cost_ns() + (_cpu() - c_out)
     return Instrumented(batch, meta)
 
 
@@ -610,22 +700,31 @@ def instrumented_parts(source: Any, iterable: bool, collate_fn: Any, inner_fetch
         # Its own time, as on-CPU time (a preemption in the middle is the machine's, not ours): what it did before
         # and after the user's fetch (measured) plus each call's and the collate's wrapper (calibrated: the path,
         # and the on-CPU clock where it was read); only the final assignment and return are left out.
-        return _envelope(batch, rec, smp, b0, (w_in, c_in), collate.last, (w_out, c_out), worker_id, pid,
+        return _envelope(batch, rec, smp, b0, w_in, c_in, collate.last, w_out, c_out, worker_id, pid,
                          sum(calls[4::width]) if has_items else None, (c_in - c_entry) + (n + 1) * per_call)
 
     return timed, collate, fetch
 
 
-_inline_cost_ns: int | None = None
+# A written-out fetch whose calls were off their core for this long or longer in all (a disk read, a wait for a core)
+# makes the next fetch time each call closely: the on-CPU clock at the end of each call of CALL_CPU_FROM_NS or more,
+# as the proxies do. A fetch that stayed on its core makes the next one record only each call's end. Why: on an
+# in-memory dataset with num_workers=0 (calls of ~2 µs, always on a core) the per-call test was a third of the
+# profiler's whole per-batch cost there, and told nothing, since the batch's own clock readings show that no call
+# was off its core; a job whose calls block or wait keeps showing it, so its batches are timed closely but for the
+# first one after a quiet one, whose off-CPU time is shared over its calls by their wall time (call_cpu).
+CLOSE_TIMING_FROM_OFF_NS = CALL_CPU_FROM_NS
+_inline_costs: tuple[int, int] | None = None
 
 
-def inline_call_cost_ns() -> int:
-    """:func:`call_cost_ns` for the written-out map fetch (:func:`inline_map_fetch`), calibrated once per process on
-    that very fetch over a list: the slope between a batch of 256 indices and an empty one (the per-batch work
-    cancels) less the same indexing as torch's list comprehension does it; the minimum of several repeats."""
-    global _inline_cost_ns, _current, _previous_end
-    if _inline_cost_ns is None:
-        _inline_cost_ns = 0  # the fetch built below reads it
+def inline_call_costs() -> tuple[int, int]:
+    """:func:`call_cost_ns` for the written-out map fetch (:func:`inline_map_fetch`): (ns per call recording only its
+    end, ns per call timed closely), calibrated once per process on that very fetch over a list: the slope between a
+    batch of 256 indices and an empty one (the per-batch work cancels) less the same indexing as torch's list
+    comprehension does it; the minimum of several repeats."""
+    global _inline_costs, _current, _previous_end
+    if _inline_costs is None:
+        _inline_costs = (0, 0)  # the fetches built below read it
 
         class _ListFetcher:
             dataset = list(range(256))
@@ -636,26 +735,29 @@ def inline_call_cost_ns() -> int:
                 return items
 
         data, keys = _ListFetcher.dataset, list(range(256))
-        fetch = inline_map_fetch(_ListFetcher, -1)  # -1: as in the main process (no worker counters touched)
         saved = _current, _previous_end
-        best = 1 << 62
+        costs = []
         try:
-            for _ in range(7):
-                t = _perf()
-                fetch(keys)
-                t1 = _perf()
-                fetch([])
-                t2 = _perf()
-                [data[i] for i in keys]
-                t3 = _perf()
-                best = min(best, (t1 - t) - (t2 - t1) - (t3 - t2))
+            for close in (False, True):
+                fetch = inline_map_fetch(_ListFetcher, -1, close=close)  # -1: no worker counters touched
+                best = 1 << 62
+                for _ in range(7):
+                    t = _perf()
+                    fetch(keys)
+                    t1 = _perf()
+                    fetch([])
+                    t2 = _perf()
+                    [data[i] for i in keys]
+                    t3 = _perf()
+                    best = min(best, (t1 - t) - (t2 - t1) - (t3 - t2))
+                costs.append(max(0, best // len(keys)))
         finally:
             _current, _previous_end = saved
-        _inline_cost_ns = max(0, best // len(keys))
-    return _inline_cost_ns
+        _inline_costs = (costs[0], costs[1])
+    return _inline_costs
 
 
-def inline_map_fetch(fetcher: Any, worker_id: int) -> Callable[[Any], Any]:
+def inline_map_fetch(fetcher: Any, worker_id: int, close: bool | None = None) -> Callable[[Any], Any]:
     """torch's ``_MapDatasetFetcher.fetch`` for a dataset without ``__getitems__``, written out with its timing
     inline, returning Instrumented batches (torch_hooks.py uses it only where torch's fetch is the one it copies).
 
@@ -663,42 +765,56 @@ def inline_map_fetch(fetcher: Any, worker_id: int) -> Callable[[Any], Any]:
     Python frame entered through a type slot per sample, and a timed collate_fn, one more per batch; on an in-memory
     dataset with ``num_workers=0`` those frames cost more than the timing itself. Here the user's ``__getitem__`` is
     called straight from the loop, with the same indices in the same order, the collate_fn with the same list, and
-    the fetcher's ``dataset`` and ``collate_fn`` stay the user's own (read per fetch, as torch reads them)."""
+    the fetcher's ``dataset`` and ``collate_fn`` stay the user's own (read per fetch, as torch reads them).
+
+    Each fetch times its calls closely or records only their ends (CLOSE_TIMING_FROM_OFF_NS says when); ``close``
+    fixes one of the two (the calibration's)."""
     pid = os.getpid()
-    per_call = inline_call_cost_ns()
+    costs = inline_call_costs()
+    timing = [True if close is None else close]  # the next fetch times its calls closely (the first one does)
 
     def fetch(possibly_batched_index: Any) -> Any:
         c_entry = _cpu()
-        rec, smp, b0, _ = _begin(1)  # compact form: one int per call (BatchMeta.keys)
+        rec, smp, b0, _ = _begin(1)  # compact form (BatchMeta.compact): each call's end, then the keys
         dataset, collate_fn = fetcher.dataset, fetcher.collate_fn
         ends = rec.calls
         last = NO_COLLATE
         keys: Sequence[Any]
+        closely = timing[0]
         w_in = _perf()
         c_in = _cpu()
         try:
             if fetcher.auto_collation:
-                # A copy (one C call): a batch sampler that refills one list per batch would rewrite the indices
-                # kept in earlier batches, and another iterable (a range, an array) gives the same indices as a tuple.
-                keys = tuple(possibly_batched_index)
+                # The indices are copied into the record after the calls (one C call): a batch sampler that refills
+                # one list per batch would rewrite a kept reference. Any other iterable (a range, an array, a
+                # generator) is made a tuple first, so it is iterated once, as torch iterates it.
+                keys = possibly_batched_index if possibly_batched_index.__class__ is list \
+                    else tuple(possibly_batched_index)
                 data: list[Any] = []
                 append_item, append_end = data.append, ends.append
-                t0 = w_in
-                for idx in keys:
-                    # One clock read per call: a call starts where the previous one ended (join_calls' rule); one
-                    # that raises records nothing (the fetch is abandoned, as torch abandons the batch).
-                    item = dataset[idx]
-                    t1 = _perf()
-                    if t1 - t0 >= CALL_CPU_FROM_NS:
-                        rec.long_clocks += (len(ends), _cpu())
-                    append_end(t1)
-                    t0 = t1
-                    append_item(item)
+                # One clock read per call: a call starts where the previous one ended (join_calls' rule); one that
+                # raises records nothing (the fetch is abandoned, as torch abandons the batch).
+                if closely:
+                    t0 = w_in
+                    for idx in keys:
+                        item = dataset[idx]
+                        t1 = _perf()
+                        if t1 - t0 >= CALL_CPU_FROM_NS:
+                            rec.long_clocks += (len(ends), _cpu())
+                        append_end(t1)
+                        t0 = t1
+                        append_item(item)
+                else:
+                    for idx in keys:
+                        append_item(dataset[idx])
+                        append_end(_perf())
             else:
                 keys = (possibly_batched_index,)
                 data = dataset[possibly_batched_index]
                 ends.append(_perf())
                 rec.long_clocks += (0, _cpu())
+            n = len(ends)
+            ends.extend(keys)
             t0 = _perf()
             k0 = _cpu()
             try:
@@ -709,10 +825,10 @@ def inline_map_fetch(fetcher: Any, worker_id: int) -> Callable[[Any], Any]:
         except BaseException:
             _abandon()  # the user's error, as torch's fetch would raise it; this batch records nothing
             raise
-        c_out = _cpu()
-        w_out = _perf()
-        n = len(ends)
-        return _envelope(batch, rec, smp, b0, (w_in, c_in), last, (w_out, c_out), worker_id, pid, n,
-                         (c_in - c_entry) + (n + 1) * per_call, keys)
+        if close is None:
+            timing[0] = (t0 - w_in) - (k0 - c_in) >= CLOSE_TIMING_FROM_OFF_NS
+        # The fetch ends with its collate: the collate's end clocks are the fetch's (one on-CPU clock read less).
+        return _envelope(batch, rec, smp, b0, w_in, c_in, last, last[1], k1, worker_id, pid, n,
+                         (c_in - c_entry) + (n + 1) * costs[closely], True)
 
     return fetch

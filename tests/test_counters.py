@@ -1,0 +1,122 @@
+"""The per-thread counters a fetch reads (clocks.fetch_start / fetch_end): exact, at the fewest /proc reads.
+
+A fetch's run-queue wait is re-read from schedstat only after a context switch, its read_bytes come from getrusage,
+and its rchar is read at its end only, its start taking the previous fetch's end while nothing is read in between.
+These tests hold the figures to fresh /proc reads and to the bytes the job really read, with real files and a real
+DataLoader, and count the reads on a light loop (counts, not times: the same on any machine).
+"""
+from __future__ import annotations
+
+import os
+import resource
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+import profiler
+from profiler.instrument import clocks
+
+pytestmark = pytest.mark.skipif(not os.path.exists("/proc/thread-self/io"), reason="needs /proc/thread-self/io")
+
+ITEM_BYTES = 3000
+
+
+def test_runq_is_the_fresh_reading_whether_or_not_schedstat_was_read() -> None:
+    """After a voluntary switch (a sleep), after plain work and after nothing: the gated value is what schedstat says
+    at that moment, whenever no context switch came between the two readings (checked with getrusage), and never
+    more than it."""
+    fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+    compared = 0
+    try:
+        for i in range(300):
+            if i % 3 == 0:
+                time.sleep(0.0005)
+            elif i % 3 == 1:
+                sum(range(20_000))
+            before = _switches()
+            gated = clocks.runq_now()
+            fresh = int(os.pread(fd, 128, 0).split()[1])
+            assert gated <= fresh
+            if _switches() == before:
+                assert gated == fresh
+                compared += 1
+    finally:
+        os.close(fd)
+    assert compared > 100
+
+
+def _switches() -> int:
+    ru = resource.getrusage(resource.RUSAGE_THREAD)
+    return ru.ru_nvcsw + ru.ru_nivcsw
+
+
+class Files(Dataset):
+    """Each item reads one file of ITEM_BYTES bytes (map-style, no __getitems__: the written-out fetch)."""
+
+    def __init__(self, root: Path, n: int) -> None:
+        self.paths = [root / f"{i}.bin" for i in range(n)]
+        for p in self.paths:
+            p.write_bytes(os.urandom(ITEM_BYTES))
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        with open(self.paths[i], "rb") as f:
+            return torch.frombuffer(bytearray(f.read()), dtype=torch.uint8)[:8].float()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_rchar_is_what_the_dataset_read_even_when_the_loop_reads_too(tmp_path: Path, workers: int) -> None:
+    """The job's loop reads a 10 kB file at every step, between the fetches: none of it is the dataset's, and every
+    call's rchar is its own file's size (the profiler's own /proc reads and a worker's index queue left out too)."""
+    ds = Files(tmp_path, 96)
+    side = tmp_path / "side.bin"
+    side.write_bytes(os.urandom(10_000))
+    loader = DataLoader(ds, batch_size=4, shuffle=True, num_workers=workers)
+    with profiler.profile(out=str(tmp_path / "out"), warmup=2, steps=20, plots=False, quiet=True) as run:
+        for _ in loader:
+            side.read_bytes()
+    assert run.record is not None
+    spans = run.record.timeline["sample_spans"]
+    assert len(spans["rchar"]) >= 20 * 4  # the measured batches' calls (and the warm-up's)
+    assert set(spans["rchar"]) == {ITEM_BYTES}
+
+
+def _count_preads(monkeypatch: pytest.MonkeyPatch) -> dict[int, int]:
+    """Reads of each descriptor from now on (os.pread is patched everywhere: the sampler's reads land on others)."""
+    n: dict[int, int] = {}
+    real = os.pread
+
+    def counting(fd: int, size: int, offset: int) -> bytes:
+        n[fd] = n.get(fd, 0) + 1
+        return real(fd, size, offset)
+
+    monkeypatch.setattr(os, "pread", counting)
+    return n
+
+
+def test_a_light_loop_reads_proc_about_once_per_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """workers=0 over tensors in memory: /proc/thread-self/io once per batch (at the fetch's end) and at a probe
+    every PROBE_EVERY batches; schedstat no more often than the thread was switched out (getrusage's count)."""
+    ds = TensorDataset(torch.randn(8 * 256, 4), torch.zeros(8 * 256))
+    loader = DataLoader(ds, batch_size=8, num_workers=0)
+    with profiler.profile(out=str(tmp_path / "out"), warmup=5, steps=220, plots=False, quiet=True) as run:
+        it = iter(loader)
+        for _ in range(10):
+            next(it)
+        sched, io = clocks._fds()
+        switches = _switches()
+        n = _count_preads(monkeypatch)
+        for _ in range(200):
+            next(it)
+        switched = _switches() - switches
+        io_reads, sched_reads = n.get(io or -1, 0), n.get(sched or -1, 0)
+        for _ in it:
+            pass
+    assert run.record is not None
+    assert 200 <= io_reads <= 200 + 200 // clocks.PROBE_EVERY + 1, io_reads
+    assert sched_reads <= switched + 1, (sched_reads, switched)
