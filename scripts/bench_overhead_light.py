@@ -16,7 +16,13 @@ alternated in one process (the order flips every round, so drift hits both alike
 - the worker-side cost per dataset call and per batch, measured in-process on a no-op dataset (an instrumented
   fetcher vs a plain one, at two batch sizes: the slope is per call, the intercept per batch).
 
-    python scripts/bench_overhead_light.py [--rounds 5] [--batches 600] [--warmup 20]
+    python scripts/bench_overhead_light.py [--rounds 9] [--batches 1000] [--warmup 20]
+
+Two figures per setting: the median over rounds of the paired difference (profiled less plain, same round), and
+the difference of the fastest rounds (each loop's least CPU per batch: on a shared VM noise only ever adds time, so
+the minima are what each loop costs undisturbed). ``--batches`` sets how long a loop runs: a short one (600) counts
+the profiler's one-off start (its sampler's first ticks, the first collections of what it imported) per batch too,
+a long one (2000) is the steady state.
 
 Last line: ``overhead_us_per_batch: N`` — the workers=0 case's CPU cost per batch of 32 (median over rounds),
 target <= 50.
@@ -150,8 +156,8 @@ def _median(xs: list[float]) -> float:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--batches", type=int, default=600, help="measured batches per loop")
+    p.add_argument("--rounds", type=int, default=9)
+    p.add_argument("--batches", type=int, default=1000, help="measured batches per loop")
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--workers", default="0,2", help="comma-separated num_workers values")
     a = p.parse_args()

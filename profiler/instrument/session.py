@@ -538,39 +538,50 @@ class Session:
         # num_workers=0: the batch is made in this thread, and its fetch reads the run-queue wait itself (shared below);
         # reading it here too would only cost the step twice.
         inthread = key in self._inthread
+        cuda = self.cuda
+        prev = self._open_row
+        if self._measured_done + (prev is not None and prev.measured) >= self.steps:  # the last measured step ends
+            t_end = _perf()
+            if cuda is not None and prev is not None and prev.measured:
+                cuda.mark(prev, "compute_end_ns")
+            self._end_step(t_end)
+            self._close(t_end)
+            if self.then == "exit":
+                raise WindowClosed()
+            return torch_hooks.unwrap(orig(it))
+        step = self._n_steps  # taken only once a batch arrives (an epoch's StopIteration is no step)
+        measured = step >= self.warmup
+        opens = measured and not self.window_start_ns
+        epochs = self.epochs
+        # The step's row is made before its wait starts (its wait's ends are filled in below), and the previous step
+        # is ended after the batch is in hand: the profiler's bookkeeping stays out of the wait it measures, so no
+        # clock read is needed to take it out again. Where the wait's start has device work to mark (CUDA) or the
+        # window to open, that work is inside the wait and measured as before.
+        row = StepRow(step, len(epochs) - 1 if epochs else 0, -1, self._pid, 0, 0, 0, 0, 0, measured,
+                      tail=measured and step - self.warmup >= self.detail_steps)
         if inthread:
             t0 = _perf()
             c0 = _cpu()
             q0 = 0
         else:
             t0, c0, q0 = clocks.sched_snapshot()
-        cuda = self.cuda
-        prev = self._open_row
-        if prev is not None:
-            if cuda is not None and prev.measured:
+        if cuda is not None or opens:
+            if cuda is not None and prev is not None and prev.measured:
                 cuda.mark(prev, "compute_end_ns")
-            self._end_step(t0)
-        if self._measured_done >= self.steps:
-            self._close(t0)
-            if self.then == "exit":
-                raise WindowClosed()
-            return torch_hooks.unwrap(orig(it))
-        step = self._n_steps  # taken only once a batch arrives (an epoch's StopIteration is no step)
-        measured = step >= self.warmup
-        if measured and not self.window_start_ns:
-            self._open_window(t0)
-            t0 = self.window_start_ns
-            cuda = self.cuda
-        epochs = self.epochs
-        row = StepRow(step, len(epochs) - 1 if epochs else 0, -1, self._pid, 0, t0, 0, 0, 0, measured,
-                      tail=measured and step - self.warmup >= self.detail_steps)
-        if cuda is not None and measured:
-            cuda.mark(row, "wait_start_dev")
-        row.own_wait_ns = _cpu() - c0  # on-CPU: a preemption here is the machine's, not ours
+            if opens:
+                self._open_window(t0)
+                t0 = self.window_start_ns
+                cuda = self.cuda
+            if cuda is not None and measured:
+                cuda.mark(row, "wait_start_dev")
+            row.own_wait_ns = _cpu() - c0  # on-CPU: a preemption here is the machine's, not ours
+        row.wait_start_ns = t0
         try:
             data = orig(it)
         except StopIteration:
             self._epoch_done = True
+            if prev is not None:
+                self._end_step(t0)
             raise
         if inthread:  # the end's clocks in the opposite order (clocks.snapshot says why)
             c1 = _cpu()
@@ -578,6 +589,8 @@ class Session:
             q1 = 0
         else:
             t1, c1, q1 = clocks.sched_snapshot(end=True)
+        if prev is not None:
+            self._end_step(t0)
         self._n_steps = step + 1
         self._epoch_batches += 1
         self._last_next_ns = t1
