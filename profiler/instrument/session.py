@@ -578,8 +578,9 @@ class Session:
         row.wait_start_ns = t0
         try:
             data = orig(it)
-        except StopIteration:
-            self._epoch_done = True
+        except BaseException as e:  # the epoch's end, or the job's own error: the previous step ended at t0
+            if isinstance(e, StopIteration):
+                self._epoch_done = True
             if prev is not None:
                 self._end_step(t0)
             raise
