@@ -365,7 +365,9 @@ def test_rank_of_attaches_to_every_rank_and_names_the_straggler(tmp_path):
         ranks = sorted(c for c in procfs.children(p.pid) if "attach_planted.py" in " ".join(procfs.cmdline(c)))
         assert len(ranks) == 2 and discover.agent_of(ranks[0]) == p.pid
         rank0 = next(c for c in ranks if procfs.environ_value(c, ("RANK",)).get("RANK") == "0")
-        rc, _ = attach_here(tmp_path, "--rank-of", str(rank0), "--duration", ATTACH_S, "--rate", RATE)
+        # 5 s, not ATTACH_S: two ranks and their workers on 2 cores beside CI's other tests once left 3 s with too
+        # few worker samples to tie rank 1's wait to its cpu ("other").
+        rc, _ = attach_here(tmp_path, "--rank-of", str(rank0), "--duration", "5", "--rate", RATE)
         assert p.poll() is None
     finally:
         if p.poll() is None:
