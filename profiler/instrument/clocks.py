@@ -149,7 +149,7 @@ def fetch_start() -> tuple[int, int, bytes, int]:
             if st.probe <= 0:
                 st.probe = PROBE_EVERY
                 now, own_now = _read_io(st, st.io)
-                if parse_io(now)[0] - parse_io(raw)[0] > own_now - own:
+                if parse_rchar(now) - parse_rchar(raw) > own_now - own:
                     st.exact = True  # read between fetches: not a fetch's, so both ends of every fetch from now on
                 raw, own = now, own_now
     return runq, ru.ru_inblock * 512, raw, own
@@ -192,11 +192,11 @@ def process_io() -> tuple[int, int]:
     global _proc_io
     if _proc_io is None:
         st = _state()
-        before = parse_io(os.pread(st.io, 512, 0))[0] if st.io is not None else 0
+        before = parse_rchar(os.pread(st.io, 512, 0)) if st.io is not None else 0
         _proc_io = (os.getpid(), _open("/proc/self/io"))
         if st.io is not None:  # the opening's own test read and these two reads: counted as ours
             after = os.pread(st.io, 512, 0)
-            st.own += parse_io(after)[0] - before + len(after)
+            st.own += parse_rchar(after) - before + len(after)
     fd = _proc_io[1]
     if fd is None:
         return -1, -1
@@ -216,16 +216,6 @@ def accounting() -> dict:
             "thread_io": tio is not None, "absent": dict(ABSENT)}
 
 
-def cpu_snapshot(end: bool = False) -> tuple[int, int, int]:
-    """``(wall_ns, cpu_ns, 0)``: the same shape as :func:`sched_snapshot` without reading /proc, where the run-queue
-    wait of the interval comes from elsewhere (a num_workers=0 step: its fetch reads it)."""
-    if end:
-        cpu = time.thread_time_ns()
-        return time.perf_counter_ns(), cpu, 0
-    wall = time.perf_counter_ns()
-    return wall, time.thread_time_ns(), 0
-
-
 def sched_snapshot(end: bool = False) -> tuple[int, int, int]:
     """``(wall_ns, cpu_ns, runq_ns)`` of the calling thread: :func:`snapshot` without the io counters, for the main
     thread's per-step reads (which use no byte counts)."""
@@ -237,10 +227,6 @@ def sched_snapshot(end: bool = False) -> tuple[int, int, int]:
     return wall, cpu, runq
 
 
-def parse_io(raw: bytes) -> tuple[int, int]:
-    """``(rchar, read_bytes)`` from a /proc/*/io read (``(0, 0)`` for ``b""``: not readable)."""
-    if not raw:
-        return 0, 0
-    # "rchar: N\nwchar: N\nsyscr: N\nsyscw: N\nread_bytes: N\n..." — fixed order since Linux 2.6.20.
-    lines = raw.split(b"\n")
-    return int(lines[0][7:]), int(lines[4][12:])
+def parse_rchar(raw: bytes) -> int:
+    """``rchar`` from a /proc/*/io read (0 for ``b""``: not readable). "rchar: N" is its first line (Linux 2.6.20+)."""
+    return int(raw[7:raw.index(b"\n")]) if raw else 0

@@ -178,14 +178,14 @@ _lock = threading.Lock()
 
 
 # LIBRARY_STAGES entries not wrapped yet because their module is not imported, and len(sys.modules) when that was
-# last looked at (refresh_library_stages).
+# last looked at (wrap_imported).
 _waiting: list[tuple[str, str, str]] = []
 _modules_seen = 0
 
 
 def install_library_stages() -> list[str]:
     """Wrap the library calls in LIBRARY_STAGES whose module the process has imported (idempotent); the others are
-    wrapped by :func:`refresh_library_stages` once the job imports them. Returns what could not be wrapped.
+    wrapped by :func:`wrap_imported` once the job imports them. Returns what could not be wrapped.
 
     Why not import them: the profiler must not change what the job's process holds. Importing torchvision for a job
     that never uses it took 1.8 s and ~160k objects (sympy, triton, torch.onnx, every torchvision model) at the start
@@ -196,17 +196,12 @@ def install_library_stages() -> list[str]:
             return []
         _waiting.extend(LIBRARY_STAGES)
         _modules_seen = -1
-    return _wrap_imported()
+    return wrap_imported()
 
 
-def refresh_library_stages() -> None:
-    """Wrap the waiting library calls whose module has been imported since (called once per batch: while no module
-    was imported it costs a length comparison)."""
-    if _waiting and len(sys.modules) != _modules_seen:
-        _wrap_imported()
-
-
-def _wrap_imported() -> list[str]:
+def wrap_imported() -> list[str]:
+    """Wrap the waiting library calls whose module the process has imported by now (worker.py calls it once per batch
+    while some wait and ``len(sys.modules)`` has changed since the last look)."""
     global _modules_seen
     missing: list[str] = []
     with _lock:

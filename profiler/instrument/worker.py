@@ -122,7 +122,7 @@ class BatchMeta:
     def counters(self) -> tuple[int, int, int]:
         """The fetch thread's run-queue ns, rchar and read_bytes over the whole fetch."""
         if self.thread_io_end:  # marks' rchar holds the profiler's own reads in between, to take out
-            return (self.marks[4], clocks.parse_io(self.thread_io_end)[0] - clocks.parse_io(self.thread_io_start)[0]
+            return (self.marks[4], clocks.parse_rchar(self.thread_io_end) - clocks.parse_rchar(self.thread_io_start)
                     - self.marks[5], self.marks[6])
         return self.marks[4], self.marks[5], self.marks[6]
 
@@ -140,11 +140,6 @@ class BatchMeta:
     def gap(self) -> tuple[int, int, int, int]:
         """The worker between its previous fetch and this one: wall start, wall end, on-CPU ns, run-queue ns."""
         return self.marks[12], self.marks[13], self.marks[14], self.marks[15]
-
-    @property
-    def keys(self) -> Sequence[Any] | None:
-        """The compact form's keys in call order (None: the wide form, whose keys are in ``calls``)."""
-        return self.calls[len(self.calls) // 2:] if self.compact else None
 
     @property
     def items(self) -> int:
@@ -614,7 +609,7 @@ def _begin(width: int) -> tuple[_Recorder, Any, tuple[int, int, bytes, int], int
     fetch's first clocks right after)."""
     global _current
     if substages._waiting and len(sys.modules) != substages._modules_seen:
-        substages.refresh_library_stages()  # a library the job imported since the last batch: named from this one
+        substages.wrap_imported()  # a library the job imported since the last batch: named from this one
     b0 = clocks.fetch_start()
     rec = _current = _Recorder()
     return rec, substages.begin_batch(rec.calls, width), b0, 0
@@ -647,7 +642,7 @@ def _envelope(batch: Any, rec: _Recorder, smp: Any, b0: tuple[int, int, bytes, i
         if p[0] == pid and 0 < p[1] <= w_in:
             gap = (p[1], w_in, max(0, c_in - p[2]), max(0, b0[0] - p[3]))
         _previous_end = (pid, w_out, c_out, b1[0])
-        rchar = clocks.parse_io(b1[2])[0] - clocks.parse_io(b0[2])[0] - (b1[3] - b0[3])
+        rchar = clocks.parse_rchar(b1[2]) - clocks.parse_rchar(b0[2]) - (b1[3] - b0[3])
         io_start = io_end = b""
     else:  # the main thread: its rchar is parsed after the window (BatchMeta.counters), less its own reads (here)
         io = NOT_READ_IO
