@@ -160,8 +160,11 @@ def test_store_protocol_scaled_wait_and_clock_rounds():
     def rank1() -> None:
         time.sleep(0.5)
         st.announce(stores[1], env(1))
+        sync = st.needs_clock_sync(stores[1], env(1))
+        if sync:
+            st.request_clock_sync(stores[1], env(1))
         st.publish(stores[1], env(1), {"summary_version": SUMMARY_VERSION, "rank": 1, "series": {}})
-        if st.needs_clock_sync(stores[1], env(1)):
+        if sync:
             synced.append(st.sync_clock(stores[1], env(1)))
 
     try:
@@ -178,6 +181,44 @@ def test_store_protocol_scaled_wait_and_clock_rounds():
     (res,) = synced
     assert res is not None and res["rounds"] >= 4 and abs(res["offset_ns"]) <= res["uncertainty_ns"] + 50_000
     assert list(got.clock_sync.values())[0]["offset_ns"] == res["offset_ns"]
+
+
+def test_the_last_report_s_host_still_gets_its_clock_rounds():
+    """World of 2: rank 1's report is the last one rank 0 waits for, and its first ping comes 1 s after it (a loaded
+    machine). Rank 0's wait ends at that report, yet serves the rounds: the rank was queued before it reported."""
+    import datetime
+    import threading
+
+    from torch.distributed import TCPStore
+
+    from profiler.distributed import store as st
+    from profiler.distributed.env import RankEnv
+
+    server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=30))
+
+    def env(rank: int) -> RankEnv:
+        return RankEnv(rank=rank, local_rank=0, world_size=2, local_world_size=1, group_rank=rank,
+                       master_addr="127.0.0.1", master_port=server.port, run_id="last", restart_count=0,
+                       agent_store=True)
+
+    stores = {r: st.connect(env(r)) for r in range(2)}
+    st.announce(stores[0], env(0))
+    synced: list[dict | None] = []
+
+    def rank1() -> None:
+        st.announce(stores[1], env(1))
+        st.request_clock_sync(stores[1], env(1))
+        st.publish(stores[1], env(1), {"summary_version": SUMMARY_VERSION, "rank": 1, "series": {}})
+        time.sleep(1.0)
+        synced.append(st.sync_clock(stores[1], env(1), first_timeout_s=20))
+
+    th = threading.Thread(target=rank1)
+    th.start()
+    got = st.collect(stores[0], env(0), timeout_s=30, min_wait_s=0.1)
+    th.join(30)
+    (res,) = synced
+    assert sorted(got.summaries) == [1] and res is not None and res["rounds"] >= 4, res
+    assert [r["offset_ns"] for r in got.clock_sync.values()] == [res["offset_ns"]]
 
 
 def two_nodes(tmp_path: Path, *job: str, env_extra: dict[str, str] | None = None, late_s: float = 0.0,

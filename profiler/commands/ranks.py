@@ -19,13 +19,16 @@ if TYPE_CHECKING:
 def _send(denv: RankEnv, store: Any, rank_folder: Path) -> None:
     """Any rank but 0: its summary to rank 0 through the store, then (one rank per host not on rank 0's clock) the
     clock round trips. Its full record stays where it is."""
-    from ..distributed.store import needs_clock_sync, publish, read_local, sync_clock
+    from ..distributed.store import needs_clock_sync, publish, read_local, request_clock_sync, sync_clock
     from ..distributed.summary import summarize
 
+    sync = needs_clock_sync(store, denv)
+    if sync:  # queued before the report: rank 0's wait may end at this report
+        request_clock_sync(store, denv)
     rec = read_local(rank_folder)
     if rec is not None:
         publish(store, denv, summarize(rec, str((Path(rank_folder) / "run.json").resolve())))
-    if needs_clock_sync(store, denv):
+    if sync:
         sync_clock(store, denv)
 
 

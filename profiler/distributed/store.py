@@ -16,7 +16,8 @@ attempt's. All values are small; the per-rank summary is bounded (profiler/distr
 - ``summary/<rank>`` then ``reported`` (``<rank>,`` appended): a rank's summary, at the end of its run.
 - ``clock/queue``, ``clock/<rank>/ping<i>``, ``clock/<rank>/pong<i>``, ``clock/<rank>/result``: one rank per host
   other than rank 0's measures its host's offset to rank 0's clock (profiler/distributed/clocks.py); rank 0 answers
-  while it waits for the summaries.
+  while it waits for the summaries. That rank joins ``clock/queue`` before it appends to ``reported``, and rank 0
+  reads the queue after the reports, so the last report's host is never left unserved.
 
 Rank 0's wait is bounded and scaled by what the others reported (thresholds: RANK_WAIT_*): until every rank has
 reported, or a local rank's process has died, or the deadline: RANK_WAIT_S while no other rank has reported or while
@@ -44,6 +45,7 @@ FORCE_SYNC_ENV = "PROFILER_CLOCK_SYNC"
 POLL_S = 0.05  # rank 0's poll of the ``reported`` key: one small get per poll
 ROUND_POLL_S = 0.0002  # a clock round's poll: its delay bounds the offset's uncertainty, so poll tightly
 ROUND_TIMEOUT_S = 2.0  # one clock round, once rank 0 serves this host
+FIRST_PING_TIMEOUT_S = 10.0  # rank 0 waits this long for a queued host's first ping (it follows that host's publish)
 
 
 def connect(denv: RankEnv, timeout_s: float = RANK_WAIT_S, prefix: str = PREFIX) -> Any | None:
@@ -104,12 +106,19 @@ def needs_clock_sync(store: Any, denv: RankEnv) -> bool:
     return ref.get("boot_id") is None or ref.get("boot_id") != boot_id()
 
 
+def request_clock_sync(store: Any, denv: RankEnv) -> None:
+    """Queue this rank for clock rounds *before* it publishes its summary: rank 0 reads the queue after the reports,
+    so a host whose report is the last one is still served (queued after publishing, it could find rank 0's wait
+    already over)."""
+    store.append("clock/queue", f"{denv.rank},")
+
+
 def sync_clock(store: Any, denv: RankEnv, first_timeout_s: float = RANK_WAIT_S,
                rounds: int = CLOCK_SYNC_ROUNDS) -> dict[str, Any] | None:
-    """Measure this host's offset to rank 0's clock (rank 0 answers while it waits for the summaries); the result is
-    also left in the store for rank 0. None when rank 0 did not answer in time."""
+    """Measure this host's offset to rank 0's clock (rank 0 answers while it waits for the summaries; the rank was
+    queued by :func:`request_clock_sync`); the result is also left in the store for rank 0. None when rank 0 did not
+    answer in time."""
     me = denv.rank
-    store.append("clock/queue", f"{me},")
     got: list[Round] = []
     for i in range(rounds):
         t1 = time.perf_counter_ns()
@@ -128,7 +137,8 @@ def sync_clock(store: Any, denv: RankEnv, first_timeout_s: float = RANK_WAIT_S,
 
 def _serve_clock(store: Any, rank: int, rounds: int = CLOCK_SYNC_ROUNDS) -> None:
     for i in range(rounds):
-        if not _poll(store, f"clock/{rank}/ping{i}", ROUND_TIMEOUT_S, ROUND_POLL_S):
+        if not _poll(store, f"clock/{rank}/ping{i}", FIRST_PING_TIMEOUT_S if i == 0 else ROUND_TIMEOUT_S,
+                     ROUND_POLL_S):
             return
         store.set(f"clock/{rank}/pong{i}", str(time.perf_counter_ns()))
 
