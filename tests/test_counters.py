@@ -118,5 +118,44 @@ def test_a_light_loop_reads_proc_about_once_per_batch(tmp_path: Path, monkeypatc
         for _ in it:
             pass
     assert run.record is not None
-    assert 200 <= io_reads <= 200 + 200 // clocks.PROBE_EVERY + 1, io_reads
+    # Its fetches read nothing: after QUIET_AFTER of them, only every PROBE_EVERY-th fetch's end reads rchar.
+    assert 200 // clocks.PROBE_EVERY <= io_reads <= clocks.QUIET_AFTER + 200 // clocks.PROBE_EVERY + 2, io_reads
     assert sched_reads <= switched + 1, (sched_reads, switched)
+
+
+class LateFiles(Dataset):
+    """In memory for its first ``quiet`` indices, then each item reads one file of ITEM_BYTES (a cache that stops
+    hitting): the fetches start reading in the middle of a quiet stretch, where rchar is read only at probes."""
+
+    def __init__(self, root: Path, n: int, quiet: int) -> None:
+        self.files, self.quiet = Files(root, n), quiet
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return torch.zeros(8) if i < self.quiet else self.files[i]
+
+
+def test_a_quiet_stretch_keeps_the_bytes_read_exact(tmp_path: Path) -> None:
+    """workers=0, 40 batches that read nothing, then 20 that read a file per call: the bytes the record gives the
+    calls add up to what was read, and from the first reading batch the probe found on, each call has its own."""
+    batch, quiet_batches = 4, 40
+    ds = LateFiles(tmp_path, batch * (quiet_batches + 20), batch * quiet_batches)
+    loader = DataLoader(ds, batch_size=batch, num_workers=0)
+    with profiler.profile(out=str(tmp_path / "out"), warmup=2, steps=58, plots=False, quiet=True) as run:
+        for _ in loader:
+            pass
+    assert run.record is not None
+    spans = run.record.timeline["sample_spans"]
+    rchar, index = spans["rchar"], spans["index"]
+    assert sorted(index) == list(range(len(ds)))  # the warm-up's calls are kept too
+    reading = [r for i, r in zip(index, rchar) if i >= ds.quiet]
+    assert sum(rchar) == len(reading) * ITEM_BYTES  # nothing lost, nothing of the profiler's own counted
+    assert all(r == 0 for i, r in zip(index, rchar) if i < ds.quiet)
+    # A quiet stretch's probe places the bytes of the fetches since the last read on its own fetch: at most
+    # PROBE_EVERY batches' worth, once; every batch after it is exact per call.
+    exact = [k for k, r in enumerate(reading) if r == ITEM_BYTES]
+    assert len(reading) - len(exact) <= clocks.PROBE_EVERY * batch
+    first_exact_batch = exact[0] // batch if exact else len(reading)
+    assert all(r == ITEM_BYTES for r in reading[(first_exact_batch + 1) * batch:]), reading

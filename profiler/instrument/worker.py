@@ -30,6 +30,7 @@ before attribution.
 from __future__ import annotations
 
 import os
+import struct
 import sys
 import time
 import traceback
@@ -42,9 +43,9 @@ from . import clocks, substages
 
 # Columns of BatchMeta.rows (int64), one row per dataset call.
 ROW_COLUMNS = ("start", "end", "cpu", "runq", "rchar", "read_bytes", "index", "items", "pixels")
-# BatchMeta.calls is flat: these ints per dataset call (a list of ints is no work for the garbage collector, where a
-# tuple per call is one more tracked object until the next collection: 32 a batch made the profiled loop collect
-# ten times as often as the plain one). ``cpu`` is the thread's on-CPU clock at the call's end, or NO_CPU.
+# BatchMeta.calls is flat: these ints per dataset call (one flat sequence, where a tuple per call was one more
+# tracked object until the next collection: 32 a batch made the profiled loop collect ten times as often as the plain
+# one), packed as int64 bytes (pack_calls says why). ``cpu`` is the thread's on-CPU clock at the call's end, or NO_CPU.
 CALL_FIELDS = ("start", "end", "cpu", "index", "items")
 NO_CPU = -1
 # A dataset call this long or longer reads the thread's on-CPU clock at its end; a shorter one does not. Why 10 µs:
@@ -80,13 +81,13 @@ class BatchMeta:
     that the garbage collector tracks counts towards its next collection, and a BatchMeta is kept for every measured
     batch. With a ``__dict__`` and six small tuples per batch, a light ``num_workers=0`` loop collected five times as
     often as the plain loop, each young collection walking every kept record (~0.4 µs per BatchMeta): ~10 µs per
-    batch, the largest part of the profiler's cost there. Now a batch keeps three tracked objects (this, its
-    ``calls`` list and ``marks``, which the collector untracks the first time it sees it: it holds only ints)."""
+    batch, the largest part of the profiler's cost there. Now a batch keeps two tracked objects: this and ``marks``,
+    which the collector untracks the first time it sees it (it holds only ints); ``calls`` is bytes (pack_calls)."""
     worker_id: int  # -1: the main process (num_workers = 0)
     pid: int
-    calls: Sequence[Any]  # flat, CALL_FIELDS per dataset call: start, end, thread CPU clock at its end (NO_CPU: not
-    # read, a call shorter than CALL_CPU_FROM_NS), index, items; the compact form (below): each call's end, then
-    # each call's key
+    calls: bytes | Sequence[Any]  # flat, CALL_FIELDS per dataset call: start, end, thread CPU clock at its end
+    # (NO_CPU: not read, a call shorter than CALL_CPU_FROM_NS), index, items; the compact form (below): each call's
+    # end, then each call's key. Packed as int64 bytes (pack_calls; call_values reads either form)
     marks: tuple[int, ...]  # MARKS, in that order
     stage_events: Sequence[tuple[int, str, int]] = ()  # (call row, stage, self ns)
     pixel_events: Sequence[tuple[int, int]] = ()  # (call row, decoded pixels)
@@ -177,17 +178,21 @@ class BatchMeta:
 
     @property
     def n_calls(self) -> int:
-        return len(self.calls) // (2 if self.compact else len(CALL_FIELDS))
+        c = self.calls
+        return (len(c) // 8 if c.__class__ is bytes else len(c)) // (2 if self.compact else len(CALL_FIELDS))
 
     def _fill_calls(self, rows: np.ndarray) -> np.ndarray:
         """Start, end, index and items of each call into ``rows``, from either recorded form; returns the on-CPU
         clock read at each call's end (NO_CPU where not read)."""
         n = rows.shape[0]
+        packed = self.calls.__class__ is bytes  # every value an int64 (pack_calls)
+        calls = call_values(self.calls)
         if self.compact:
-            rows[:, 1] = self.calls[:n]
+            rows[:, 1] = calls[:n]
             rows[0, 0] = self.cpu_start[0]
             rows[1:, 0] = rows[:-1, 1]
-            rows[:, 6] = [k if k.__class__ is int and -_I64 < k < _I64 else _index_of(k) for k in self.calls[n:2 * n]]
+            rows[:, 6] = calls[n:2 * n] if packed else \
+                [k if k.__class__ is int and -_I64 < k < _I64 else _index_of(k) for k in calls[n:2 * n]]
             rows[:, 7] = 1
             clock = np.full(n, NO_CPU, dtype=np.int64)
             for r, c in zip(self.long_clocks[0::2], self.long_clocks[1::2]):
@@ -195,9 +200,9 @@ class BatchMeta:
                     clock[r] = c
             return clock
         w = len(CALL_FIELDS)
-        flat = self.calls[:n * w]
+        flat = calls[:n * w]
         # Column by column: an index is any int the dataset was called with (a hash id beyond int64 is -1).
-        rows[:, 6] = [k if -_I64 < k < _I64 else -1 for k in flat[3::w]]
+        rows[:, 6] = flat[3::w] if packed else [k if -_I64 < k < _I64 else -1 for k in flat[3::w]]
         for col, j in ((0, 0), (1, 1), (7, 4)):
             rows[:, col] = flat[j::w]
         return np.array(flat[2::w], dtype=np.int64)
@@ -373,6 +378,34 @@ def _index_of(key: Any) -> int:
 
 _perf = time.perf_counter_ns
 _cpu = time.thread_time_ns
+_PACKERS: dict[int, struct.Struct] = {}
+_PACKERS_MAX = 64  # batch lengths kept (a short last batch, a variable batch sampler); others are built per use
+
+
+def pack_calls(values: list[Any]) -> bytes | tuple[Any, ...]:
+    """A batch's flat call ints as little-endian int64 bytes; a tuple where one is no int64 (a dataset key that is a
+    string or beyond int64). Why bytes: the garbage collector never looks into them. A tuple of the batch's ints is
+    untracked only once a young collection has looked at each of its items, and each is an int object of its own
+    somewhere in memory: on a light ``num_workers=0`` loop that first look was two thirds of the young collections'
+    time (~2 µs per kept batch of 32, with the items out of cache), where packing costs ~0.8 µs. And 8 bytes an int
+    instead of a 32-byte object and an 8-byte slot."""
+    n = len(values)
+    packer = _PACKERS.get(n)
+    if packer is None:
+        packer = struct.Struct(f"<{n}q")
+        if len(_PACKERS) < _PACKERS_MAX:
+            _PACKERS[n] = packer
+    try:
+        return packer.pack(*values)
+    except struct.error:
+        return tuple(values)
+
+
+def call_values(calls: bytes | Sequence[Any]) -> Sequence[Any]:
+    """BatchMeta.calls as a sequence: an int64 view of packed bytes (pack_calls), else the sequence itself."""
+    if isinstance(calls, bytes):
+        return np.frombuffer(calls, dtype="<i8")  # type: ignore[return-value]  # an ndarray reads as a Sequence
+    return calls
 
 
 class _MapProxy:
@@ -624,17 +657,23 @@ def _abandon() -> None:
 
 def _envelope(batch: Any, rec: _Recorder, smp: Any, b0: tuple[int, int, bytes, int], w_in: int, c_in: int,
               last: tuple[int, int, int, int], w_out: int, c_out: int, worker_id: int, pid: int,
-              n_items: int | None, own_ns: int, compact: bool = False) -> Instrumented:
+              n_items: int | None, own_ns: int, compact: bool = False,
+              entry: tuple[int, int] | None = None) -> Instrumented:
     """The fetch's end: the batch's counters, its BatchMeta and the envelope. ``(w_in, c_in)`` and ``(w_out, c_out)``
     are the wall and on-CPU clocks around the user's fetch, ``last`` the collate's (NO_COLLATE: none); ``own_ns`` is
-    the fetch's own time so far, and this function's own is added (measured up to the envelope)."""
+    the fetch's own time so far, and this function's own is added (measured up to the envelope).
+
+    ``entry``: the fetch read its on-CPU clock only at its entry, ``(wall, cpu)``, and its inner on-CPU clocks
+    (``c_in``, ``c_out``, the collate's) are derived here from the wall clock and one on-CPU read now
+    (:func:`_derive_cpu` says how and why)."""
     global _current, _previous_end
     _current = None
     substages.end_batch()
     b1 = clocks.fetch_end()
-    # A tuple: of ints only, so the garbage collector untracks it the first time it sees it, where a kept list is
-    # walked again in every older collection (BatchMeta says why that matters).
-    calls = tuple(rec.calls)
+    if entry is not None:
+        w_f = _perf()
+        c_in, c_out, last = _derive_cpu(entry, w_in, w_out, last, w_f, _cpu())
+    calls = pack_calls(rec.calls)  # bytes: nothing for the garbage collector to walk (BatchMeta says why it matters)
     gap = NO_GAP
     if worker_id >= 0:  # a worker's time between fetches; the main process's is the user's loop (not ours to split)
         io = clocks.process_io()
@@ -653,12 +692,36 @@ def _envelope(batch: Any, rec: _Recorder, smp: Any, b0: tuple[int, int, bytes, i
                       b1[0] - b0[0], rchar, b1[1] - b0[1], last[0], last[1], last[2], io[0], io[1], *gap),
                      smp.events or (), smp.pixels or (), rec.skipped or (),
                      opened=rec.opened or _NO_FOLDERS,
-                     n_items=len(calls) // len(CALL_FIELDS) if n_items is None else n_items,
+                     n_items=len(rec.calls) // len(CALL_FIELDS) if n_items is None else n_items,
                      compact=compact, long_clocks=rec.long_clocks or (), thread_io_start=io_start,
                      thread_io_end=io_end)
+    if entry is not None:  # no on-CPU clock was read inside the user's code; this tail by the wall clock (see above)
+        meta.own_ns = own_ns + (_perf() - w_out)
+        return Instrumented(batch, meta)
     clock_reads = rec.cpu_reads + len(rec.long_clocks) // 2 + 2  # the proxies' long calls, the written-out fetch's
     meta.own_ns = own_ns + clock_reads * clock_cost_ns() + (_cpu() - c_out)
     return Instrumented(batch, meta)
+
+
+def _derive_cpu(entry: tuple[int, int], w_in: int, w_out: int, last: tuple[int, int, int, int], w_f: int,
+                c_f: int) -> tuple[int, int, tuple[int, int, int, int]]:
+    """``(c_in, c_out, last)`` of a fetch whose on-CPU clock was read only at its entry and now (``c_f`` at wall
+    ``w_f``, after its counters): each read is a system call (~0.5 µs on a VM; the wall clock's is ~0.05 µs), and
+    three more per batch were a tenth of the profiler's cost on a light ``num_workers=0`` loop.
+
+    Why that is exact where it is used: between two reads of the on-CPU clock, the time off the core is the wall
+    time less the on-CPU time. A fetch whose off-core time in all is under CLOSE_TIMING_FROM_OFF_NS ran on its core
+    throughout, so every inner on-CPU interval is its wall interval (to within that). Where it was off its core for
+    longer (a disk read, a preemption), that time is given to the dataset's calls, the only part that can block or
+    wait: the profiler's own stretches and the collate are taken as on-core. The fetch after such a one reads every
+    clock (``closely``), so a job whose calls block keeps its exact split."""
+    w_entry, c_entry = entry
+    c_in = c_entry + (w_in - w_entry)
+    c_out = c_f - (w_f - w_out)
+    if last[0]:  # the collate, on its core: its on-CPU ns are its wall ns, and it ends at c_out
+        span = last[1] - last[0]
+        last = (last[0], last[1], span, c_out - span)
+    return c_in, c_out, last
 
 
 def instrumented_parts(source: Any, iterable: bool, collate_fn: Any, inner_fetch: Callable[[Any], Any],
@@ -769,15 +832,18 @@ def inline_map_fetch(fetcher: Any, worker_id: int, close: bool | None = None) ->
     timing = [True if close is None else close]  # the next fetch times its calls closely (the first one does)
 
     def fetch(possibly_batched_index: Any) -> Any:
+        w_entry = _perf()
         c_entry = _cpu()
         rec, smp, b0, _ = _begin(1)  # compact form (BatchMeta.compact): each call's end, then the keys
         dataset, collate_fn = fetcher.dataset, fetcher.collate_fn
         ends = rec.calls
         last = NO_COLLATE
         keys: Sequence[Any]
+        # Closely: every on-CPU clock read, and each long call's; else only the calls' ends and the on-CPU clock at
+        # the fetch's two ends (_derive_cpu).
         closely = timing[0]
         w_in = _perf()
-        c_in = _cpu()
+        c_in = _cpu() if closely else NO_CPU
         try:
             if fetcher.auto_collation:
                 # The indices are copied into the record after the calls (one C call): a batch sampler that refills
@@ -807,23 +873,30 @@ def inline_map_fetch(fetcher: Any, worker_id: int, close: bool | None = None) ->
                 keys = (possibly_batched_index,)
                 data = dataset[possibly_batched_index]
                 ends.append(_perf())
-                rec.long_clocks += (0, _cpu())
+                if closely:
+                    rec.long_clocks += (0, _cpu())
             n = len(ends)
             ends.extend(keys)
             t0 = _perf()
-            k0 = _cpu()
+            k0 = _cpu() if closely else NO_CPU
             try:
                 batch = collate_fn(data)
             finally:
-                k1 = _cpu()
+                k1 = _cpu() if closely else NO_CPU
                 last = (t0, _perf(), k1 - k0, k0)
         except BaseException:
             _abandon()  # the user's error, as torch's fetch would raise it; this batch records nothing
             raise
-        if close is None:
-            timing[0] = (t0 - w_in) - (k0 - c_in) >= CLOSE_TIMING_FROM_OFF_NS
         # The fetch ends with its collate: the collate's end clocks are the fetch's (one on-CPU clock read less).
-        return _envelope(batch, rec, smp, b0, w_in, c_in, last, last[1], k1, worker_id, pid, n,
-                         (c_in - c_entry) + (n + 1) * costs[closely], True)
+        if closely:
+            env = _envelope(batch, rec, smp, b0, w_in, c_in, last, last[1], k1, worker_id, pid, n,
+                            (c_in - c_entry) + (n + 1) * costs[1], True)
+        else:
+            env = _envelope(batch, rec, smp, b0, w_in, c_in, last, last[1], k1, worker_id, pid, n,
+                            (w_in - w_entry) + (n + 1) * costs[0], True, (w_entry, c_entry))
+        if close is None:  # the calls' time off their core decides how the next fetch is timed
+            m = env.meta.marks
+            timing[0] = (m[2] - m[0]) - (m[3] - m[1]) >= CLOSE_TIMING_FROM_OFF_NS
+        return env
 
     return fetch
