@@ -159,3 +159,36 @@ def test_a_quiet_stretch_keeps_the_bytes_read_exact(tmp_path: Path) -> None:
     assert len(reading) - len(exact) <= clocks.PROBE_EVERY * batch
     first_exact_batch = exact[0] // batch if exact else len(reading)
     assert all(r == ITEM_BYTES for r in reading[(first_exact_batch + 1) * batch:]), reading
+
+
+class SleepyBatches:
+    """A batch sampler that sleeps 3 ms before each batch: time off the core inside next() but outside the fetch."""
+
+    def __init__(self, n: int, batch: int) -> None:
+        self.n, self.batch = n, batch
+
+    def __len__(self) -> int:
+        return self.n // self.batch
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        for i in range(0, self.n, self.batch):
+            time.sleep(0.003)
+            yield list(range(i, i + self.batch))
+
+
+def test_the_wait_s_on_cpu_time_counts_a_sleeping_sampler_as_off_the_core(tmp_path: Path) -> None:
+    """workers=0: the wait's on-CPU time is taken from the fetch's clocks where the wait is on its core outside the
+    fetch, and that is probed: a sampler that sleeps 3 ms a batch makes every step read the clock, so no measured
+    step counts the sleep as on-CPU time (a derivation that never checked would count all of it)."""
+    ds = TensorDataset(torch.randn(4 * 60, 4), torch.zeros(4 * 60))
+    loader = DataLoader(ds, batch_sampler=SleepyBatches(4 * 60, 4), num_workers=0)
+    with profiler.profile(out=str(tmp_path / "out"), warmup=2, steps=50, plots=False, quiet=True) as run:
+        for _ in loader:
+            pass
+    assert run.record is not None
+    st = run.record.timeline["steps"]
+    measured = [i for i, m in enumerate(st["measured"]) if m]
+    assert len(measured) == 50
+    for i in measured:
+        wait = st["wait_end"][i] - st["wait_start"][i]
+        assert wait >= 0.0029 and st["main_cpu"][i] <= wait - 0.0025, (i, wait, st["main_cpu"][i])

@@ -33,7 +33,7 @@ from .loaders import (
     epoch_length,
     is_data_folder,
 )
-from .worker import BatchMeta, Instrumented, call_cost_ns
+from .worker import CLOSE_TIMING_FROM_OFF_NS, BatchMeta, Instrumented, call_cost_ns
 
 _perf = time.perf_counter_ns
 _cpu = time.thread_time_ns
@@ -41,6 +41,13 @@ _get_ident = threading.get_ident
 
 # Resolve completed CUDA events every this many steps: bounds live events on long runs without a synchronize.
 RESOLVE_EVERY = 32
+# With num_workers=0 the wait's on-CPU time (StepRow.main_cpu_ns) is the fetch's (read at its ends, worker.py) plus
+# the DataLoader's own code around it (its __next__, the sampler): straight-line code that is on its core, so the
+# wait's on-CPU time is its wall time less the fetch's time off the core. Every WAIT_CPU_PROBE-th step reads the
+# on-CPU clock around the wait to check that, and once a step finds the wait off its core outside the fetch for
+# CLOSE_TIMING_FROM_OFF_NS or more (a sampler that reads a file), every step reads it. Why: those two reads are
+# system calls (~0.5 µs each on a VM), a fifth of the profiler's remaining ones per light batch.
+WAIT_CPU_PROBE = 16
 # Distinct folders the record names as where the data was read from (the most-opened are kept).
 MAX_FOLDERS = 256
 # Measured steps kept in full detail (every step, batch and dataset call). Beyond, each step is folded into exact
@@ -306,6 +313,9 @@ class Session:
         self._created: weakref.WeakKeyDictionary[Any, tuple[str | None, str | None]] = weakref.WeakKeyDictionary()
         self._last_next_ns = 0  # the profiled loader's last next() (a loader iterated after it may take over)
         self._epoch_batches = 0  # batches the profiled loader delivered since its last iter()
+        # num_workers=0: steps until the next one reads the main thread's on-CPU clock around its wait (WAIT_CPU_PROBE
+        # says why not every step); -1: every step does (its wait was found off the core outside the fetch).
+        self._wait_cpu_probe = 0
         self._epoch_done = False  # its last iterator raised StopIteration
         self._live_iter: Any = None  # weakref.ref to its last iterator (dead: the job dropped it)
         self._basis: dict[str, int] = {}  # samples basis -> steps counted on it
@@ -560,8 +570,13 @@ class Session:
         row = StepRow(step, len(epochs) - 1 if epochs else 0, -1, self._pid, 0, 0, 0, 0, 0, measured,
                       tail=measured and step - self.warmup >= self.detail_steps)
         if inthread:
+            probe = self._wait_cpu_probe
             t0 = _perf()
-            c0 = _cpu()
+            if probe <= 0 or cuda is not None or opens:
+                c0 = _cpu()
+            else:
+                c0 = -1  # derived below from the fetch's clocks
+                self._wait_cpu_probe = probe - 1
             q0 = 0
         else:
             t0, c0, q0 = clocks.sched_snapshot()
@@ -585,7 +600,7 @@ class Session:
                 self._end_step(t0)
             raise
         if inthread:  # the end's clocks in the opposite order (clocks.snapshot says why)
-            c1 = _cpu()
+            c1 = _cpu() if c0 >= 0 else -1
             t1 = _perf()
             q1 = 0
         else:
@@ -623,7 +638,15 @@ class Session:
             if meta.worker_id < 0:  # fetched in this thread, inside the wait: its instrumentation's time is ours
                 row.own_wait_ns += meta.own_ns
                 if inthread:
-                    row.main_runq_ns = meta.marks[4]  # the fetch's run-queue wait (its byte counts wait unparsed)
+                    m = meta.marks
+                    row.main_runq_ns = m[4]  # the fetch's run-queue wait (its byte counts wait unparsed)
+                    # The fetch's time off its core: its calls' and its collate's (worker._derive_cpu).
+                    off = (m[2] - m[0]) - (m[3] - m[1]) + (m[8] - m[7]) - m[9]
+                    if c0 < 0:
+                        row.main_cpu_ns = (t1 - t0) - off
+                    elif self._wait_cpu_probe >= 0:  # a probe: was the wait off its core outside the fetch too?
+                        self._wait_cpu_probe = -1 if (t1 - t0) - (c1 - c0) - off >= CLOSE_TIMING_FROM_OFF_NS \
+                            else WAIT_CPU_PROBE
             if row.tail:  # its spans are not kept; what the record lists of it is kept here
                 if meta.skipped:
                     self.tail_skipped.extend(meta.skipped[:MAX_TAIL_SKIPPED - len(self.tail_skipped)])
@@ -639,6 +662,9 @@ class Session:
                 self._pids.add(meta.pid)
                 if self.on_first_pid is not None:
                     self.on_first_pid(meta.pid, meta.worker_id)
+        elif c0 < 0:  # no record of the fetch (not instrumented): taken as on its core; every step reads it from now
+            row.main_cpu_ns = t1 - t0
+            self._wait_cpu_probe = -1
         if epochs and not epochs[-1].first_batch_ns:
             epochs[-1].first_batch_ns = t1
         if not row.tail:
