@@ -143,13 +143,18 @@ def _read_io(st: _Thread, fd: int) -> tuple[bytes, int]:
     return buf, own
 
 
-def fetch_start() -> tuple[int, int, bytes, int]:
-    """``(runq_ns, read_bytes, io, own)`` of the calling thread at a fetch's start, cumulative: ``io`` is
+Counters = tuple[int, int, bytes, int, int]
+
+
+def fetch_start() -> Counters:
+    """``(runq_ns, read_bytes, io, own, switches)`` of the calling thread at a fetch's start, cumulative: ``io`` is
     /proc/thread-self/io as read (unparsed; ``b""``: not readable), maybe at the end of its previous fetch (above),
-    and ``own`` the bytes of the profiler's own reads that its rchar counts."""
+    ``own`` the bytes of the profiler's own reads that its rchar counts, and ``switches`` its context switches
+    (getrusage: voluntary and not; none between two readings: the thread stayed on its core in between)."""
     st = _state()
     ru = _getrusage(_RUSAGE_THREAD)
-    runq = _runq(st, ru.ru_nvcsw + ru.ru_nivcsw)
+    csw = ru.ru_nvcsw + ru.ru_nivcsw
+    runq = _runq(st, csw)
     raw, own = st.io_raw, st.own_at_raw
     if st.io is not None and st.zero_run < QUIET_AFTER:  # quiet: the end's probe finds any read (see above)
         if not raw or st.exact:
@@ -162,21 +167,22 @@ def fetch_start() -> tuple[int, int, bytes, int]:
                 if parse_rchar(now) - parse_rchar(raw) > own_now - own:
                     st.exact = True  # read between fetches: not a fetch's, so both ends of every fetch from now on
                 raw, own = now, own_now
-    return runq, ru.ru_inblock * 512, raw, own
+    return runq, ru.ru_inblock * 512, raw, own, csw
 
 
-def fetch_end() -> tuple[int, int, bytes, int]:
+def fetch_end() -> Counters:
     """The same at a fetch's end (io read now, and kept as the next fetch's start)."""
     st = _state()
     ru = _getrusage(_RUSAGE_THREAD)
-    runq = _runq(st, ru.ru_nvcsw + ru.ru_nivcsw)
+    csw = ru.ru_nvcsw + ru.ru_nivcsw
+    runq = _runq(st, csw)
     if st.io is None:
-        return runq, ru.ru_inblock * 512, b"", st.own
+        return runq, ru.ru_inblock * 512, b"", st.own, csw
     prev, prev_own = st.io_raw, st.own_at_raw
     if st.zero_run >= QUIET_AFTER:
         st.quiet_left -= 1
         if st.quiet_left > 0:  # as at its start: nothing read (the next probe shows it)
-            return runq, ru.ru_inblock * 512, prev, prev_own
+            return runq, ru.ru_inblock * 512, prev, prev_own, csw
         st.quiet_left = PROBE_EVERY
     raw, own = _read_io(st, st.io)
     st.io_raw, st.own_at_raw = raw, own
@@ -186,7 +192,7 @@ def fetch_end() -> tuple[int, int, bytes, int]:
         elif st.zero_run < QUIET_AFTER:
             st.zero_run += 1
             st.quiet_left = PROBE_EVERY
-    return runq, ru.ru_inblock * 512, raw, own
+    return runq, ru.ru_inblock * 512, raw, own, csw
 
 
 def forget_last_fetch() -> None:

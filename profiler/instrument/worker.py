@@ -637,7 +637,7 @@ def clock_cost_ns() -> int:
     return _clock_cost_ns
 
 
-def _begin(width: int) -> tuple[_Recorder, Any, tuple[int, int, bytes, int], int]:
+def _begin(width: int) -> tuple[_Recorder, Any, clocks.Counters, int]:
     """A fetch's start in this thread: the batch's counters, its recorder and sub-stage lists (the caller reads the
     fetch's first clocks right after)."""
     global _current
@@ -655,7 +655,7 @@ def _abandon() -> None:
     substages.end_batch()
 
 
-def _envelope(batch: Any, rec: _Recorder, smp: Any, b0: tuple[int, int, bytes, int], w_in: int, c_in: int,
+def _envelope(batch: Any, rec: _Recorder, smp: Any, b0: clocks.Counters, w_in: int, c_in: int,
               last: tuple[int, int, int, int], w_out: int, c_out: int, worker_id: int, pid: int,
               n_items: int | None, own_ns: int, compact: bool = False,
               entry: tuple[int, int] | None = None) -> Instrumented:
@@ -672,7 +672,10 @@ def _envelope(batch: Any, rec: _Recorder, smp: Any, b0: tuple[int, int, bytes, i
     b1 = clocks.fetch_end()
     if entry is not None:
         w_f = _perf()
-        c_in, c_out, last = _derive_cpu(entry, w_in, w_out, last, w_f, _cpu())
+        # No context switch since the fetch's start (getrusage counts them): it stayed on its core, so its on-CPU
+        # clock moved as the wall clock did, and reading it would only cost a system call.
+        c_f = entry[1] + (w_f - entry[0]) if b1[4] == b0[4] else _cpu()
+        c_in, c_out, last = _derive_cpu(entry, w_in, w_out, last, w_f, c_f)
     calls = pack_calls(rec.calls)  # bytes: nothing for the garbage collector to walk (BatchMeta says why it matters)
     gap = NO_GAP
     if worker_id >= 0:  # a worker's time between fetches; the main process's is the user's loop (not ours to split)
@@ -706,8 +709,10 @@ def _envelope(batch: Any, rec: _Recorder, smp: Any, b0: tuple[int, int, bytes, i
 def _derive_cpu(entry: tuple[int, int], w_in: int, w_out: int, last: tuple[int, int, int, int], w_f: int,
                 c_f: int) -> tuple[int, int, tuple[int, int, int, int]]:
     """``(c_in, c_out, last)`` of a fetch whose on-CPU clock was read only at its entry and now (``c_f`` at wall
-    ``w_f``, after its counters): each read is a system call (~0.5 µs on a VM; the wall clock's is ~0.05 µs), and
-    three more per batch were a tenth of the profiler's cost on a light ``num_workers=0`` loop.
+    ``w_f``, after its counters; where getrusage counted no context switch since the fetch's start, ``c_f`` is the
+    entry's plus the wall time since, unread): each read is a system call (~0.5 µs on a VM; the wall clock's is
+    ~0.05 µs), and four more per batch were a tenth of the profiler's cost on a light ``num_workers=0`` loop. (Time
+    the hypervisor took the virtual CPU away is then on-CPU time, as it is to the guest's scheduler.)
 
     Why that is exact where it is used: between two reads of the on-CPU clock, the time off the core is the wall
     time less the on-CPU time. A fetch whose off-core time in all is under CLOSE_TIMING_FROM_OFF_NS ran on its core
