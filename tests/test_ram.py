@@ -124,9 +124,28 @@ def array_samples() -> dict:
     return _run_and_sample(ArrayDataset(_strings()))
 
 
+def _growth_tests(samples: dict) -> list[dict]:
+    """Each worker's figures in the copy-on-read test (profiler/analysis/ram.py), for a failure's message."""
+    from profiler.analysis import ram
+
+    out = []
+    for p in ram._workers(samples):
+        s = ram._private_series(p)
+        if s is None:
+            out.append({"pid": p.get("pid"), "series": None})
+            continue
+        growth = s.v[-1] - s.v[0]
+        rises = sum(max(0.0, b - a) for a, b in zip(s.v, s.v[1:]))
+        late = s.v[-1] - ram._value_at(s, (s.t[0] + s.t[-1]) / 2)
+        out.append({"pid": p.get("pid"), "readings": len(s.v), "growth_mib": growth / MIB,
+                    "monotone": growth / rises if rises else None, "late": late / growth if growth else None,
+                    "slope": ram._slope(s.t, s.v), "span_s": (s.t[0], s.t[-1]), "values_mib": [v / MIB for v in s.v]})
+    return out
+
+
 def test_copy_on_read_fires_for_python_list(list_samples: dict) -> None:
     finding = detect_copy_on_read(list_samples)
-    assert finding is not None, [p["uss_bytes"][-1] - p["uss_bytes"][0] for p in list_samples["processes"]]
+    assert finding is not None, _growth_tests(list_samples)
     assert len(finding["workers"]) == 2
     assert finding["growth_bytes_per_worker"] >= COPY_ON_READ_MIN_GROWTH_BYTES
     assert finding["slope_bytes_per_s"] > 0
