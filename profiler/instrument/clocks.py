@@ -83,7 +83,8 @@ PROBE_EVERY = 16
 #   that finds it where it was shows that every fetch since read nothing: exact, at 1/16 of the reads (an in-memory
 #   dataset on num_workers=0 reads nothing, and this read was ~1.5 µs of each batch's profiler cost). A probe that
 #   finds bytes ends the quiet stretch, and those bytes are that fetch's: the totals stay exact, and only a job that
-#   starts reading files after 16 fetches that read none places up to 16 fetches' bytes on one.
+#   starts reading files after 16 fetches that read none places up to 16 fetches' bytes on one (or, where its loop
+#   starts reading between fetches, that loop's bytes once: the stretch ends, and the start probes find the loop).
 QUIET_AFTER = PROBE_EVERY
 
 
