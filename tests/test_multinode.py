@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -132,12 +133,10 @@ def test_ranks_view_of_many_ranks_is_bounded(tmp_path):
     assert "wait_s" not in json.loads(files["ranks.json"].read_text())["per_step"]  # in rank_summaries.json instead
 
 
-def test_store_protocol_scaled_wait_and_clock_rounds():
-    """Rank 0's collect on a real TCPStore (torchrun's kind), the other ranks as threads with their own clients:
-    rank 1 reports and syncs its clock, rank 2 announces but never reports, rank 3 never starts. The wait ends a
-    scaled few seconds after rank 1's report, not at the 60 s bound."""
+def _store_ranks(world: int, run_id: str, clients: int | None = None) -> tuple[Any, dict[int, Any], Any]:
+    """A real TCPStore (torchrun's kind) and each rank's RankEnv and client on it, one rank per host: (env of a rank,
+    the first ``clients`` ranks' stores, the server, which the caller keeps alive)."""
     import datetime
-    import threading
 
     from torch.distributed import TCPStore
 
@@ -147,11 +146,22 @@ def test_store_protocol_scaled_wait_and_clock_rounds():
     server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=30))
 
     def env(rank: int) -> RankEnv:
-        return RankEnv(rank=rank, local_rank=0, world_size=4, local_world_size=1, group_rank=rank,
-                       master_addr="127.0.0.1", master_port=server.port, run_id="t", restart_count=0,
+        return RankEnv(rank=rank, local_rank=0, world_size=world, local_world_size=1, group_rank=rank,
+                       master_addr="127.0.0.1", master_port=server.port, run_id=run_id, restart_count=0,
                        agent_store=True)
 
-    stores = {r: st.connect(env(r)) for r in range(3)}
+    return env, {r: st.connect(env(r)) for r in range(world if clients is None else clients)}, server
+
+
+def test_store_protocol_scaled_wait_and_clock_rounds():
+    """Rank 0's collect on a real TCPStore (torchrun's kind), the other ranks as threads with their own clients:
+    rank 1 reports and syncs its clock, rank 2 announces but never reports, rank 3 never starts. The wait ends a
+    scaled few seconds after rank 1's report, not at the 60 s bound."""
+    import threading
+
+    from profiler.distributed import store as st
+
+    env, stores, _server = _store_ranks(4, "t", clients=3)
     st.announce(stores[0], env(0))
     st.announce(stores[2], env(2))
     os.environ[st.FORCE_SYNC_ENV] = "always"
@@ -186,22 +196,11 @@ def test_store_protocol_scaled_wait_and_clock_rounds():
 def test_the_last_report_s_host_still_gets_its_clock_rounds():
     """World of 2: rank 1's report is the last one rank 0 waits for, and its first ping comes 1 s after it (a loaded
     machine). Rank 0's wait ends at that report, yet serves the rounds: the rank was queued before it reported."""
-    import datetime
     import threading
 
-    from torch.distributed import TCPStore
-
     from profiler.distributed import store as st
-    from profiler.distributed.env import RankEnv
 
-    server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=30))
-
-    def env(rank: int) -> RankEnv:
-        return RankEnv(rank=rank, local_rank=0, world_size=2, local_world_size=1, group_rank=rank,
-                       master_addr="127.0.0.1", master_port=server.port, run_id="last", restart_count=0,
-                       agent_store=True)
-
-    stores = {r: st.connect(env(r)) for r in range(2)}
+    env, stores, _server = _store_ranks(2, "last")
     st.announce(stores[0], env(0))
     synced: list[dict | None] = []
 
