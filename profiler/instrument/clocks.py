@@ -107,7 +107,7 @@ class _Thread:
         self.own = 0
         self.probe = 0  # fetch starts until the next probe
         self.exact = False  # bytes were read between two fetches: read rchar at both ends of every fetch
-        self.zero_run = 0  # fetches in a row whose rchar did not move (QUIET_AFTER or more: quiet)
+        self.zero_run = 0  # fetches in a row whose rchar did not move (QUIET_AFTER or more: quiet; < 0: read lately)
         self.quiet_left = 0  # quiet fetch ends until the next one that reads rchar
 
 
@@ -188,8 +188,10 @@ def fetch_end() -> Counters:
     raw, own = _read_io(st, st.io)
     st.io_raw, st.own_at_raw = raw, own
     if not st.exact and prev:  # its start was ``prev`` (nothing read between fetches): did it read anything?
-        if parse_rchar(raw) - parse_rchar(prev) > own - prev_own:
-            st.zero_run = 0
+        if st.zero_run < 0:  # it read lately: not asked again for PROBE_EVERY fetches (a reading job keeps reading)
+            st.zero_run += 1
+        elif parse_rchar(raw) - parse_rchar(prev) > own - prev_own:
+            st.zero_run = -PROBE_EVERY
         elif st.zero_run < QUIET_AFTER:
             st.zero_run += 1
             st.quiet_left = PROBE_EVERY

@@ -640,13 +640,14 @@ class Session:
                 if inthread:
                     m = meta.marks
                     row.main_runq_ns = m[4]  # the fetch's run-queue wait (its byte counts wait unparsed)
-                    # The fetch's time off its core: its calls' and its collate's (worker._derive_cpu).
-                    off = (m[2] - m[0]) - (m[3] - m[1]) + (m[8] - m[7]) - m[9]
-                    if c0 < 0:
-                        row.main_cpu_ns = (t1 - t0) - off
-                    elif self._wait_cpu_probe >= 0:  # a probe: was the wait off its core outside the fetch too?
-                        self._wait_cpu_probe = -1 if (t1 - t0) - (c1 - c0) - off >= CLOSE_TIMING_FROM_OFF_NS \
-                            else WAIT_CPU_PROBE
+                    if c0 < 0 or self._wait_cpu_probe >= 0:
+                        # The fetch's time off its core: its calls' and its collate's (worker._derive_cpu).
+                        off = (m[2] - m[0]) - (m[3] - m[1]) + (m[8] - m[7]) - m[9]
+                        if c0 < 0:
+                            row.main_cpu_ns = (t1 - t0) - off
+                        else:  # a probe: was the wait off its core outside the fetch too?
+                            self._wait_cpu_probe = -1 if (t1 - t0) - (c1 - c0) - off >= CLOSE_TIMING_FROM_OFF_NS \
+                                else WAIT_CPU_PROBE
             if row.tail:  # its spans are not kept; what the record lists of it is kept here
                 if meta.skipped:
                     self.tail_skipped.extend(meta.skipped[:MAX_TAIL_SKIPPED - len(self.tail_skipped)])
