@@ -242,7 +242,9 @@ def test_storage_rows_only_where_the_job_read_files():
     # from the device.
     mem, _ = analyze(rates(**STEADY, rchar=52.5))
     assert not [p for p in mem["predictions"] if p["kind"] == "storage"]
-    assert "read no files" in mem["storage_note"]
+    assert "read no files" in mem["storage_note"] and "52 B per sample" in mem["storage_note"]
+    nothing, _ = analyze(rates(**STEADY, rchar=0.0))
+    assert "its data came from memory" in nothing["storage_note"]
     recs = [{"action": "Move the data to faster local storage (NVMe) or cache a pre-processed copy", "reason": "r",
              "expected_gain": "g", "cause": "io"}]
     kept, rejected = check_advice(recs, mem)

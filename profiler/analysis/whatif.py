@@ -388,9 +388,13 @@ def whatif(r: Rates) -> WhatIf:
                 storage=name, storage_cap_samples_per_s=round(cap, 3) if cap else None), steady, None, 0.0, **ch))
     elif reads_files:
         storage_note = "no storage rows: this run did not measure the bytes its dataset read per sample"
-    else:
+    elif r.rchar < 1:
         storage_note = ("no storage rows: this job read no files (its data came from memory), so no storage device "
                         "can speed it up or slow it down")
+    else:  # e.g. files of a few hundred bytes, opened and read: too little per sample for any device to matter
+        storage_note = (f"no storage rows: this job read no files worth a storage device ({r.rchar:.0f} B per "
+                        f"sample asked of read(), under {th.READS_FILES_FROM_BYTES // 1024} KiB), so no storage "
+                        "device can speed it up or slow it down")
     # The model k times faster.
     if r.compute_s > 0:
         for k in MODEL_SPEEDUPS:
