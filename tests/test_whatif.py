@@ -308,3 +308,13 @@ def test_shared_core_words_say_what_other_load_left():
         "cores: the model and 2 workers share the 0.50 of 2 cores other load left"
     loader = rates(**STEADY, device_type="cpu", cores=2.0, compute_s=0.0)
     assert binds_words("cores", loader, 0, 2.0) == "cores: the main process loads and steps on 2 cores"
+
+
+def test_the_storage_note_is_said_as_written() -> None:
+    from types import SimpleNamespace
+
+    from profiler.render.whatif_rows import notices
+
+    mem, _ = analyze(rates(**STEADY, rchar=230.0))
+    (line,) = notices(SimpleNamespace(whatif=mem))  # type: ignore[arg-type]
+    assert line.startswith("No storage rows: ") and "230 B per sample" in line and "4 KiB" in line

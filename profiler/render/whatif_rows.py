@@ -55,7 +55,8 @@ def notices(rec: RunRecord) -> list[str]:
         out.append("Unsteady baseline — the intervals are widened: " + "; ".join(st["notices"]) + ". Re-measure: "
                    + str(st.get("remeasure")))
     if w.get("storage_note"):
-        out.append(str(w["storage_note"]).capitalize() + ".")
+        note = str(w["storage_note"])
+        out.append(note[:1].upper() + note[1:] + ".")  # not str.capitalize(): it lowercases the rest ("4 KiB")
     return out
 
 
