@@ -33,7 +33,7 @@ from .loaders import (
     epoch_length,
     is_data_folder,
 )
-from .worker import CLOSE_TIMING_FROM_OFF_NS, BatchMeta, Instrumented, call_cost_ns
+from .worker import CLOSE_TIMING_FROM_OFF_NS, BatchMeta, Instrumented, call_cost_ns, inline_call_costs
 
 _perf = time.perf_counter_ns
 _cpu = time.thread_time_ns
@@ -344,6 +344,7 @@ class Session:
         self.t0_ns = self.t0_ns or time.perf_counter_ns()
         self.accounting = clocks.accounting()
         self.accounting["own_per_call_ns"] = call_cost_ns()
+        self.accounting["own_per_inline_call_ns"] = list(inline_call_costs())
         torch_hooks.install(self._on_next, self._on_iter)
         substages.main_hook = self
         torch_hooks.watch_loader_creation(self._loader_created)

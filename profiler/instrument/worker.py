@@ -596,21 +596,26 @@ def share_batch_counters(rows: np.ndarray, runq: int, rchar: int, read_bytes: in
 
 
 _call_cost_ns: int | None = None
+# Repeats of each calibration loop; each loop's own minimum is kept, then the minima are subtracted. Load only ever
+# inflates a loop's time, so each minimum tends to its quiet value, where the minimum of a difference of two loops
+# that load inflates unequally does not (under CI's load it came out 0 for a ~100 ns cost). 15 repeats: ~6 ms for
+# call_cost_ns and ~5 ms for inline_call_costs, once per process.
+CALIBRATION_REPEATS = 15
 _clock_cost_ns = 0
 
 
 def call_cost_ns() -> int:
     """The per-call path's own cost in this process (ns), calibrated once: a proxy over a list timed against the same
-    list indexed directly, the minimum of several repeats (a fixed cost that load only ever inflates). ~1 ms. The
-    same calibration times one read of the on-CPU clock (:func:`clock_cost_ns`)."""
+    list indexed directly, each timed as the minimum of CALIBRATION_REPEATS runs (a fixed cost that load only ever
+    inflates). The same calibration times one read of the on-CPU clock (:func:`clock_cost_ns`)."""
     global _call_cost_ns, _current, _clock_cost_ns
     if _call_cost_ns is None:
         data = list(range(256))
         proxy = _MapProxy(data)
         saved = _current
-        best = clock = 1 << 62
+        proxied = direct = clocked = 1 << 62
         try:
-            for _ in range(7):
+            for _ in range(CALIBRATION_REPEATS):
                 _current = _Recorder()
                 t = _perf()
                 for i in data:
@@ -622,12 +627,11 @@ def call_cost_ns() -> int:
                 for i in data:
                     _cpu()
                 t3 = _perf()
-                best = min(best, (t1 - t) - (t2 - t1))
-                clock = min(clock, (t3 - t2) - (t2 - t1))
+                proxied, direct, clocked = min(proxied, t1 - t), min(direct, t2 - t1), min(clocked, t3 - t2)
         finally:
             _current = saved
-        _call_cost_ns = max(0, best // len(data))
-        _clock_cost_ns = max(0, clock // len(data))
+        _call_cost_ns = max(0, (proxied - direct) // len(data))
+        _clock_cost_ns = max(0, (clocked - direct) // len(data))
     return _call_cost_ns
 
 
@@ -784,7 +788,7 @@ def inline_call_costs() -> tuple[int, int]:
     """:func:`call_cost_ns` for the written-out map fetch (:func:`inline_map_fetch`): (ns per call recording only its
     end, ns per call timed closely), calibrated once per process on that very fetch over a list: the slope between a
     batch of 256 indices and an empty one (the per-batch work cancels) less the same indexing as torch's list
-    comprehension does it; the minimum of several repeats."""
+    comprehension does it; each loop's minimum of CALIBRATION_REPEATS runs."""
     global _inline_costs, _current, _previous_end
     if _inline_costs is None:
         _inline_costs = (0, 0)  # the fetches built below read it
@@ -803,8 +807,8 @@ def inline_call_costs() -> tuple[int, int]:
         try:
             for close in (False, True):
                 fetch = inline_map_fetch(_ListFetcher, -1, close=close)  # -1: no worker counters touched
-                best = 1 << 62
-                for _ in range(7):
+                full = empty = plain = 1 << 62
+                for _ in range(CALIBRATION_REPEATS):
                     t = _perf()
                     fetch(keys)
                     t1 = _perf()
@@ -812,8 +816,8 @@ def inline_call_costs() -> tuple[int, int]:
                     t2 = _perf()
                     [data[i] for i in keys]
                     t3 = _perf()
-                    best = min(best, (t1 - t) - (t2 - t1) - (t3 - t2))
-                costs.append(max(0, best // len(keys)))
+                    full, empty, plain = min(full, t1 - t), min(empty, t2 - t1), min(plain, t3 - t2)
+                costs.append(max(0, (full - empty - plain) // len(keys)))
         finally:
             _current, _previous_end = saved
         _inline_costs = (costs[0], costs[1])

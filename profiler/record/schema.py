@@ -207,6 +207,8 @@ class Accounting(TypedDict, total=False):
     thread_io: bool
     absent: dict[str, str]  # facility -> why it is missing
     own_per_call_ns: Count  # the per-dataset-call cost of the profiler's own timing, calibrated when profiling starts
+    # the same for the written-out map fetch (worker.inline_map_fetch): [recording each call's end, timing it closely]
+    own_per_inline_call_ns: list[Count]
 
 
 class TailTotals(TypedDict, total=False):

@@ -3,9 +3,9 @@
 kind: 'cpu' (work in __getitem__), 'model' (a heavy model, input keeps up), 'io' (each file read cold: evicted from
 the page cache first, so under a throttle every read waits on the device) — tests/jobs/planted.py's dataset; 'ddp'
 (under torchrun: rank 1 cpu-bound, the others wait for it in the all-reduce). Runs epochs until ``seconds`` pass
-from the first batch (or for ever with 0), so attach finds it training; prints 'READY' once the first batch arrived
-and, at the end, 'RATE' with the samples per second from the first batch on, and the job's CPU seconds per sample
-(all its processes); with ATTACH_PROGRESS=1 also 'N <samples>' per batch (scripts/bench_attach.py).
+from the first step (or for ever with 0), so attach finds it training; prints 'READY' once the first step is done
+and, at the end, 'RATE' with the samples per second from then on, and the job's CPU seconds per sample (all its
+processes); with ATTACH_PROGRESS=1 also 'N <samples>' per batch (scripts/bench_attach.py).
 """
 import os
 import sys
@@ -57,14 +57,14 @@ if __name__ == "__main__":
     progress = os.environ.get("ATTACH_PROGRESS") == "1"  # scripts/bench_attach.py counts samples per window
     ready = False
     n, t1 = 0, 0.0
-    # seconds count from the first batch: on a loaded machine the first batch alone can take most of them, and an
-    # attach that starts at READY must find the job still training
+    # seconds count from the end of the first step: on a loaded machine the first batch alone can take most of them,
+    # and an attach that starts at READY must find the job still training. READY comes after the first step's model
+    # call, not with its batch: that call is the job's warm-up too (torch's kernels paged in, which under --throttle
+    # reads libtorch from the throttled disk: seconds of the main thread in state D), and `run --warmup 1` leaves the
+    # whole first step out of its window, so an attach from READY samples the same steady state as the run measures
     while not seconds or not ready or time.monotonic() - t1 < seconds:
         for x in loader:
-            if not ready:
-                print("READY", flush=True)
-                ready, t1 = True, time.monotonic()
-            else:
+            if ready:
                 n += len(x)
                 if progress:
                     print(f"N {n}", flush=True)
@@ -73,6 +73,9 @@ if __name__ == "__main__":
                     x = model(x)
             else:
                 model(x)
+            if not ready:
+                print("READY", flush=True)
+                ready, t1 = True, time.monotonic()
             if seconds and time.monotonic() - t1 >= seconds:
                 break
     elapsed = time.monotonic() - t1
