@@ -192,3 +192,88 @@ def test_the_wait_s_on_cpu_time_counts_a_sleeping_sampler_as_off_the_core(tmp_pa
     for i in measured:
         wait = st["wait_end"][i] - st["wait_start"][i]
         assert wait >= 0.0029 and st["main_cpu"][i] <= wait - 0.0025, (i, wait, st["main_cpu"][i])
+
+
+def test_a_quiet_on_core_loop_skips_the_counters_of_most_batches(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """workers=0 over tensors in memory: once the fetches are quiet, all but one of every LEAN_STRETCH batches read no
+    counters (no getrusage at either end), and the batches' counters are still zeros, as a fetch on its core has."""
+    from profiler.instrument import worker
+
+    calls = {"start": 0, "end": 0}
+    real_start, real_end = clocks.fetch_start, clocks.fetch_end
+
+    def counting_start() -> clocks.Counters:
+        calls["start"] += 1
+        return real_start()
+
+    def counting_end(probe: bool = False) -> clocks.Counters:
+        calls["end"] += 1
+        return real_end(probe)
+
+    ds = TensorDataset(torch.randn(8 * 300, 4), torch.zeros(8 * 300))
+    loader = DataLoader(ds, batch_size=8, num_workers=0)
+    with profiler.profile(out=str(tmp_path / "out"), warmup=5, steps=280, plots=False, quiet=True) as run:
+        it = iter(loader)
+        for _ in range(40):  # past QUIET_AFTER: the thread's fetches are quiet
+            next(it)
+        monkeypatch.setattr(clocks, "fetch_start", counting_start)
+        monkeypatch.setattr(clocks, "fetch_end", counting_end)
+        for _ in range(200):
+            next(it)
+        monkeypatch.undo()
+        for _ in it:
+            pass
+    assert run.record is not None
+    # One full fetch per stretch (its start and end); on a loaded machine a lean fetch that was preempted reads its
+    # counters at its end and the next fetch is a full one, so a few more: never most of them (all 200 without the
+    # lean stretches).
+    stretches = 200 // worker.LEAN_STRETCH
+    assert stretches - 1 <= calls["start"] <= 200 // 4, calls
+    assert calls["start"] <= calls["end"] <= 2 * calls["start"] + 2, calls
+    spans = run.record.timeline["sample_spans"]
+    assert set(spans["rchar"]) == {0} and set(spans["read_bytes"]) == {0}
+
+
+class SometimesSleeps(Dataset):
+    """In memory, but every 37th item sleeps 3 ms (off its core): a lean fetch that leaves its core."""
+
+    def __init__(self, n: int) -> None:
+        self.x = torch.randn(n, 4)
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        if i % 37 == 36:
+            time.sleep(0.003)
+        return self.x[i]
+
+
+def test_a_lean_fetch_that_leaves_its_core_keeps_its_time_off_it(tmp_path: Path) -> None:
+    """workers=0, a dataset in memory whose every 37th item sleeps 3 ms: the lean fetches that hold one read their
+    counters then, and the record gives the sleeping call its time off the core (on-CPU time well under its wall
+    time), never more run-queue wait than time off the core, and the calls around it their time on it."""
+    ds = SometimesSleeps(8 * 200)
+    loader = DataLoader(ds, batch_size=8, num_workers=0)
+    with profiler.profile(out=str(tmp_path / "out"), warmup=2, steps=190, plots=False, quiet=True) as run:
+        for _ in loader:
+            pass
+    assert run.record is not None
+    spans = run.record.timeline["sample_spans"]
+    index, start, end, cpu, runq = (spans[k] for k in ("index", "start", "end", "cpu", "runq"))
+    sleepy = [k for k, i in enumerate(index) if i % 37 == 36]
+    assert len(sleepy) >= 40
+    for k in sleepy:
+        wall = end[k] - start[k]
+        assert wall >= 0.0029 and cpu[k] <= wall - 0.0025, (k, wall, cpu[k])
+    for k in range(len(index)):
+        assert runq[k] <= (end[k] - start[k]) - cpu[k] + 3e-6, k  # (the record rounds to µs)
+    # The calls of a batch without a sleeper are on their core; beside a sleeper, a call of a batch timed only by
+    # its calls' ends shares the batch's time off the core by wall time (worker.call_cpu: the first batch after a
+    # quiet one), so only those are left out here.
+    batch = spans["batch"]
+    with_sleeper = {batch[k] for k in sleepy}
+    awake = [k for k, i in enumerate(index) if batch[k] not in with_sleeper]
+    on_core = sum(1 for k in awake if cpu[k] >= 0.5 * (end[k] - start[k]))
+    assert len(awake) >= 500 and on_core >= 0.95 * len(awake), (on_core, len(awake))

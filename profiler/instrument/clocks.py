@@ -92,7 +92,7 @@ class _Thread:
     """One thread's kept-open /proc descriptors and what it last read from them (see above)."""
 
     __slots__ = ("sched", "io", "generation", "csw", "runq", "io_raw", "own_at_raw", "own", "probe", "exact",
-                 "zero_run", "quiet_left")
+                 "zero_run", "quiet_left", "inblock")
 
     def __init__(self) -> None:
         self.sched = _open("/proc/thread-self/schedstat")
@@ -109,6 +109,7 @@ class _Thread:
         self.exact = False  # bytes were read between two fetches: read rchar at both ends of every fetch
         self.zero_run = 0  # fetches in a row whose rchar did not move (QUIET_AFTER or more: quiet; < 0: read lately)
         self.quiet_left = 0  # quiet fetch ends until the next one that reads rchar
+        self.inblock = 0  # getrusage's ru_inblock at this thread's last fetch_end (512-byte units)
 
 
 def _state() -> _Thread:
@@ -171,18 +172,20 @@ def fetch_start() -> Counters:
     return runq, ru.ru_inblock * 512, raw, own, csw
 
 
-def fetch_end() -> Counters:
-    """The same at a fetch's end (io read now, and kept as the next fetch's start)."""
+def fetch_end(probe: bool = False) -> Counters:
+    """The same at a fetch's end (io read now, and kept as the next fetch's start). ``probe``: read rchar even in a
+    quiet stretch (the written-out fetch's lean stretches call this once per stretch: :func:`quiet` says why)."""
     st = _state()
     ru = _getrusage(_RUSAGE_THREAD)
     csw = ru.ru_nvcsw + ru.ru_nivcsw
     runq = _runq(st, csw)
+    st.inblock = ru.ru_inblock
     if st.io is None:
         return runq, ru.ru_inblock * 512, b"", st.own, csw
     prev, prev_own = st.io_raw, st.own_at_raw
     if st.zero_run >= QUIET_AFTER:
         st.quiet_left -= 1
-        if st.quiet_left > 0:  # as at its start: nothing read (the next probe shows it)
+        if st.quiet_left > 0 and not probe:  # as at its start: nothing read (the next probe shows it)
             return runq, ru.ru_inblock * 512, prev, prev_own, csw
         st.quiet_left = PROBE_EVERY
     raw, own = _read_io(st, st.io)
@@ -196,6 +199,24 @@ def fetch_end() -> Counters:
             st.zero_run += 1
             st.quiet_left = PROBE_EVERY
     return runq, ru.ru_inblock * 512, raw, own, csw
+
+
+def quiet() -> bool:
+    """Have the calling thread's fetches, and what ran between them, read nothing lately (QUIET_AFTER fetches in a row
+    whose rchar did not move)? Then a fetch that stays on its core needs no counters at all: on its core it waited for
+    no core and blocked on no read, and rchar's probe at the next stretch's end finds any bytes it asked for. The
+    written-out fetch on the main thread (``num_workers=0``) uses this to skip both getrusage calls of a batch in all
+    but one of every LEAN_STRETCH batches (worker.inline_map_fetch, LEAN_STRETCH)."""
+    st: _Thread | None = getattr(_local, "state", None)
+    return st is not None and st.generation == _generation and st.io is not None and not st.exact \
+        and st.zero_run >= QUIET_AFTER
+
+
+def since_last_fetch_end() -> Counters:
+    """The counters as the calling thread's last :func:`fetch_end` left them, as a start for a fetch that read none of
+    its own at its start (a lean one that turned out to leave its core: worker.inline_map_fetch)."""
+    st = _state()
+    return st.runq, st.inblock * 512, st.io_raw, st.own_at_raw, st.csw
 
 
 def forget_last_fetch() -> None:

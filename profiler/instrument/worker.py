@@ -383,16 +383,18 @@ _PACKERS_MAX = 64  # batch lengths kept (a short last batch, a variable batch sa
 
 
 def pack_calls(values: list[Any]) -> bytes | tuple[Any, ...]:
-    """A batch's flat call ints as little-endian int64 bytes; a tuple where one is no int64 (a dataset key that is a
-    string or beyond int64). Why bytes: the garbage collector never looks into them. A tuple of the batch's ints is
-    untracked only once a young collection has looked at each of its items, and each is an int object of its own
-    somewhere in memory: on a light ``num_workers=0`` loop that first look was two thirds of the young collections'
-    time (~2 µs per kept batch of 32, with the items out of cache), where packing costs ~0.8 µs. And 8 bytes an int
+    """A batch's flat call ints as native-order int64 bytes (read back on this machine: call_values); a tuple where
+    one is no int64 (a dataset key that is a string or beyond int64). Why bytes: the garbage collector never looks
+    into them. A tuple of the batch's ints is untracked only once a young collection has looked at each of its
+    items, and each is an int object of its own somewhere in memory: on a light ``num_workers=0`` loop that first
+    look was two thirds of the young collections' time (~2 µs per kept batch of 32, with the items out of cache),
+    where packing costs ~0.5 µs. And 8 bytes an int
     instead of a 32-byte object and an 8-byte slot."""
     n = len(values)
     packer = _PACKERS.get(n)
     if packer is None:
-        packer = struct.Struct(f"<{n}q")
+        packer = struct.Struct(f"@{n}q")  # native (the reader is this machine): PyLong_AsLongLong per int, where
+        # an explicit byte order ("<") takes CPython's generic _PyLong_AsByteArray, ~5x the instructions
         if len(_PACKERS) < _PACKERS_MAX:
             _PACKERS[n] = packer
     try:
@@ -404,7 +406,7 @@ def pack_calls(values: list[Any]) -> bytes | tuple[Any, ...]:
 def call_values(calls: bytes | Sequence[Any]) -> Sequence[Any]:
     """BatchMeta.calls as a sequence: an int64 view of packed bytes (pack_calls), else the sequence itself."""
     if isinstance(calls, bytes):
-        return np.frombuffer(calls, dtype="<i8")  # type: ignore[return-value]  # an ndarray reads as a Sequence
+        return np.frombuffer(calls, dtype=np.int64)  # type: ignore[return-value]  # an ndarray reads as a Sequence
     return calls
 
 
@@ -641,13 +643,13 @@ def clock_cost_ns() -> int:
     return _clock_cost_ns
 
 
-def _begin(width: int) -> tuple[_Recorder, Any, clocks.Counters, int]:
-    """A fetch's start in this thread: the batch's counters, its recorder and sub-stage lists (the caller reads the
-    fetch's first clocks right after)."""
+def _begin(width: int, counters: bool = True) -> tuple[_Recorder, Any, clocks.Counters | None, int]:
+    """A fetch's start in this thread: the batch's counters (None: not read, a lean fetch), its recorder and sub-stage
+    lists (the caller reads the fetch's first clocks right after)."""
     global _current
     if substages._waiting and len(sys.modules) != substages._modules_seen:
         substages.wrap_imported()  # a library the job imported since the last batch: named from this one
-    b0 = clocks.fetch_start()
+    b0 = clocks.fetch_start() if counters else None
     rec = _current = _Recorder()
     return rec, substages.begin_batch(rec.calls, width), b0, 0
 
@@ -659,27 +661,63 @@ def _abandon() -> None:
     substages.end_batch()
 
 
-def _envelope(batch: Any, rec: _Recorder, smp: Any, b0: clocks.Counters, w_in: int, c_in: int,
+def _envelope(batch: Any, rec: _Recorder, smp: Any, b0: clocks.Counters | None, w_in: int, c_in: int,
               last: tuple[int, int, int, int], w_out: int, c_out: int, worker_id: int, pid: int,
               n_items: int | None, own_ns: int, compact: bool = False,
-              entry: tuple[int, int] | None = None) -> Instrumented:
+              entry: tuple[int, int] | None = None, probe: bool = False) -> Instrumented:
     """The fetch's end: the batch's counters, its BatchMeta and the envelope. ``(w_in, c_in)`` and ``(w_out, c_out)``
     are the wall and on-CPU clocks around the user's fetch, ``last`` the collate's (NO_COLLATE: none); ``own_ns`` is
     the fetch's own time so far, and this function's own is added (measured up to the envelope).
 
     ``entry``: the fetch read its on-CPU clock only at its entry, ``(wall, cpu)``, and its inner on-CPU clocks
     (``c_in``, ``c_out``, the collate's) are derived here from the wall clock and one on-CPU read now
-    (:func:`_derive_cpu` says how and why)."""
-    global _current, _previous_end
+    (:func:`_derive_cpu` says how and why).
+
+    ``b0`` None: a lean fetch (LEAN_STRETCH), which read no counters at its start and reads none at its end either
+    unless its on-CPU clock, read now, shows it left its core; ``probe``: the fetch ends a lean stretch, and reads
+    rchar (clocks.fetch_end)."""
+    global _current
     _current = None
     substages.end_batch()
-    b1 = clocks.fetch_end()
-    if entry is not None:
+    if b0 is None:
+        assert entry is not None  # a lean fetch times its calls by their ends only
         w_f = _perf()
-        # No context switch since the fetch's start (getrusage counts them): it stayed on its core, so its on-CPU
-        # clock moved as the wall clock did, and reading it would only cost a system call.
-        c_f = entry[1] + (w_f - entry[0]) if b1[4] == b0[4] else _cpu()
+        c_f = _cpu()
+        off = (w_f - entry[0]) - (c_f - entry[1])
+        if off < CLOSE_TIMING_FROM_OFF_NS:  # on its core throughout: no wait for a core, no blocking read
+            b0 = b1 = _NO_COUNTERS
+        else:  # it left its core: its counters since the last fetch that read them, its run-queue wait at most that
+            s0 = clocks.since_last_fetch_end()
+            b1 = clocks.fetch_end(probe=True)
+            b0 = (b1[0] - min(b1[0] - s0[0], off), s0[1], s0[2], s0[3], s0[4])
         c_in, c_out, last = _derive_cpu(entry, w_in, w_out, last, w_f, c_f)
+    else:
+        b1 = clocks.fetch_end(probe)
+        if entry is not None:
+            w_f = _perf()
+            # No context switch since the fetch's start (getrusage counts them): it stayed on its core, so its on-CPU
+            # clock moved as the wall clock did, and reading it would only cost a system call.
+            c_f = entry[1] + (w_f - entry[0]) if b1[4] == b0[4] else _cpu()
+            c_in, c_out, last = _derive_cpu(entry, w_in, w_out, last, w_f, c_f)
+    meta = _meta(rec, smp, b0, b1, w_in, c_in, last, w_out, c_out, worker_id, pid, n_items, compact)
+    if entry is not None:  # no on-CPU clock was read inside the user's code; this tail by the wall clock (see above)
+        meta.own_ns = own_ns + (_perf() - w_out)
+        return Instrumented(batch, meta)
+    clock_reads = rec.cpu_reads + len(rec.long_clocks) // 2 + 2  # the proxies' long calls, the written-out fetch's
+    meta.own_ns = own_ns + clock_reads * clock_cost_ns() + (_cpu() - c_out)
+    return Instrumented(batch, meta)
+
+
+# The counters of a lean fetch that stayed on its core (see _envelope): no wait for a core, nothing read from the
+# block device, and rchar unread (an empty /proc reading: BatchMeta.counters then takes the marks' zeros).
+_NO_COUNTERS: clocks.Counters = (0, 0, b"", 0, 0)
+
+
+def _meta(rec: _Recorder, smp: Any, b0: clocks.Counters, b1: clocks.Counters, w_in: int, c_in: int,
+          last: tuple[int, int, int, int], w_out: int, c_out: int, worker_id: int, pid: int, n_items: int | None,
+          compact: bool) -> BatchMeta:
+    """The fetch's BatchMeta from its clocks and its counters at its start (``b0``) and end (``b1``)."""
+    global _previous_end
     calls = pack_calls(rec.calls)  # bytes: nothing for the garbage collector to walk (BatchMeta says why it matters)
     gap = NO_GAP
     if worker_id >= 0:  # a worker's time between fetches; the main process's is the user's loop (not ours to split)
@@ -694,7 +732,7 @@ def _envelope(batch: Any, rec: _Recorder, smp: Any, b0: clocks.Counters, w_in: i
         io = NOT_READ_IO
         rchar = b1[3] - b0[3]
         io_start, io_end = b0[2], b1[2]
-    meta = BatchMeta(worker_id, pid, calls,
+    return BatchMeta(worker_id, pid, calls,
                      (w_in, c_in, last[0] or w_out, last[3] if last[0] else c_out,
                       b1[0] - b0[0], rchar, b1[1] - b0[1], last[0], last[1], last[2], io[0], io[1], *gap),
                      smp.events or (), smp.pixels or (), rec.skipped or (),
@@ -702,12 +740,6 @@ def _envelope(batch: Any, rec: _Recorder, smp: Any, b0: clocks.Counters, w_in: i
                      n_items=len(rec.calls) // len(CALL_FIELDS) if n_items is None else n_items,
                      compact=compact, long_clocks=rec.long_clocks or (), thread_io_start=io_start,
                      thread_io_end=io_end)
-    if entry is not None:  # no on-CPU clock was read inside the user's code; this tail by the wall clock (see above)
-        meta.own_ns = own_ns + (_perf() - w_out)
-        return Instrumented(batch, meta)
-    clock_reads = rec.cpu_reads + len(rec.long_clocks) // 2 + 2  # the proxies' long calls, the written-out fetch's
-    meta.own_ns = own_ns + clock_reads * clock_cost_ns() + (_cpu() - c_out)
-    return Instrumented(batch, meta)
 
 
 def _derive_cpu(entry: tuple[int, int], w_in: int, w_out: int, last: tuple[int, int, int, int], w_f: int,
@@ -781,6 +813,16 @@ def instrumented_parts(source: Any, iterable: bool, collate_fn: Any, inner_fetch
 # was off its core; a job whose calls block or wait keeps showing it, so its batches are timed closely but for the
 # first one after a quiet one, whose off-CPU time is shared over its calls by their wall time (call_cpu).
 CLOSE_TIMING_FROM_OFF_NS = CALL_CPU_FROM_NS
+# On the main thread (``num_workers=0``), while the thread's fetches read nothing (clocks.quiet) and stay on their core,
+# all but one of every LEAN_STRETCH fetches are *lean*: they read no counters (getrusage twice and the /proc logic
+# around it, ~10 µs of the job's time per light batch with its cold caches, a fifth of the profiler's cost there),
+# only the on-CPU clock at their end. A lean fetch that stayed on its core waited for no core and blocked on no read,
+# so its counters are zeros, exactly; one that left its core for CLOSE_TIMING_FROM_OFF_NS or more reads them then, from
+# the last fetch that read them (its run-queue wait no more than its time off the core; blocks read by the loop
+# between fetches since then would be counted as its own, once), and ends the stretch. The stretch's last fetch reads
+# every counter and rchar (the quiet probe: bytes the stretch asked for land on it, as in clocks.QUIET_AFTER's
+# stretches). Why PROBE_EVERY: one rchar read per stretch keeps that probe's cadence.
+LEAN_STRETCH = clocks.PROBE_EVERY
 _inline_costs: tuple[int, int] | None = None
 
 
@@ -839,11 +881,17 @@ def inline_map_fetch(fetcher: Any, worker_id: int, close: bool | None = None) ->
     pid = os.getpid()
     costs = inline_call_costs()
     timing = [True if close is None else close]  # the next fetch times its calls closely (the first one does)
+    # The main thread's lean stretch (LEAN_STRETCH): [lean fetches left in it, 1 while one is under way]
+    lean = [0, 0] if worker_id < 0 and close is None else None
 
     def fetch(possibly_batched_index: Any) -> Any:
         w_entry = _perf()
         c_entry = _cpu()
-        rec, smp, b0, _ = _begin(1)  # compact form (BatchMeta.compact): each call's end, then the keys
+        if lean is not None and lean[0] > 0:  # a lean fetch: no counters (LEAN_STRETCH says why)
+            lean[0] -= 1
+            rec, smp, b0, _ = _begin(1, False)
+        else:
+            rec, smp, b0, _ = _begin(1)  # compact form (BatchMeta.compact): each call's end, then the keys
         dataset, collate_fn = fetcher.dataset, fetcher.collate_fn
         ends = rec.calls
         last = NO_COLLATE
@@ -902,10 +950,14 @@ def inline_map_fetch(fetcher: Any, worker_id: int, close: bool | None = None) ->
                             (c_in - c_entry) + (n + 1) * costs[1], True)
         else:
             env = _envelope(batch, rec, smp, b0, w_in, c_in, last, last[1], k1, worker_id, pid, n,
-                            (w_in - w_entry) + (n + 1) * costs[0], True, (w_entry, c_entry))
+                            (w_in - w_entry) + (n + 1) * costs[0], True, (w_entry, c_entry),
+                            lean is not None and b0 is not None and lean[1] == 1)
         if close is None:  # the calls' time off their core decides how the next fetch is timed
             m = env.meta.marks
             timing[0] = (m[2] - m[0]) - (m[3] - m[1]) >= CLOSE_TIMING_FROM_OFF_NS
+            if lean is not None and (b0 is not None or timing[0]):  # a stretch ends; may the next one start?
+                lean[1] = 1 if not timing[0] and clocks.quiet() else 0
+                lean[0] = LEAN_STRETCH - 1 if lean[1] else 0
         return env
 
     return fetch
