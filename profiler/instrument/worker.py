@@ -383,18 +383,16 @@ _PACKERS_MAX = 64  # batch lengths kept (a short last batch, a variable batch sa
 
 
 def pack_calls(values: list[Any]) -> bytes | tuple[Any, ...]:
-    """A batch's flat call ints as native-order int64 bytes (read back on this machine: call_values); a tuple where
-    one is no int64 (a dataset key that is a string or beyond int64). Why bytes: the garbage collector never looks
-    into them. A tuple of the batch's ints is untracked only once a young collection has looked at each of its
-    items, and each is an int object of its own somewhere in memory: on a light ``num_workers=0`` loop that first
-    look was two thirds of the young collections' time (~2 µs per kept batch of 32, with the items out of cache),
-    where packing costs ~0.5 µs. And 8 bytes an int
+    """A batch's flat call ints as little-endian int64 bytes; a tuple where one is no int64 (a dataset key that is a
+    string or beyond int64). Why bytes: the garbage collector never looks into them. A tuple of the batch's ints is
+    untracked only once a young collection has looked at each of its items, and each is an int object of its own
+    somewhere in memory: on a light ``num_workers=0`` loop that first look was two thirds of the young collections'
+    time (~2 µs per kept batch of 32, with the items out of cache), where packing costs ~0.8 µs. And 8 bytes an int
     instead of a 32-byte object and an 8-byte slot."""
     n = len(values)
     packer = _PACKERS.get(n)
     if packer is None:
-        packer = struct.Struct(f"@{n}q")  # native (the reader is this machine): PyLong_AsLongLong per int, where
-        # an explicit byte order ("<") takes CPython's generic _PyLong_AsByteArray, ~5x the instructions
+        packer = struct.Struct(f"<{n}q")
         if len(_PACKERS) < _PACKERS_MAX:
             _PACKERS[n] = packer
     try:
@@ -406,7 +404,7 @@ def pack_calls(values: list[Any]) -> bytes | tuple[Any, ...]:
 def call_values(calls: bytes | Sequence[Any]) -> Sequence[Any]:
     """BatchMeta.calls as a sequence: an int64 view of packed bytes (pack_calls), else the sequence itself."""
     if isinstance(calls, bytes):
-        return np.frombuffer(calls, dtype=np.int64)  # type: ignore[return-value]  # an ndarray reads as a Sequence
+        return np.frombuffer(calls, dtype="<i8")  # type: ignore[return-value]  # an ndarray reads as a Sequence
     return calls
 
 
@@ -676,7 +674,7 @@ def _envelope(batch: Any, rec: _Recorder, smp: Any, b0: clocks.Counters | None, 
     ``b0`` None: a lean fetch (LEAN_STRETCH), which read no counters at its start and reads none at its end either
     unless its on-CPU clock, read now, shows it left its core; ``probe``: the fetch ends a lean stretch, and reads
     rchar (clocks.fetch_end)."""
-    global _current
+    global _current, _previous_end
     _current = None
     substages.end_batch()
     if b0 is None:
@@ -699,25 +697,6 @@ def _envelope(batch: Any, rec: _Recorder, smp: Any, b0: clocks.Counters | None, 
             # clock moved as the wall clock did, and reading it would only cost a system call.
             c_f = entry[1] + (w_f - entry[0]) if b1[4] == b0[4] else _cpu()
             c_in, c_out, last = _derive_cpu(entry, w_in, w_out, last, w_f, c_f)
-    meta = _meta(rec, smp, b0, b1, w_in, c_in, last, w_out, c_out, worker_id, pid, n_items, compact)
-    if entry is not None:  # no on-CPU clock was read inside the user's code; this tail by the wall clock (see above)
-        meta.own_ns = own_ns + (_perf() - w_out)
-        return Instrumented(batch, meta)
-    clock_reads = rec.cpu_reads + len(rec.long_clocks) // 2 + 2  # the proxies' long calls, the written-out fetch's
-    meta.own_ns = own_ns + clock_reads * clock_cost_ns() + (_cpu() - c_out)
-    return Instrumented(batch, meta)
-
-
-# The counters of a lean fetch that stayed on its core (see _envelope): no wait for a core, nothing read from the
-# block device, and rchar unread (an empty /proc reading: BatchMeta.counters then takes the marks' zeros).
-_NO_COUNTERS: clocks.Counters = (0, 0, b"", 0, 0)
-
-
-def _meta(rec: _Recorder, smp: Any, b0: clocks.Counters, b1: clocks.Counters, w_in: int, c_in: int,
-          last: tuple[int, int, int, int], w_out: int, c_out: int, worker_id: int, pid: int, n_items: int | None,
-          compact: bool) -> BatchMeta:
-    """The fetch's BatchMeta from its clocks and its counters at its start (``b0``) and end (``b1``)."""
-    global _previous_end
     calls = pack_calls(rec.calls)  # bytes: nothing for the garbage collector to walk (BatchMeta says why it matters)
     gap = NO_GAP
     if worker_id >= 0:  # a worker's time between fetches; the main process's is the user's loop (not ours to split)
@@ -732,7 +711,7 @@ def _meta(rec: _Recorder, smp: Any, b0: clocks.Counters, b1: clocks.Counters, w_
         io = NOT_READ_IO
         rchar = b1[3] - b0[3]
         io_start, io_end = b0[2], b1[2]
-    return BatchMeta(worker_id, pid, calls,
+    meta = BatchMeta(worker_id, pid, calls,
                      (w_in, c_in, last[0] or w_out, last[3] if last[0] else c_out,
                       b1[0] - b0[0], rchar, b1[1] - b0[1], last[0], last[1], last[2], io[0], io[1], *gap),
                      smp.events or (), smp.pixels or (), rec.skipped or (),
@@ -740,6 +719,17 @@ def _meta(rec: _Recorder, smp: Any, b0: clocks.Counters, b1: clocks.Counters, w_
                      n_items=len(rec.calls) // len(CALL_FIELDS) if n_items is None else n_items,
                      compact=compact, long_clocks=rec.long_clocks or (), thread_io_start=io_start,
                      thread_io_end=io_end)
+    if entry is not None:  # no on-CPU clock was read inside the user's code; this tail by the wall clock (see above)
+        meta.own_ns = own_ns + (_perf() - w_out)
+        return Instrumented(batch, meta)
+    clock_reads = rec.cpu_reads + len(rec.long_clocks) // 2 + 2  # the proxies' long calls, the written-out fetch's
+    meta.own_ns = own_ns + clock_reads * clock_cost_ns() + (_cpu() - c_out)
+    return Instrumented(batch, meta)
+
+
+# The counters of a lean fetch that stayed on its core (see _envelope): no wait for a core, nothing read from the
+# block device, and rchar unread (an empty /proc reading: BatchMeta.counters then takes the marks' zeros).
+_NO_COUNTERS: clocks.Counters = (0, 0, b"", 0, 0)
 
 
 def _derive_cpu(entry: tuple[int, int], w_in: int, w_out: int, last: tuple[int, int, int, int], w_f: int,
