@@ -16,6 +16,7 @@ from torch.utils.data._utils.fetch import _IterableDatasetFetcher, _MapDatasetFe
 
 import profiler
 from profiler.analysis import analyze
+from profiler.analysis.stats import stage_stats, tables
 from profiler.instrument import clocks, torch_hooks, worker
 from profiler.record import RunRecord, load
 
@@ -231,6 +232,14 @@ def test_with_workers_only_the_main_hook_is_taken_out(tmp_path: Path) -> None:
         assert 0 <= st["profiler_wait"][i] <= st["main_cpu"][i] + 1e-6
     assert rec.stall["profiler"]["measured"]
     assert sum(rec.stall["by_cause"].values()) == pytest.approx(rec.stall["seconds"], abs=1e-5)
+    # Batches that crossed the workers' queue have a transfer stage; a workers=0 run has none (next test).
+    assert {"transfer", "ready_ahead"} <= set(stage_stats(tables(rec.timeline)))
+
+
+def test_a_run_without_workers_has_no_transfer_stage(light: RunRecord) -> None:
+    """A batch made in the main process crossed no queue: the stage table shows no "transfer (worker → main)"."""
+    stages = stage_stats(tables(light.timeline))
+    assert "collate" in stages and "transfer" not in stages and "ready_ahead" not in stages
 
 
 def test_the_terminal_says_its_own_cost_apart(light: RunRecord) -> None:

@@ -132,9 +132,14 @@ def stage_durations(t: Tables) -> dict[str, np.ndarray]:
         # transfer: from the moment the batch was both finished and asked for, until the main process held it.
         # A batch finished before the main loop asked for it sat in the queue meanwhile: that is prefetch slack
         # (ready_ahead), not transfer cost, and counting it as transfer would blame IPC for a slow model.
-        asked = _asked_at(t, bt)
-        out["transfer"] = np.maximum(0.0, bt["received"] - np.maximum(bt["collate_end"], asked))[sel]
-        out["ready_ahead"] = np.maximum(0.0, asked - bt["collate_end"])[sel]
+        # Only batches a worker made (worker >= 0): one made in the main process (num_workers=0) crossed no queue, and
+        # what lies between its collate and its delivery is the DataLoader's own code in the wait, not a transfer
+        # (the stage table said "transfer (worker → main)" for a loader with no workers).
+        queued = sel & (bt["worker"] >= 0) if bt.get("worker") is not None else sel
+        if queued.any():
+            asked = _asked_at(t, bt)
+            out["transfer"] = np.maximum(0.0, bt["received"] - np.maximum(bt["collate_end"], asked))[queued]
+            out["ready_ahead"] = np.maximum(0.0, asked - bt["collate_end"])[queued]
     if st.get("wait_start") is not None and st["wait_start"].size:
         out["wait"] = st["wait_end"] - st["wait_start"]
         out["h2d"] = st["h2d_end"] - st["h2d_start"]
