@@ -148,17 +148,22 @@ def test_a_quiet_stretch_keeps_the_bytes_read_exact(tmp_path: Path) -> None:
             pass
     assert run.record is not None
     spans = run.record.timeline["sample_spans"]
-    rchar, index = spans["rchar"], spans["index"]
-    assert sorted(index) == list(range(len(ds)))  # the warm-up's calls are kept too
-    reading = [r for i, r in zip(index, rchar) if i >= ds.quiet]
-    assert sum(rchar) == len(reading) * ITEM_BYTES  # nothing lost, nothing of the profiler's own counted
-    assert all(r == 0 for i, r in zip(index, rchar) if i < ds.quiet)
+    rchar, index, items, batches = spans["rchar"], spans["index"], spans["items"], spans["batch"]
+    # Every sample is in one row: its own (index), or its batch's, where a lean fetch timed its calls together
+    # (index -1, items = the batch's samples; the loader is sequential, so batch b holds samples b * batch on).
+    first = [i if i >= 0 else b * batch for i, b in zip(index, batches)]
+    covered = sorted(i for f, k in zip(first, items) for i in range(f, f + k))
+    assert covered == list(range(len(ds)))  # the warm-up's calls are kept too
+    reading = [(f, k, r, i >= 0) for f, k, r, i in zip(first, items, rchar, index) if f >= ds.quiet]
+    assert sum(rchar) == (len(ds) - ds.quiet) * ITEM_BYTES  # nothing lost, nothing of the profiler's own counted
+    assert all(r == 0 for f, r in zip(first, rchar) if f < ds.quiet)
     # A quiet stretch's probe places the bytes of the fetches since the last read on its own fetch: at most
     # PROBE_EVERY batches' worth, once; every batch after it is exact per call.
-    exact = [k for k, r in enumerate(reading) if r == ITEM_BYTES]
-    assert len(reading) - len(exact) <= clocks.PROBE_EVERY * batch
-    first_exact_batch = exact[0] // batch if exact else len(reading)
-    assert all(r == ITEM_BYTES for r in reading[(first_exact_batch + 1) * batch:]), reading
+    exact = [f for f, k, r, own in reading if own and r == ITEM_BYTES]
+    assert sum(k for f, k, r, own in reading if not (own and r == ITEM_BYTES)) <= clocks.PROBE_EVERY * batch
+    first_exact_batch = exact[0] // batch if exact else len(ds) // batch
+    after = [(r, own) for f, k, r, own in reading if f >= (first_exact_batch + 1) * batch]
+    assert after and all(own and r == ITEM_BYTES for r, own in after), reading
 
 
 class SleepyBatches:
@@ -261,9 +266,14 @@ def test_a_lean_fetch_that_leaves_its_core_keeps_its_time_off_it(tmp_path: Path)
             pass
     assert run.record is not None
     spans = run.record.timeline["sample_spans"]
-    index, start, end, cpu, runq = (spans[k] for k in ("index", "start", "end", "cpu", "runq"))
-    sleepy = [k for k, i in enumerate(index) if i % 37 == 36]
+    index, items, start, end, cpu, runq, batch = (spans[k] for k in ("index", "items", "start", "end", "cpu", "runq",
+                                                                     "batch"))
+    # A row is one call (index), or a lean fetch's calls timed together (index -1; the loader is sequential, so batch
+    # b holds samples 8 b on): a row holds a sleeper if one of its samples is one.
+    first = [i if i >= 0 else b * 8 for i, b in zip(index, batch)]
+    sleepy = [k for k, (f, n) in enumerate(zip(first, items)) if any(i % 37 == 36 for i in range(f, f + n))]
     assert len(sleepy) >= 40
+    assert sorted(i for f, n in zip(first, items) for i in range(f, f + n)) == list(range(sum(items)))
     for k in sleepy:
         wall = end[k] - start[k]
         assert wall >= 0.0029 and cpu[k] <= wall - 0.0025, (k, wall, cpu[k])
@@ -272,8 +282,9 @@ def test_a_lean_fetch_that_leaves_its_core_keeps_its_time_off_it(tmp_path: Path)
     # The calls of a batch without a sleeper are on their core; beside a sleeper, a call of a batch timed only by
     # its calls' ends shares the batch's time off the core by wall time (worker.call_cpu: the first batch after a
     # quiet one), so only those are left out here.
-    batch = spans["batch"]
     with_sleeper = {batch[k] for k in sleepy}
-    awake = [k for k, i in enumerate(index) if batch[k] not in with_sleeper]
-    on_core = sum(1 for k in awake if cpu[k] >= 0.5 * (end[k] - start[k]))
-    assert len(awake) >= 500 and on_core >= 0.95 * len(awake), (on_core, len(awake))
+    awake = [k for k in range(len(index)) if batch[k] not in with_sleeper]
+    on_core = sum(items[k] for k in awake if cpu[k] >= 0.5 * (end[k] - start[k]))
+    awake_samples = sum(items[k] for k in awake)
+    assert awake_samples >= 500 and on_core >= 0.95 * awake_samples, (on_core, awake_samples)
+

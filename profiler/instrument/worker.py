@@ -379,6 +379,7 @@ def _index_of(key: Any) -> int:
 _perf = time.perf_counter_ns
 _cpu = time.thread_time_ns
 _PACKERS: dict[int, struct.Struct] = {}
+_PACK_LEAN = struct.Struct("<5q")  # a lean fetch's one row (inline_map_fetch)
 _PACKERS_MAX = 64  # batch lengths kept (a short last batch, a variable batch sampler); others are built per use
 
 
@@ -811,7 +812,11 @@ CLOSE_TIMING_FROM_OFF_NS = CALL_CPU_FROM_NS
 # the last fetch that read them (its run-queue wait no more than its time off the core; blocks read by the loop
 # between fetches since then would be counted as its own, once), and ends the stretch. The stretch's last fetch reads
 # every counter and rchar (the quiet probe: bytes the stretch asked for land on it, as in clocks.QUIET_AFTER's
-# stretches). Why PROBE_EVERY: one rchar read per stretch keeps that probe's cadence.
+# stretches). Why PROBE_EVERY: one rchar read per stretch keeps that probe's cadence. A lean fetch of a batch also
+# makes its calls as torch's list comprehension does, no clock between two calls, and records them as one row of all
+# its samples (index -1): a clock read between two calls of an in-memory dataset cost more in the instruction-cache
+# misses it caused in torch's indexing code than in itself (docs/attribution.md §4 has the counts); per-call detail
+# comes from the stretch's last fetch and from every fetch after one that left its core.
 LEAN_STRETCH = clocks.PROBE_EVERY
 _inline_costs: tuple[int, int] | None = None
 
@@ -874,11 +879,56 @@ def inline_map_fetch(fetcher: Any, worker_id: int, close: bool | None = None) ->
     # The main thread's lean stretch (LEAN_STRETCH): [lean fetches left in it, 1 while one is under way]
     lean = [0, 0] if worker_id < 0 and close is None else None
 
+    def lean_batch(possibly_batched_index: Any, w_entry: int, c_entry: int) -> Any:
+        """A lean fetch of a batch (LEAN_STRETCH): its calls made as torch makes them, with no clock between them,
+        and timed together as one row of all its samples (index -1, as a ``__getitems__`` call's)."""
+        global _current
+        rec, smp, _, _ = _begin(len(CALL_FIELDS), False)  # no row is recorded before the calls end: stages are row 0
+        dataset, collate_fn = fetcher.dataset, fetcher.collate_fn
+        w_in = _perf()
+        try:
+            data = [dataset[idx] for idx in possibly_batched_index]
+            t0 = _perf()
+            n = len(data)
+            rec.calls += (w_in, t0, NO_CPU, -1, n)
+            try:
+                batch = collate_fn(data)
+            finally:
+                t1 = _perf()
+        except BaseException:
+            _abandon()
+            raise
+        c_f = _cpu()
+        w_f = _perf()
+        if (w_f - w_entry) - (c_f - c_entry) >= CLOSE_TIMING_FROM_OFF_NS:
+            # It left its core: _envelope reads its counters; the stretch ends, and the next fetch times closely.
+            timing[0] = True
+            lean[0] = lean[1] = 0  # type: ignore[index]
+            return _envelope(batch, rec, smp, None, w_in, NO_CPU, (t0, t1, 0, NO_CPU), t1, NO_CPU, worker_id, pid,
+                             n, w_in - w_entry, False, (w_entry, c_entry))
+        # On its core throughout: _envelope's lean case, written out (its on-CPU clocks by _derive_cpu's rule, no
+        # counters, the main thread's marks), one call frame and ~100 bytecodes less per batch.
+        _current = None
+        if smp.stack:
+            smp.close_open()
+        substages._local.sample = None
+        c_out = c_f - (w_f - t1)
+        span = t1 - t0
+        meta = BatchMeta(-1, pid, _PACK_LEAN.pack(w_in, t0, NO_CPU, -1, n),
+                         (w_in, c_entry + (w_in - w_entry), t0, c_out - span, 0, 0, 0, t0, t1, span, -1, -1, 0, 0, 0,
+                          0),
+                         smp.events or (), smp.pixels or (), rec.skipped or (), opened=rec.opened or _NO_FOLDERS,
+                         n_items=n)
+        meta.own_ns = (w_in - w_entry) + (_perf() - t1)
+        return Instrumented(batch, meta)
+
     def fetch(possibly_batched_index: Any) -> Any:
         w_entry = _perf()
         c_entry = _cpu()
         if lean is not None and lean[0] > 0:  # a lean fetch: no counters (LEAN_STRETCH says why)
             lean[0] -= 1
+            if fetcher.auto_collation:  # and its calls timed together, as one row
+                return lean_batch(possibly_batched_index, w_entry, c_entry)
             rec, smp, b0, _ = _begin(1, False)
         else:
             rec, smp, b0, _ = _begin(1)  # compact form (BatchMeta.compact): each call's end, then the keys
