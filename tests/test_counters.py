@@ -288,3 +288,22 @@ def test_a_lean_fetch_that_leaves_its_core_keeps_its_time_off_it(tmp_path: Path)
     awake_samples = sum(items[k] for k in awake)
     assert awake_samples >= 500 and on_core >= 0.95 * awake_samples, (on_core, awake_samples)
 
+
+def test_a_one_off_read_between_batches_lets_the_lean_fetches_come_back(tmp_path: Path) -> None:
+    """workers=0 in memory, and the loop reads a 4-byte file once, between its first two batches (as torch's first
+    backward does: glibc's sysconf reads /sys/devices/system/cpu/online). The thread reads rchar at both ends of its
+    fetches for a while, then probes again, and its batches go lean: most of them are one row (index -1). Before,
+    one such read kept every later batch of the epoch reading /proc and its counters."""
+    once = tmp_path / "online"
+    once.write_bytes(b"0-1\n")
+    ds = TensorDataset(torch.randn(8 * 300, 4), torch.zeros(8 * 300))
+    loader = DataLoader(ds, batch_size=8, num_workers=0)
+    with profiler.profile(out=str(tmp_path / "out"), warmup=5, steps=280, plots=False, quiet=True) as run:
+        for k, _ in enumerate(loader):
+            if k == 0:  # between the first two fetches: the gap the first start probe looks at
+                once.read_bytes()
+    assert run.record is not None
+    spans = run.record.timeline["sample_spans"]
+    lean = {b for b, i in zip(spans["batch"], spans["index"]) if i < 0}
+    assert len(lean) >= 150, len(lean)  # ~270 of 285 without load; a preemption ends a stretch early
+    assert sum(spans["rchar"]) == 0  # the loop's read is not a fetch's

@@ -86,13 +86,17 @@ PROBE_EVERY = 16
 #   starts reading files after 16 fetches that read none places up to 16 fetches' bytes on one (or, where its loop
 #   starts reading between fetches, that loop's bytes once: the stretch ends, and the start probes find the loop).
 QUIET_AFTER = PROBE_EVERY
+# - a thread found reading between fetches reads rchar at both ends of every fetch, and goes back to probing once
+#   QUIET_AFTER fetches in a row found nothing read between them: a one-off read (torch's first backward reads the
+#   4-byte /sys/devices/system/cpu/online through glibc's sysconf) must not cost every later batch two /proc reads
+#   and keep a light loop's fetches from ever being lean; a loop that reads at every step stays exact.
 
 
 class _Thread:
     """One thread's kept-open /proc descriptors and what it last read from them (see above)."""
 
     __slots__ = ("sched", "io", "generation", "csw", "runq", "io_raw", "own_at_raw", "own", "probe", "exact",
-                 "zero_run", "quiet_left", "inblock")
+                 "calm", "zero_run", "quiet_left", "inblock")
 
     def __init__(self) -> None:
         self.sched = _open("/proc/thread-self/schedstat")
@@ -107,6 +111,7 @@ class _Thread:
         self.own = 0
         self.probe = 0  # fetch starts until the next probe
         self.exact = False  # bytes were read between two fetches: read rchar at both ends of every fetch
+        self.calm = 0  # exact: fetches in a row with nothing read between them (QUIET_AFTER: not exact any more)
         self.zero_run = 0  # fetches in a row whose rchar did not move (QUIET_AFTER or more: quiet; < 0: read lately)
         self.quiet_left = 0  # quiet fetch ends until the next one that reads rchar
         self.inblock = 0  # getrusage's ru_inblock at this thread's last fetch_end (512-byte units)
@@ -159,7 +164,16 @@ def fetch_start() -> Counters:
     runq = _runq(st, csw)
     raw, own = st.io_raw, st.own_at_raw
     if st.io is not None and st.zero_run < QUIET_AFTER:  # quiet: the end's probe finds any read (see above)
-        if not raw or st.exact:
+        if st.exact and raw:
+            prev, prev_own = raw, own
+            raw, own = _read_io(st, st.io)
+            if parse_rchar(raw) - parse_rchar(prev) > own - prev_own:
+                st.calm = 0
+            else:  # nothing read since the last fetch ended: after QUIET_AFTER such in a row, probe again (above)
+                st.calm += 1
+                if st.calm >= QUIET_AFTER:
+                    st.exact, st.calm, st.probe = False, 0, PROBE_EVERY
+        elif not raw or st.exact:
             raw, own = _read_io(st, st.io)
         else:
             st.probe -= 1
@@ -227,6 +241,7 @@ def forget_last_fetch() -> None:
         st.io_raw = b""
         st.probe = 0  # and its second fetch probes: reads between fetches are found from the first gap on
         st.exact = False
+        st.calm = 0
         st.zero_run = 0
 
 
