@@ -612,3 +612,27 @@ def test_hostile_strings_render_in_html_and_trace(runs, tmp_path, capsys):
     assert b"\x1b" not in trace
     json.loads(trace)
     assert not list(tmp_path.glob("*.tmp")) + list(tmp_path.glob(".*.tmp"))
+
+
+def test_live_progress_redraws_from_the_loop_and_starts_no_thread() -> None:
+    """The live bar adds each step to counters and redraws from the job's own loop at most every PROGRESS_REDRAW_S:
+    no refresh thread taking the GIL from the job, and the final counts are drawn on exit."""
+    import io
+    import threading
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from profiler.render.terminal import LiveProgress
+
+    out = io.StringIO()
+    before = threading.active_count()
+    with LiveProgress(50, console=Console(file=out, force_terminal=True, width=120)) as live:
+        assert threading.active_count() == before
+        for k in range(50):
+            t = 1_000_000 * k
+            live.on_step(SimpleNamespace(wait_start_ns=t, wait_end_ns=t + 250_000, n_samples=8), measured=k >= 10)
+        assert threading.active_count() == before
+    text = out.getvalue()
+    assert "50/50" in text and "measuring" in text
+    assert text.count("warm-up") <= 2  # drawn once at the start (a tight loop of 50 steps is within one redraw)
