@@ -20,7 +20,9 @@ alternated in one process (the order flips every round, so drift hits both alike
 
 Two figures per setting: the median over rounds of the paired difference (profiled less plain, same round), and
 the difference of the fastest rounds (each loop's least CPU per batch: on a shared VM noise only ever adds time, so
-the minima are what each loop costs undisturbed). ``--batches`` sets how long a loop runs: a short one (600) counts
+the minima are what each loop costs undisturbed). A third, the median over rounds of the cost as a share of the plain
+loop's CPU per batch, compares runs made while the host ran the whole VM at different speeds (other tenants slow
+both loops alike: the plain loop's CPU per batch on this VM has ranged 310-620 µs in one day). ``--batches`` sets how long a loop runs: a short one (600) counts
 the profiler's one-off start (its sampler's first ticks, the first collections of what it imported) per batch too,
 a long one (2000) is the steady state.
 
@@ -199,8 +201,13 @@ def main() -> int:
                       f"{own[-1]:.1f} us/step taken out)", flush=True)
             med = _median(overhead)
             per_worker_setting[workers] = med
+            # The same cost as a share of the plain loop's CPU per batch, round by round: a host that runs the whole
+            # VM slower (other tenants) scales both loops alike, so this compares runs made at different speeds.
+            share = _median([o / p for o, p in zip(overhead, tree_plain) if p > 0])
             print(f"workers={workers}: fastest rounds: plain {min(tree_plain):.0f} us, profiled {min(tree_prof):.0f} "
                   f"us per batch: {min(tree_prof) - min(tree_plain):+.0f} us", flush=True)
+            print(f"workers={workers}: overhead {med:.0f} us per batch of {BATCH} = {share:.1%} of the plain loop's "
+                  f"CPU per batch (medians over rounds), at plain {_median(tree_plain):.0f} us per batch")
             print(f"workers={workers}: overhead {med:.0f} us per batch of {BATCH} (CPU, process tree; rounds "
                   f"{', '.join(f'{x:.0f}' for x in overhead)}); next() median {_median(next_plain):.0f} us plain, "
                   f"{_median(next_prof):.0f} us profiled; stall share plain {_median(plain_share):.1%} vs record "
