@@ -22,9 +22,10 @@ Two figures per setting: the median over rounds of the paired difference (profil
 the difference of the fastest rounds (each loop's least CPU per batch: on a shared VM noise only ever adds time, so
 the minima are what each loop costs undisturbed). A third, the median over rounds of the cost as a share of the plain
 loop's CPU per batch, compares runs made while the host ran the whole VM at different speeds (other tenants slow
-both loops alike: the plain loop's CPU per batch on this VM has ranged 310-620 µs in one day). ``--batches`` sets how long a loop runs: a short one (600) counts
-the profiler's one-off start (its sampler's first ticks, the first collections of what it imported) per batch too,
-a long one (2000) is the steady state.
+both loops alike: the plain loop's CPU per batch on this VM has ranged 310-620 µs in one day).
+
+``--batches`` sets how long a loop runs: a short one (600) counts the profiler's one-off start (its sampler's first
+ticks, the first collections of what it imported) per batch too, a long one (2000) is the steady state.
 
 Last line: ``overhead_us_per_batch: N`` — the workers=0 case's CPU cost per batch of 32 (median over rounds),
 target <= 50.

@@ -415,3 +415,35 @@ def test_a_long_run_halves_the_series_and_the_rate_keeping_peaks():
     assert len(main["rss_bytes"]) == len(main["t_s"]) == len(main["cpu_percent"])
     assert max(main["rss_bytes"]) - min(main["rss_bytes"]) > 150 * 2**20  # the spike survived the halvings
     json.dumps(s)
+
+
+def test_proc_files_read_the_same_with_the_gil_kept_and_fail_once_the_process_is_gone() -> None:
+    """The sampler's kept-open /proc reads go through libc's pread without releasing the GIL (proc_readers says why):
+    they give what os.pread gives, grow past their first buffer, and fail with OSError for a process that exited."""
+    import subprocess
+    import sys
+
+    from profiler.samplers import proc_readers
+    from profiler.samplers.proc_readers import ProcFile
+
+    assert proc_readers.PREAD_KEEPS_GIL is not None  # Linux with glibc: the path the sampler takes
+    for path in ("/proc/meminfo", "/proc/stat", "/proc/self/io"):
+        f = ProcFile(path)
+        a, b = f.read(), os.pread(os.open(path, os.O_RDONLY), 65536, 0)
+        assert a.split(b"\n")[0].split()[0] == b.split(b"\n")[0].split()[0] and abs(len(a) - len(b)) < 64, path
+        f.close()
+    f = ProcFile("/proc/self/stat")
+    f._size = 16  # smaller than the file: the read grows its buffer and reads again
+    data = f.read()
+    assert data.startswith(f"{os.getpid()} (".encode()) and data.endswith(b"\n") and len(data) > 64
+    assert f._size > len(data)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        g = ProcFile(f"/proc/{child.pid}/stat")
+        assert g.read().startswith(str(child.pid).encode())
+    finally:
+        child.kill()
+        child.wait()
+    with pytest.raises(OSError):
+        if not g.read():  # a reaped process's kept-open file: ESRCH (or nothing, which the tracker treats alike)
+            raise OSError("empty")
