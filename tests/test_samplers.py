@@ -447,3 +447,22 @@ def test_proc_files_read_the_same_with_the_gil_kept_and_fail_once_the_process_is
     with pytest.raises(OSError):
         if not g.read():  # a reaped process's kept-open file: ESRCH (or nothing, which the tracker treats alike)
             raise OSError("empty")
+
+
+def test_the_main_process_pss_waits_and_a_short_run_gets_it_at_stop() -> None:
+    """The main process's first PSS/USS reading (7-12 ms of smaps_rollup with torch imported) waits
+    MAIN_FIRST_FULL_AFTER_S, so it does not land in a short run's measured steps; a run that ends sooner gets it when
+    the sampler stops, in its last tick's place."""
+    from profiler.samplers import process_tracker
+
+    assert process_tracker.MAIN_FIRST_FULL_AFTER_S > 0.5
+    sampler = Sampler(time.perf_counter_ns(), interval_s=0.05, full_memory_every=2)
+    sampler.start()
+    deadline = time.monotonic() + 5
+    while sampler.ticks < 6 and time.monotonic() < deadline:  # 0.3 s: six full periods of 0.1 s (none for main)
+        time.sleep(0.02)
+    main = next(e for e in sampler._tracker.series if e.pid == os.getpid())
+    assert len(main.pss_bytes) >= 3 and all(v is None for v in main.pss_bytes), main.pss_bytes
+    samples = sampler.stop()
+    pss = _proc(samples, os.getpid())["pss_bytes"]
+    assert pss[-1] is not None and pss[-1] > 0 and all(v is None for v in pss[:-1]), pss

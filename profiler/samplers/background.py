@@ -124,6 +124,11 @@ class Sampler:
             elif "sampler" not in self._absent:
                 self._absent["sampler"] = "sampler was never started"
             with self._lock:
+                if thread is None or not thread.is_alive():
+                    try:
+                        self._tracker.final_main_reading()
+                    except Exception as exc:  # noqa: BLE001 - a figure for the report; never the run's problem
+                        self._absent.setdefault("sampler_error", f"final reading failed: {exc!r}")
                 self._result = self._build()
             return self._result
 
