@@ -173,7 +173,7 @@ def fetch_start() -> Counters:
                 st.calm += 1
                 if st.calm >= QUIET_AFTER:
                     st.exact, st.calm, st.probe = False, 0, PROBE_EVERY
-        elif not raw or st.exact:
+        elif not raw:
             raw, own = _read_io(st, st.io)
         else:
             st.probe -= 1

@@ -909,9 +909,7 @@ def inline_map_fetch(fetcher: Any, worker_id: int, close: bool | None = None) ->
         # On its core throughout: _envelope's lean case, written out (its on-CPU clocks by _derive_cpu's rule, no
         # counters, the main thread's marks), one call frame and ~100 bytecodes less per batch.
         _current = None
-        if smp.stack:
-            smp.close_open()
-        substages._local.sample = None
+        substages.end_batch()
         c_out = c_f - (w_f - t1)
         span = t1 - t0
         meta = BatchMeta(-1, pid, _PACK_LEAN.pack(w_in, t0, NO_CPU, -1, n),

@@ -15,7 +15,7 @@ tick runs while the job's loop holds the GIL and releases it at every torch op. 
 the sampler thread win it back from that loop: a hand-over of two threads on two cores, futex calls on both sides,
 and the loop resuming with colder caches. A /proc read of these files takes microseconds and never waits on the
 disk, so holding the GIL across it costs the loop less than the hand-over does. Counted with strace on a torch loop
-beside the sampler (~12 ticks): 42 futex calls per tick more than a sampler whose ticks do nothing, 18 with these
+beside the sampler (~12 ticks): 42 futex calls per tick more than a sampler whose ticks do nothing, 17 with these
 reads keeping the GIL. os.pread is the fallback where libc's pread cannot be had.
 """
 from __future__ import annotations
