@@ -337,6 +337,29 @@ def test_a_worker_inside_the_profilers_own_fetch_is_producing_samples():
     assert classify.worker_stage(a.frames) == "decode"
 
 
+def test_a_thread_role_comes_from_all_its_stacks_not_the_first_listed():
+    """py-spy's folded output lists a thread's stacks in no set order, and a non-blocking sample can be torn (here a
+    lone selector frame). Seen on an idle machine: the worker's main thread's first listed stack was such a sample,
+    the whole thread was taken for an unnamed one, and a cpu-bound job's verdict was "other"."""
+    from profiler.attach import build, discover, procfs, session
+
+    worker = ('process 7:"python a.py";process 9:"python a.py";thread (9): MainThread;<module> (/x/a.py:3);'
+              '_worker_loop (/p/torch/utils/data/_utils/worker.py:375);_MapDatasetFetcher.fetch '
+              '(/p/torch/utils/data/_utils/fetch.py:54);Planted.__getitem__ (/x/a.py:21) 40\n')
+    text = ('process 7:"python a.py";process 9:"python a.py";thread (9): MainThread;_PollLikeSelector.select '
+            '(/l/selectors.py:415) 1\n' + worker +
+            'process 7:"python a.py";thread (7): MainThread;<module> (/x/a.py:3);_BaseDataLoaderIter.__next__ '
+            '(/p/torch/utils/data/dataloader.py:631) 41\n')
+    procs = [discover.Proc(7, "main", ["python", "a.py"]), discover.Proc(9, "worker", ["python", "a.py"], "fork")]
+    target = discover.Target(7, 7, ["python", "a.py"], None, None, None, True, procs, None, False, {}, [], [], None)
+    s = session.Sampled(target, "py-spy", None, 20, 2.0, 2.0, pyspy.RecordingResult(stacks=pyspy.parse_raw(text)),
+                        procfs.StateSampler([], [], 20))
+    rows = {(r["pid"], r["tid"]): r for r in build.thread_rows(s)}
+    assert rows[(9, 9)]["role"] == classify.WORKER and rows[(9, 9)]["samples"] == 41
+    assert rows[(9, 9)]["stages"] == {"getitem": 40, classify.IDLE: 1}
+    assert rows[(7, 7)]["role"] == classify.MAIN and rows[(7, 7)]["stages"] == {"wait": 41}
+
+
 def test_wilson_interval_brackets_the_share():
     from profiler.analysis.attach import wilson
 

@@ -40,26 +40,48 @@ def _iso(t: float | None) -> str | None:
     return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).isoformat(timespec="seconds")
 
 
+#: Roles a thread's frames name, most telling first: a thread whose stacks name two (none should) takes the first.
+_ROLE_RANK = (classify.WORKER, classify.PIN_MEMORY, classify.WORKER_FEEDER, classify.MAIN, classify.OTHER)
+
+
+def thread_roles(s: Sampled) -> dict[tuple[int, int], str]:
+    """Each sampled thread's role, from all of its stacks. Not from its first: py-spy's folded output lists a thread's
+    distinct stacks in no set order, and a non-blocking sample can be torn (a stack without its outer frames), so a
+    worker's main thread whose first listed stack lacked ``_worker_loop`` was once taken for an unnamed thread, all of
+    its samples with it, and a cpu-bound job got the verdict "other". A worker process's main thread is its worker
+    loop whatever its stacks show; a main process's unnamed main thread is the main thread."""
+    procs = {p.pid: p.role for p in s.target.processes}
+    out: dict[tuple[int, int], str] = {}
+    for st in s.stacks.stacks:
+        if procs.get(st.pid) not in ("main", "worker"):
+            continue
+        key = (st.pid, st.tid)
+        in_worker = procs.get(st.pid) == "worker"
+        role = classify.role(st.frames, st.thread_name, in_worker)
+        if role == classify.OTHER and st.tid == st.pid:
+            role = classify.WORKER if in_worker else classify.MAIN
+        seen = out.get(key)
+        if seen is None or _ROLE_RANK.index(role) < _ROLE_RANK.index(seen):
+            out[key] = role
+    return out
+
+
 def thread_rows(s: Sampled) -> list[dict[str, Any]]:
     """One row per sampled thread of the main process and the workers: role, stage counts, kernel figures."""
-    roles = {p.pid: p.role for p in s.target.processes}
+    roles = thread_roles(s)
     worker_index = {p.pid: i for i, p in enumerate(sorted(s.target.workers, key=lambda p: p.pid))}
     rows: dict[tuple[int, int], dict[str, Any]] = {}
     for st in s.stacks.stacks:
         key = (st.pid, st.tid)
-        if roles.get(st.pid) not in ("main", "worker"):
+        role = roles.get(key)
+        if role is None:
             continue
         r = rows.get(key)
         if r is None:
-            in_worker = roles.get(st.pid) == "worker"
-            role = classify.role(st.frames, st.thread_name, in_worker)
-            if role == classify.OTHER and st.tid == st.pid and not in_worker:
-                role = classify.MAIN
             r = rows[key] = {"pid": st.pid, "tid": st.tid, "name": st.thread_name, "role": role,
                              "worker": worker_index.get(st.pid, -1), "samples": 0, "stages": Counter(),
                              "wait_stages": Counter(), "where": Counter()}
         r["samples"] += st.count
-        role = r["role"]
         if role == classify.MAIN:
             stage, inner = classify.main_stage(st.frames)
             r["stages"][stage] += st.count
