@@ -307,3 +307,119 @@ def test_a_one_off_read_between_batches_lets_the_lean_fetches_come_back(tmp_path
     lean = {b for b, i in zip(spans["batch"], spans["index"]) if i < 0}
     assert len(lean) >= 150, len(lean)  # ~270 of 285 without load; a preemption ends a stretch early
     assert sum(spans["rchar"]) == 0  # the loop's read is not a fetch's
+
+
+def test_a_lean_stretch_is_checked_as_a_whole_and_a_failed_check_is_counted() -> None:
+    """lean_check.StretchCheck on clocks given to it: a stretch checked fetch by fetch and found on its core lets the
+    next one go without per-fetch clocks; one whose thread was off its core for 10 µs or more in all is counted as
+    unchecked (its lean fetches, its time off the core) and sends the next stretches back to per-fetch checks; a
+    stretch ended from another thread is unchecked too, with no off-core figure."""
+    import threading
+
+    from profiler.instrument.lean_check import StretchCheck, unchecked_since
+
+    c = StretchCheck(10_000)
+    assert not c.by_stretch  # the first stretch is checked fetch by fetch
+    c.start(1_000_000, 500_000)
+    c.settle(2_000_000, 1_495_000)  # 5 µs off the core in 1 ms, no lean fetch of its own: the stretch was clean
+    assert c.by_stretch and c.counts() == (0, 0, 0)
+    at_open = c.counts()
+    c.start(3_000_000, 2_000_000)
+    assert c.cpu_at(3_400_000) == 2_400_000
+    c.lean += 15
+    c.settle(4_000_000, 2_999_000)  # 1 µs off the core: checked, nothing counted
+    assert c.by_stretch and c.counts() == (0, 0, 0)
+    c.start(5_000_000, 3_000_000)
+    c.lean += 15
+    c.settle(6_000_000, 3_950_000)  # 50 µs off the core somewhere in it
+    assert not c.by_stretch and c.counts() == (1, 15, 50_000)
+    c.settle(7_000_000, 4_000_000)  # no stretch under way: nothing
+    assert c.counts() == (1, 15, 50_000)
+    c.by_stretch = True
+    c.start(8_000_000, 5_000_000)
+    c.lean += 4
+    t = threading.Thread(target=c.settle_now)
+    t.start()
+    t.join()
+    assert not c.by_stretch and not c.open and c.counts() == (2, 19, 50_000)
+    assert unchecked_since(c, at_open) == {"stretches": 2, "batches": 19, "off_core_s": 5e-05}
+
+
+def test_lean_fetches_after_a_clean_stretch_read_no_on_cpu_clock(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """workers=0 over tensors in memory: once a stretch was checked on its core fetch by fetch, the lean fetches read
+    no on-CPU clock of their own (their stretch is checked at its end); the record says how many were left unchecked
+    (a loaded machine may preempt a stretch: then the next ones check each fetch again, so counts stay small)."""
+    from profiler.instrument import worker
+
+    reads = {"n": 0}
+    real = worker._cpu
+
+    def counting() -> int:
+        reads["n"] += 1
+        return real()
+
+    ds = TensorDataset(torch.randn(8 * 400, 4), torch.zeros(8 * 400))
+    loader = DataLoader(ds, batch_size=8, num_workers=0)
+    with profiler.profile(out=str(tmp_path / "out"), warmup=5, steps=380, plots=False, quiet=True) as run:
+        it = iter(loader)
+        for _ in range(80):  # quiet, and a clean stretch checked fetch by fetch
+            next(it)
+        monkeypatch.setattr(worker, "_cpu", counting)
+        for _ in range(256):
+            next(it)
+        monkeypatch.undo()
+        for _ in it:
+            pass
+    assert run.record is not None
+    # Per-fetch checks read the clock twice in each lean fetch (512 here); by stretch, only the full fetch of each
+    # stretch reads it (a few reads, 16 stretches), and a stretch that failed its check costs one checked stretch
+    assert reads["n"] < 256, reads
+    unchecked = run.record.timeline["accounting"]["lean_unchecked"]
+    assert set(unchecked) == {"stretches", "batches", "off_core_s"}
+    assert unchecked["batches"] <= (worker.LEAN_STRETCH - 1) * unchecked["stretches"]
+    assert unchecked["off_core_s"] >= 1e-5 * unchecked["stretches"] or unchecked["stretches"] == 0
+
+
+def test_a_wait_found_off_its_core_once_is_probed_again_after_calm_steps(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """workers=0 in memory, a batch sampler that sleeps 3 ms before batches 30-49 only: a probe finds a wait off its
+    core outside the fetch, and from then on each step reads the on-CPU clock around its wait (every later sleep is
+    off the core in the record); after WAIT_CPU_CALM steps on their core they go back to probing one step in
+    WAIT_CPU_PROBE. Before, one such wait (the profiler's own sampler thread taking the GIL at a tick) made every
+    later step read the clock twice."""
+    from profiler.instrument import session
+
+    class SleepsOnce(SleepyBatches):
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            for k, i in enumerate(range(0, self.n, self.batch)):
+                if 30 <= k < 50:
+                    time.sleep(0.003)
+                yield list(range(i, i + self.batch))
+
+    reads = {"n": 0}
+    real = session._cpu
+
+    def counting() -> int:
+        reads["n"] += 1
+        return real()
+
+    ds = TensorDataset(torch.randn(4 * 400, 4), torch.zeros(4 * 400))
+    loader = DataLoader(ds, batch_sampler=SleepsOnce(4 * 400, 4), num_workers=0)
+    with profiler.profile(out=str(tmp_path / "out"), warmup=2, steps=390, plots=False, quiet=True) as run:
+        it = iter(loader)
+        for _ in range(100):  # the sleep, and the calm steps after it
+            next(it)
+        monkeypatch.setattr(session, "_cpu", counting)
+        for _ in range(256):
+            next(it)
+        monkeypatch.undo()
+        for _ in it:
+            pass
+    assert run.record is not None
+    st = run.record.timeline["steps"]
+    off = [st["main_cpu"][st["step"].index(k)] <= st["wait_end"][st["step"].index(k)] -
+           st["wait_start"][st["step"].index(k)] - 0.0025 for k in range(30, 50)]
+    assert any(off[:session.WAIT_CPU_PROBE + 1]) and all(off[off.index(True):]), off  # found, then every step read
+    # every step read: 512; probing: 2 in 16 steps (32), more where a loaded machine preempts a wait
+    assert reads["n"] < 256, reads

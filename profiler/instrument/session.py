@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from . import clocks, substages, torch_hooks
+from .lean_check import unchecked_since
 from .loaders import (
     BASIS_CALLS,
     BASIS_STEP,
@@ -33,7 +34,7 @@ from .loaders import (
     epoch_length,
     is_data_folder,
 )
-from .worker import CLOSE_TIMING_FROM_OFF_NS, BatchMeta, Instrumented, call_cost_ns, inline_call_costs
+from .worker import CLOSE_TIMING_FROM_OFF_NS, LEAN_CHECK, BatchMeta, Instrumented, call_cost_ns, inline_call_costs
 
 _perf = time.perf_counter_ns
 _cpu = time.thread_time_ns
@@ -45,9 +46,16 @@ RESOLVE_EVERY = 32
 # the DataLoader's own code around it (its __next__, the sampler): straight-line code that is on its core, so the
 # wait's on-CPU time is its wall time less the fetch's time off the core. Every WAIT_CPU_PROBE-th step reads the
 # on-CPU clock around the wait to check that, and once a step finds the wait off its core outside the fetch for
-# CLOSE_TIMING_FROM_OFF_NS or more (a sampler that reads a file), every step reads it. Why: those two reads are
-# system calls (~0.5 µs each on a VM), a fifth of the profiler's remaining ones per light batch.
+# CLOSE_TIMING_FROM_OFF_NS or more (a sampler that reads a file), every step reads it, until WAIT_CPU_CALM steps in a
+# row find it on its core again. Why: those two reads are system calls (~0.2 µs each on a VM, and a few µs more in
+# the caches and TLB the kernel entry costs the loop's code after it: +6 µs per light batch for two, measured), a
+# fifth of the profiler's remaining ones per light batch. Why not for ever once found: a single wait that lost its
+# core once (the profiler's own sampler thread taking the GIL at a tick, a preemption) then cost every later step
+# both reads; in the light benchmark that happened in some runs and not others (46 vs 62 µs per batch).
 WAIT_CPU_PROBE = 16
+#: Steps in a row whose wait stayed on its core (outside the fetch) before the wait is probed again: as many as
+#: between two probes, so a sampler that reads a file at every step keeps every step read.
+WAIT_CPU_CALM = WAIT_CPU_PROBE
 # Distinct folders the record names as where the data was read from (the most-opened are kept).
 MAX_FOLDERS = 256
 # Measured steps kept in full detail (every step, batch and dataset call). Beyond, each step is folded into exact
@@ -328,6 +336,7 @@ class Session:
         self.cuda: _CudaTimeline | None = None
         self.device_timing = "host clocks"
         self.accounting: dict = {}
+        self._lean_at_open = (0, 0, 0)  # LEAN_CHECK's counts when the window opened
         self._pids: set[int] = set()
         self._main_thread = threading.main_thread()
         self._pid = os.getpid()
@@ -641,14 +650,18 @@ class Session:
                 if inthread:
                     m = meta.marks
                     row.main_runq_ns = m[4]  # the fetch's run-queue wait (its byte counts wait unparsed)
-                    if c0 < 0 or self._wait_cpu_probe >= 0:
-                        # The fetch's time off its core: its calls' and its collate's (worker._derive_cpu).
-                        off = (m[2] - m[0]) - (m[3] - m[1]) + (m[8] - m[7]) - m[9]
-                        if c0 < 0:
-                            row.main_cpu_ns = (t1 - t0) - off
-                        else:  # a probe: was the wait off its core outside the fetch too?
-                            self._wait_cpu_probe = -1 if (t1 - t0) - (c1 - c0) - off >= CLOSE_TIMING_FROM_OFF_NS \
-                                else WAIT_CPU_PROBE
+                    # The fetch's time off its core: its calls' and its collate's (worker._derive_cpu).
+                    off = (m[2] - m[0]) - (m[3] - m[1]) + (m[8] - m[7]) - m[9]
+                    if c0 < 0:
+                        row.main_cpu_ns = (t1 - t0) - off
+                    else:  # read: was the wait off its core outside the fetch too? (WAIT_CPU_CALM for the rest)
+                        probe = self._wait_cpu_probe
+                        if (t1 - t0) - (c1 - c0) - off >= CLOSE_TIMING_FROM_OFF_NS:
+                            self._wait_cpu_probe = -1
+                        elif probe >= 0 or probe <= -WAIT_CPU_CALM:
+                            self._wait_cpu_probe = WAIT_CPU_PROBE
+                        else:
+                            self._wait_cpu_probe = probe - 1
             if row.tail:  # its spans are not kept; what the record lists of it is kept here
                 if meta.skipped:
                     self.tail_skipped.extend(meta.skipped[:MAX_TAIL_SKIPPED - len(self.tail_skipped)])
@@ -688,6 +701,7 @@ class Session:
         of the steps can never exceed the window."""
         import torch
 
+        self._lean_at_open = LEAN_CHECK.counts()
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             self.cuda = _CudaTimeline()
             self.cuda.on_step_done = self._device_step_done
@@ -722,6 +736,9 @@ class Session:
                 pass
         self._end_step(t_ns)
         self.closed = True
+        if self.window_start_ns:  # the lean stretch under way is checked now (lean_check.py)
+            LEAN_CHECK.settle_now()
+            self.accounting["lean_unchecked"] = unchecked_since(LEAN_CHECK, self._lean_at_open)
         if self.cuda is not None:
             self._resolve_device()
         measured = [r for r in self.rows if r.measured]

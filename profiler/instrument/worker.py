@@ -40,6 +40,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from . import clocks, substages
+from .lean_check import StretchCheck
 
 # Columns of BatchMeta.rows (int64), one row per dataset call.
 ROW_COLUMNS = ("start", "end", "cpu", "runq", "rchar", "read_bytes", "index", "items", "pixels")
@@ -807,7 +808,8 @@ CLOSE_TIMING_FROM_OFF_NS = CALL_CPU_FROM_NS
 # On the main thread (``num_workers=0``), while the thread's fetches read nothing (clocks.quiet) and stay on their core,
 # all but one of every LEAN_STRETCH fetches are *lean*: they read no counters (getrusage twice and the /proc logic
 # around it, ~10 µs of the job's time per light batch with its cold caches, a fifth of the profiler's cost there),
-# only the on-CPU clock at their end. A lean fetch that stayed on its core waited for no core and blocked on no read,
+# and no on-CPU clock either while their stretch is checked as a whole (lean_check.py; else only that clock at their
+# two ends). A lean fetch that stayed on its core waited for no core and blocked on no read,
 # so its counters are zeros, exactly; one that left its core for CLOSE_TIMING_FROM_OFF_NS or more reads them then, from
 # the last fetch that read them (its run-queue wait no more than its time off the core; blocks read by the loop
 # between fetches since then would be counted as its own, once), and ends the stretch. The stretch's last fetch reads
@@ -818,6 +820,8 @@ CLOSE_TIMING_FROM_OFF_NS = CALL_CPU_FROM_NS
 # misses it caused in torch's indexing code than in itself (docs/attribution.md §4 has the counts); per-call detail
 # comes from the stretch's last fetch and from every fetch after one that left its core.
 LEAN_STRETCH = clocks.PROBE_EVERY
+#: The main thread's check that its lean fetches stayed on their core, once per stretch (lean_check.py says why).
+LEAN_CHECK = StretchCheck(CLOSE_TIMING_FROM_OFF_NS)
 _inline_costs: tuple[int, int] | None = None
 
 
@@ -878,10 +882,13 @@ def inline_map_fetch(fetcher: Any, worker_id: int, close: bool | None = None) ->
     timing = [True if close is None else close]  # the next fetch times its calls closely (the first one does)
     # The main thread's lean stretch (LEAN_STRETCH): [lean fetches left in it, 1 while one is under way]
     lean = [0, 0] if worker_id < 0 and close is None else None
+    if lean is not None:
+        LEAN_CHECK.restart()
 
     def lean_batch(possibly_batched_index: Any, w_entry: int, c_entry: int) -> Any:
         """A lean fetch of a batch (LEAN_STRETCH): its calls made as torch makes them, with no clock between them,
-        and timed together as one row of all its samples (index -1, as a ``__getitems__`` call's)."""
+        and timed together as one row of all its samples (index -1, as a ``__getitems__`` call's). ``c_entry``
+        NO_CPU: its stretch is checked as a whole (lean_check.py), and it reads no on-CPU clock."""
         global _current
         rec, smp, _, _ = _begin(len(CALL_FIELDS), False)  # no row is recorded before the calls end: stages are row 0
         dataset, collate_fn = fetcher.dataset, fetcher.collate_fn
@@ -898,8 +905,13 @@ def inline_map_fetch(fetcher: Any, worker_id: int, close: bool | None = None) ->
         except BaseException:
             _abandon()
             raise
-        c_f = _cpu()
-        w_f = _perf()
+        if c_entry == NO_CPU:  # on its core, as its stretch's check will show (or count as unchecked)
+            w_f = _perf()
+            c_entry = LEAN_CHECK.cpu_at(w_entry)
+            c_f = c_entry + (w_f - w_entry)
+        else:
+            c_f = _cpu()
+            w_f = _perf()
         if (w_f - w_entry) - (c_f - c_entry) >= CLOSE_TIMING_FROM_OFF_NS:
             # It left its core: _envelope reads its counters; the stretch ends, and the next fetch times closely.
             timing[0] = True
@@ -922,13 +934,20 @@ def inline_map_fetch(fetcher: Any, worker_id: int, close: bool | None = None) ->
 
     def fetch(possibly_batched_index: Any) -> Any:
         w_entry = _perf()
-        c_entry = _cpu()
         if lean is not None and lean[0] > 0:  # a lean fetch: no counters (LEAN_STRETCH says why)
             lean[0] -= 1
             if fetcher.auto_collation:  # and its calls timed together, as one row
-                return lean_batch(possibly_batched_index, w_entry, c_entry)
+                check = LEAN_CHECK
+                if check.by_stretch:  # and no clock of its own: its stretch is checked at its end
+                    check.lean += 1
+                    return lean_batch(possibly_batched_index, w_entry, NO_CPU)
+                return lean_batch(possibly_batched_index, w_entry, _cpu())
+            c_entry = _cpu()
             rec, smp, b0, _ = _begin(1, False)
         else:
+            c_entry = _cpu()
+            if lean is not None and LEAN_CHECK.open:  # the lean stretch before this fetch ends here
+                LEAN_CHECK.settle(w_entry, c_entry)
             rec, smp, b0, _ = _begin(1)  # compact form (BatchMeta.compact): each call's end, then the keys
         dataset, collate_fn = fetcher.dataset, fetcher.collate_fn
         ends = rec.calls
@@ -996,6 +1015,8 @@ def inline_map_fetch(fetcher: Any, worker_id: int, close: bool | None = None) ->
             if lean is not None and (b0 is not None or timing[0]):  # a stretch ends; may the next one start?
                 lean[1] = 1 if not timing[0] and clocks.quiet() else 0
                 lean[0] = LEAN_STRETCH - 1 if lean[1] else 0
+                if lean[1]:
+                    LEAN_CHECK.start(w_entry, c_entry)
         return env
 
     return fetch

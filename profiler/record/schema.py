@@ -209,6 +209,9 @@ class Accounting(TypedDict, total=False):
     own_per_call_ns: Count  # the per-dataset-call cost of the profiler's own timing, calibrated when profiling starts
     # the same for the written-out map fetch (worker.inline_map_fetch): [recording each call's end, timing it closely]
     own_per_inline_call_ns: list[Count]
+    # num_workers=0: lean stretches whose once-per-stretch check failed (instrument/lean_check.py):
+    # {stretches, batches, off_core_s}
+    lean_unchecked: dict[str, float]
 
 
 class TailTotals(TypedDict, total=False):
