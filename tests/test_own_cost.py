@@ -222,6 +222,25 @@ def test_a_record_without_the_columns_reads_as_before(light: RunRecord) -> None:
     assert stall["profiler"] == {"seconds": 0.0, "rest_s": 0.0, "share_of_window": 0.0, "measured": False}
 
 
+def test_time_off_the_core_in_unchecked_lean_stretches_is_a_finding_only_when_it_matters(light: RunRecord) -> None:
+    """accounting.lean_unchecked (num_workers=0, instrument/lean_check.py): a bound on the wait counted as on-core. The
+    record a light run writes carries it; a finding names it once it is LEAN_UNCHECKED_NOTE_FROM of the wait or more,
+    with its figures, and never below."""
+    from profiler import thresholds as th
+
+    assert set(light.timeline["accounting"]["lean_unchecked"]) == {"stretches", "batches", "off_core_s"}
+    d = copy.deepcopy(light.to_dict())
+    wait = analyze(RunRecord.from_dict(d)).stall["seconds"]
+    d["timeline"]["accounting"]["lean_unchecked"] = {"stretches": 2, "batches": 30,
+                                                     "off_core_s": 0.5 * th.LEAN_UNCHECKED_NOTE_FROM * wait}
+    assert not [f for f in analyze(RunRecord.from_dict(d)).findings if f["kind"] == "lean_unchecked"]
+    d["timeline"]["accounting"]["lean_unchecked"]["off_core_s"] = 2 * th.LEAN_UNCHECKED_NOTE_FROM * wait
+    (f,) = [f for f in analyze(RunRecord.from_dict(d)).findings if f["kind"] == "lean_unchecked"]
+    assert f["batches"] == 30 and f["stretches"] == 2 and f["share_of_stall"] == pytest.approx(
+        2 * th.LEAN_UNCHECKED_NOTE_FROM, abs=1e-3)
+    assert "30 batches" in f["message"] and "counted as on their core" in f["message"]
+
+
 def test_with_workers_only_the_main_hook_is_taken_out(tmp_path: Path) -> None:
     rec = _profiled(tmp_path, workers=2, steps=20)
     st = rec.timeline["steps"]

@@ -1,6 +1,6 @@
-"""Patterns in a job's timeline worth a finding of their own: oversubscribed workers, costly epoch starts, and the
-lock-step sawtooth. Pure functions of the record's raw timeline and the derived stall; each returns a finding dict
-(kind, message, the numbers behind it) or None.
+"""Patterns in a job's timeline worth a finding of their own: oversubscribed workers, costly epoch starts, the
+lock-step sawtooth, and time off the core that lean batches could not place. Pure functions of the record's raw
+timeline and the derived stall; each returns a finding dict (kind, message, the numbers behind it) or None.
 """
 from __future__ import annotations
 
@@ -77,6 +77,24 @@ def sawtooth(t: Tables, stall: Stall, ctx: Context) -> dict[str, Any] | None:
                         "free) or cheaper samples; a larger prefetch_factor only delays the same wait.")}
 
 
+def lean_unchecked(rec: RunRecord, stall: Stall) -> dict[str, Any] | None:
+    """num_workers=0: time off the core in lean stretches that could not be checked (instrument/lean_check.py), when it
+    is a share of the wait worth a caution: it was counted as on-core (cpu), and it may have been a wait for a core
+    or a block in the job's fetches, or the job's own steps between them."""
+    u = rec.timeline.get("accounting", {}).get("lean_unchecked") or {}
+    off, secs = float(u.get("off_core_s") or 0.0), float(stall.get("seconds", 0.0))
+    if secs <= 0 or off / secs < th.LEAN_UNCHECKED_NOTE_FROM:
+        return None
+    return {"kind": "lean_unchecked", "off_core_s": round(off, 6), "share_of_stall": round(off / secs, 4),
+            "stretches": int(u.get("stretches") or 0), "batches": int(u.get("batches") or 0),
+            "message": (f"Up to {off * 1e3:.1f} ms ({off / secs * 100:.0f} % of the wait) of the main thread's time "
+                        f"off its core fell in {int(u.get('stretches') or 0)} stretch(es) of lean batches that could "
+                        f"not be checked one by one; their {int(u.get('batches') or 0)} batches were counted as on "
+                        "their core (cpu). It may have been the job's own steps between them; after each such "
+                        "stretch every batch was checked (docs/attribution.md §4).")}
+
+
 def pattern_findings(t: Tables, rec: RunRecord, stall: Stall, ctx: Context) -> list[Finding]:
-    found = (oversubscription(stall, ctx), epoch_starts(t, rec, ctx), sawtooth(t, stall, ctx))
+    found = (oversubscription(stall, ctx), epoch_starts(t, rec, ctx), sawtooth(t, stall, ctx),
+             lean_unchecked(rec, stall))
     return [finding(**f) for f in found if f]
