@@ -423,3 +423,49 @@ def test_a_wait_found_off_its_core_once_is_probed_again_after_calm_steps(tmp_pat
     assert any(off[:session.WAIT_CPU_PROBE + 1]) and all(off[off.index(True):]), off  # found, then every step read
     # every step read: 512; probing: 2 in 16 steps (32), more where a loaded machine preempts a wait
     assert reads["n"] < 256, reads
+
+
+class NamedStage(Dataset):
+    """In memory, with a named stage around part of each item (a ~20 µs spin, on its core) and a file opened (not
+    read) by every 50th item: what a lean fetch's reused recorder and sub-stage lists must hand to each batch."""
+
+    def __init__(self, n: int, path: Path) -> None:
+        self.x = torch.randn(n, 4)
+        self.path = path
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        with profiler.stage("tokenize"):
+            t = time.perf_counter_ns() + 20_000
+            while time.perf_counter_ns() < t:
+                pass
+        if i % 50 == 49:
+            open(self.path, "rb").close()  # opened, nothing read: the thread's fetches stay quiet (lean)
+        return self.x[i]
+
+
+def test_lean_batches_keep_their_own_stages_and_files(tmp_path: Path) -> None:
+    """workers=0: each batch's named-stage events and opened files are its own, lean batches included (their recorder
+    and lists are reused from batch to batch): every row has its samples' tokenize time and no other batch's, and the
+    folder read from is counted once per opening."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "f.bin").write_bytes(b"x")
+    ds = NamedStage(8 * 150, data / "f.bin")
+    loader = DataLoader(ds, batch_size=8, num_workers=0)
+    with profiler.profile(out=str(tmp_path / "out"), warmup=2, steps=140, plots=False, quiet=True) as run:
+        for _ in loader:
+            pass
+    assert run.record is not None
+    spans = run.record.timeline["sample_spans"]
+    tok, items, index = spans["stages"]["tokenize"], spans["items"], spans["index"]
+    assert any(i < 0 for i in index)  # some batches were lean
+    for k, (t, n) in enumerate(zip(tok, items)):
+        assert t >= 18e-6 * n, (k, t, n)  # its own samples' spins
+    # and no other batch's as well: a list handed on with the next batches' events would count them again and again
+    # (a preemption inside a spin can stretch one by milliseconds: 50 ms of slack in all)
+    assert sum(tok) <= 3 * 20e-6 * sum(items) + 0.05, (sum(tok), sum(items))
+    opened = sum(1 for i in range((2 + 140) * 8) if i % 50 == 49)  # the batches up to the window's close
+    assert run.record.job["read_from"] == [{"folder": str(data), "files_opened": opened}]
