@@ -11,6 +11,7 @@ import os
 import resource
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -310,18 +311,23 @@ def test_a_one_off_read_between_batches_lets_the_lean_fetches_come_back(tmp_path
 
 
 def test_a_lean_stretch_is_checked_as_a_whole_and_a_failed_check_is_counted() -> None:
-    """lean_check.StretchCheck on clocks given to it: a stretch checked fetch by fetch and found on its core lets the
-    next one go without per-fetch clocks; one whose thread was off its core for 10 µs or more in all is counted as
-    unchecked (its lean fetches, its time off the core) and sends the next stretches back to per-fetch checks; a
-    stretch ended from another thread is unchecked too, with no off-core figure."""
+    """lean_check.StretchCheck on clocks given to it: a whole stretch checked fetch by fetch and found on its core lets
+    the next one go without per-fetch clocks (a part of one does not); one whose thread was off its core for 10 µs or
+    more in all is counted as unchecked (its lean fetches, its time off the core) and sends the next stretches back
+    to per-fetch checks; a stretch ended from another thread is unchecked too, with no off-core figure."""
     import threading
 
     from profiler.instrument.lean_check import StretchCheck, unchecked_since
 
-    c = StretchCheck(10_000)
+    c = StretchCheck(10_000, 15)
     assert not c.by_stretch  # the first stretch is checked fetch by fetch
+    c.start(0, 0)
+    c.checked += 3
+    c.settle(500_000, 500_000)  # on its core, but cut short after 3 checked fetches: not enough
+    assert not c.by_stretch
     c.start(1_000_000, 500_000)
-    c.settle(2_000_000, 1_495_000)  # 5 µs off the core in 1 ms, no lean fetch of its own: the stretch was clean
+    c.checked += 15
+    c.settle(2_000_000, 1_495_000)  # 5 µs off the core in 1 ms, 15 fetches checked one by one: the stretch was clean
     assert c.by_stretch and c.counts() == (0, 0, 0)
     at_open = c.counts()
     c.start(3_000_000, 2_000_000)
@@ -345,6 +351,31 @@ def test_a_lean_stretch_is_checked_as_a_whole_and_a_failed_check_is_counted() ->
     assert unchecked_since(c, at_open) == {"stretches": 2, "batches": 19, "off_core_s": 5e-05}
 
 
+def _count_clock_reads(module: Any, loader: DataLoader, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, warmup: int,
+                       steps: int, before: int, counted: int = 256) -> tuple[Any, int]:
+    """Profile ``loader`` to its end, counting the reads of ``module._cpu`` (the on-CPU clock) in the ``counted``
+    batches after the first ``before``: (the record, the reads)."""
+    reads = [0]
+    real = module._cpu
+
+    def counting() -> int:
+        reads[0] += 1
+        return int(real())
+
+    with profiler.profile(out=str(tmp_path / "out"), warmup=warmup, steps=steps, plots=False, quiet=True) as run:
+        it = iter(loader)
+        for _ in range(before):
+            next(it)
+        monkeypatch.setattr(module, "_cpu", counting)
+        for _ in range(counted):
+            next(it)
+        monkeypatch.undo()
+        for _ in it:
+            pass
+    assert run.record is not None
+    return run.record, reads[0]
+
+
 def test_lean_fetches_after_a_clean_stretch_read_no_on_cpu_clock(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """workers=0 over tensors in memory: once a stretch was checked on its core fetch by fetch, the lean fetches read
@@ -352,30 +383,14 @@ def test_lean_fetches_after_a_clean_stretch_read_no_on_cpu_clock(tmp_path: Path,
     (a loaded machine may preempt a stretch: then the next ones check each fetch again, so counts stay small)."""
     from profiler.instrument import worker
 
-    reads = {"n": 0}
-    real = worker._cpu
-
-    def counting() -> int:
-        reads["n"] += 1
-        return real()
-
     ds = TensorDataset(torch.randn(8 * 400, 4), torch.zeros(8 * 400))
     loader = DataLoader(ds, batch_size=8, num_workers=0)
-    with profiler.profile(out=str(tmp_path / "out"), warmup=5, steps=380, plots=False, quiet=True) as run:
-        it = iter(loader)
-        for _ in range(80):  # quiet, and a clean stretch checked fetch by fetch
-            next(it)
-        monkeypatch.setattr(worker, "_cpu", counting)
-        for _ in range(256):
-            next(it)
-        monkeypatch.undo()
-        for _ in it:
-            pass
-    assert run.record is not None
+    # after 80 batches: quiet, and a clean stretch checked fetch by fetch
+    rec, reads = _count_clock_reads(worker, loader, tmp_path, monkeypatch, warmup=5, steps=380, before=80)
     # Per-fetch checks read the clock twice in each lean fetch (512 here); by stretch, only the full fetch of each
     # stretch reads it (a few reads, 16 stretches), and a stretch that failed its check costs one checked stretch
-    assert reads["n"] < 256, reads
-    unchecked = run.record.timeline["accounting"]["lean_unchecked"]
+    assert reads < 256, reads
+    unchecked = rec.timeline["accounting"]["lean_unchecked"]
     assert set(unchecked) == {"stretches", "batches", "off_core_s"}
     assert unchecked["batches"] <= (worker.LEAN_STRETCH - 1) * unchecked["stretches"]
     assert unchecked["off_core_s"] >= 1e-5 * unchecked["stretches"] or unchecked["stretches"] == 0
@@ -397,32 +412,16 @@ def test_a_wait_found_off_its_core_once_is_probed_again_after_calm_steps(tmp_pat
                     time.sleep(0.003)
                 yield list(range(i, i + self.batch))
 
-    reads = {"n": 0}
-    real = session._cpu
-
-    def counting() -> int:
-        reads["n"] += 1
-        return real()
-
     ds = TensorDataset(torch.randn(4 * 400, 4), torch.zeros(4 * 400))
     loader = DataLoader(ds, batch_sampler=SleepsOnce(4 * 400, 4), num_workers=0)
-    with profiler.profile(out=str(tmp_path / "out"), warmup=2, steps=390, plots=False, quiet=True) as run:
-        it = iter(loader)
-        for _ in range(100):  # the sleep, and the calm steps after it
-            next(it)
-        monkeypatch.setattr(session, "_cpu", counting)
-        for _ in range(256):
-            next(it)
-        monkeypatch.undo()
-        for _ in it:
-            pass
-    assert run.record is not None
-    st = run.record.timeline["steps"]
+    # after 100 batches: the sleeps, and the calm steps after them
+    rec, reads = _count_clock_reads(session, loader, tmp_path, monkeypatch, warmup=2, steps=390, before=100)
+    st = rec.timeline["steps"]
     off = [st["main_cpu"][st["step"].index(k)] <= st["wait_end"][st["step"].index(k)] -
            st["wait_start"][st["step"].index(k)] - 0.0025 for k in range(30, 50)]
     assert any(off[:session.WAIT_CPU_PROBE + 1]) and all(off[off.index(True):]), off  # found, then every step read
     # every step read: 512; probing: 2 in 16 steps (32), more where a loaded machine preempts a wait
-    assert reads["n"] < 256, reads
+    assert reads < 256, reads
 
 
 class NamedStage(Dataset):

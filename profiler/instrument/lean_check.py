@@ -17,12 +17,13 @@ Over it, the stretch is *unchecked*: some time off the core fell somewhere in it
 job's own steps between them (a preemption, the GIL taken by another thread, a blocking call in the loop) — and which
 cannot be told. Its fetches stay recorded as on their core; how many, and how long the thread was off its core in
 those stretches (an upper bound on what was counted as on-core), go in the record (``accounting.lean_unchecked``),
-and the stretches after it check each lean fetch itself (two clock reads, as before) until a whole stretch is seen
-on its core again. The first stretch is checked fetch by fetch too: a job whose fetches or loop leave their core at
-every step (a dataset that sleeps or waits on a lock, a CUDA synchronisation) never has a stretch on its core, and
-so never an unchecked one; a light CPU loop on a quiet machine reads no clock in its lean fetches after its first
-stretch. Measured on the light benchmark's loop: 2 % of 16-batch stretches plain, 8 % profiled (the
-sampler thread's ticks take the GIL) had 10 µs or more off the core.
+and the stretches after it check each lean fetch itself (two clock reads, as before) until a whole stretch, all of
+its lean fetches checked one by one, is seen on its core again (a part of one, cut short by a fetch that left its
+core or by the window's close, is not enough). The first stretch is checked fetch by fetch too: a job whose fetches
+or loop leave their core at every step (a dataset that sleeps or waits on a lock, a CUDA synchronisation) never has
+a whole stretch on its core, and so never an unchecked one; a light CPU loop on a quiet machine reads no clock in its
+lean fetches after its first stretch. Measured on the light benchmark's loop: 2 % of 16-batch stretches plain, 8 %
+profiled (the sampler thread's ticks take the GIL) had 10 µs or more off the core.
 """
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ class StretchCheck:
     """The main thread's lean-stretch check (one per process: forked workers never start one)."""
 
     off_limit_ns: int  # worker.CLOSE_TIMING_FROM_OFF_NS: off the core this long or longer in all, the check fails
+    full: int  # lean fetches in a whole stretch (worker.LEAN_STRETCH - 1)
     # Lean fetches read no clock (True) or each reads its own (False): at first, and after a failed check, until a
     # whole stretch checked fetch by fetch is found on its core (a job whose fetches leave their core never has one)
     by_stretch: bool = False
@@ -47,6 +49,7 @@ class StretchCheck:
     c0: int = 0
     ident: int = 0
     lean: int = 0  # lean fetches made in it without a clock of their own
+    checked: int = 0  # lean fetches made in it that checked themselves (by_stretch False)
     # Totals over the process's life (a session takes the difference over its window: counts()).
     unchecked_stretches: int = 0
     unchecked_batches: int = 0
@@ -54,7 +57,7 @@ class StretchCheck:
 
     def start(self, w_ns: int, c_ns: int) -> None:
         """A stretch starts at a full fetch's entry, whose wall and on-CPU clocks are these."""
-        self.open, self.w0, self.c0, self.ident, self.lean = True, w_ns, c_ns, threading.get_ident(), 0
+        self.open, self.w0, self.c0, self.ident, self.lean, self.checked = True, w_ns, c_ns, threading.get_ident(), 0, 0
 
     def cpu_at(self, w_ns: int) -> int:
         """The thread's on-CPU clock at wall time ``w_ns`` inside the stretch, as the check will find it when it
@@ -74,9 +77,11 @@ class StretchCheck:
                 self.unchecked_batches += self.lean
                 self.unchecked_off_ns += max(0, off) if same else 0
                 self.by_stretch = False
-        elif same and off < self.off_limit_ns:  # checked fetch by fetch, and the whole stretch stayed on its core
+        elif same and off < self.off_limit_ns and self.checked >= self.full:
+            # a whole stretch, checked fetch by fetch, stayed on its core (a part of one, cut short by a fetch that
+            # left its core or by the window's close, says too little)
             self.by_stretch = True
-        self.lean = 0
+        self.lean = self.checked = 0
 
     def settle_now(self) -> None:
         """At the window's close: the open stretch is checked with the clocks now (in another thread: unchecked)."""

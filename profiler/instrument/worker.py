@@ -842,7 +842,7 @@ CLOSE_TIMING_FROM_OFF_NS = CALL_CPU_FROM_NS
 # comes from the stretch's last fetch and from every fetch after one that left its core.
 LEAN_STRETCH = clocks.PROBE_EVERY
 #: The main thread's check that its lean fetches stayed on their core, once per stretch (lean_check.py says why).
-LEAN_CHECK = StretchCheck(CLOSE_TIMING_FROM_OFF_NS)
+LEAN_CHECK = StretchCheck(CLOSE_TIMING_FROM_OFF_NS, LEAN_STRETCH - 1)
 _inline_costs: tuple[int, int] | None = None
 
 
@@ -975,6 +975,7 @@ def inline_map_fetch(fetcher: Any, worker_id: int, close: bool | None = None) ->
                 if check.by_stretch:  # and no clock of its own: its stretch is checked at its end
                     check.lean += 1
                     return lean_batch(possibly_batched_index, w_entry, NO_CPU)
+                check.checked += 1
                 return lean_batch(possibly_batched_index, w_entry, _cpu())
             c_entry = _cpu()
             rec, smp, b0, _ = _begin(1, False)
