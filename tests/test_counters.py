@@ -25,6 +25,15 @@ pytestmark = pytest.mark.skipif(not os.path.exists("/proc/thread-self/io"), reas
 ITEM_BYTES = 3000
 
 
+def _profile_all(loader: DataLoader, tmp_path: Path, warmup: int, steps: int) -> Any:
+    """The record of ``profile()`` over ``loader`` iterated to its end."""
+    with profiler.profile(out=str(tmp_path / "out"), warmup=warmup, steps=steps, plots=False, quiet=True) as run:
+        for _ in loader:
+            pass
+    assert run.record is not None
+    return run.record
+
+
 def test_runq_is_the_fresh_reading_whether_or_not_schedstat_was_read() -> None:
     """After a voluntary switch (a sleep), after plain work and after nothing: the gated value is what schedstat says
     at that moment, whenever no context switch came between the two readings (checked with getrusage), and never
@@ -144,11 +153,8 @@ def test_a_quiet_stretch_keeps_the_bytes_read_exact(tmp_path: Path) -> None:
     batch, quiet_batches = 4, 40
     ds = LateFiles(tmp_path, batch * (quiet_batches + 20), batch * quiet_batches)
     loader = DataLoader(ds, batch_size=batch, num_workers=0)
-    with profiler.profile(out=str(tmp_path / "out"), warmup=2, steps=58, plots=False, quiet=True) as run:
-        for _ in loader:
-            pass
-    assert run.record is not None
-    spans = run.record.timeline["sample_spans"]
+    rec = _profile_all(loader, tmp_path, warmup=2, steps=58)
+    spans = rec.timeline["sample_spans"]
     rchar, index, items, batches = spans["rchar"], spans["index"], spans["items"], spans["batch"]
     # Every sample is in one row: its own (index), or its batch's, where a lean fetch timed its calls together
     # (index -1, items = the batch's samples; the loader is sequential, so batch b holds samples b * batch on).
@@ -188,11 +194,8 @@ def test_the_wait_s_on_cpu_time_counts_a_sleeping_sampler_as_off_the_core(tmp_pa
     step counts the sleep as on-CPU time (a derivation that never checked would count all of it)."""
     ds = TensorDataset(torch.randn(4 * 60, 4), torch.zeros(4 * 60))
     loader = DataLoader(ds, batch_sampler=SleepyBatches(4 * 60, 4), num_workers=0)
-    with profiler.profile(out=str(tmp_path / "out"), warmup=2, steps=50, plots=False, quiet=True) as run:
-        for _ in loader:
-            pass
-    assert run.record is not None
-    st = run.record.timeline["steps"]
+    rec = _profile_all(loader, tmp_path, warmup=2, steps=50)
+    st = rec.timeline["steps"]
     measured = [i for i, m in enumerate(st["measured"]) if m]
     assert len(measured) == 50
     for i in measured:
@@ -262,11 +265,8 @@ def test_a_lean_fetch_that_leaves_its_core_keeps_its_time_off_it(tmp_path: Path)
     time), never more run-queue wait than time off the core, and the calls around it their time on it."""
     ds = SometimesSleeps(8 * 200)
     loader = DataLoader(ds, batch_size=8, num_workers=0)
-    with profiler.profile(out=str(tmp_path / "out"), warmup=2, steps=190, plots=False, quiet=True) as run:
-        for _ in loader:
-            pass
-    assert run.record is not None
-    spans = run.record.timeline["sample_spans"]
+    rec = _profile_all(loader, tmp_path, warmup=2, steps=190)
+    spans = rec.timeline["sample_spans"]
     index, items, start, end, cpu, runq, batch = (spans[k] for k in ("index", "items", "start", "end", "cpu", "runq",
                                                                      "batch"))
     # A row is one call (index), or a lean fetch's calls timed together (index -1; the loader is sequential, so batch
@@ -454,11 +454,8 @@ def test_lean_batches_keep_their_own_stages_and_files(tmp_path: Path) -> None:
     (data / "f.bin").write_bytes(b"x")
     ds = NamedStage(8 * 150, data / "f.bin")
     loader = DataLoader(ds, batch_size=8, num_workers=0)
-    with profiler.profile(out=str(tmp_path / "out"), warmup=2, steps=140, plots=False, quiet=True) as run:
-        for _ in loader:
-            pass
-    assert run.record is not None
-    spans = run.record.timeline["sample_spans"]
+    rec = _profile_all(loader, tmp_path, warmup=2, steps=140)
+    spans = rec.timeline["sample_spans"]
     tok, items, index = spans["stages"]["tokenize"], spans["items"], spans["index"]
     assert any(i < 0 for i in index)  # some batches were lean
     for k, (t, n) in enumerate(zip(tok, items)):
@@ -467,4 +464,4 @@ def test_lean_batches_keep_their_own_stages_and_files(tmp_path: Path) -> None:
     # (a preemption inside a spin can stretch one by milliseconds: 50 ms of slack in all)
     assert sum(tok) <= 3 * 20e-6 * sum(items) + 0.05, (sum(tok), sum(items))
     opened = sum(1 for i in range((2 + 140) * 8) if i % 50 == 49)  # the batches up to the window's close
-    assert run.record.job["read_from"] == [{"folder": str(data), "files_opened": opened}]
+    assert rec.job["read_from"] == [{"folder": str(data), "files_opened": opened}]
