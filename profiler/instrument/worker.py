@@ -941,14 +941,14 @@ def inline_map_fetch(fetcher: Any, worker_id: int, close: bool | None = None) ->
         else:
             c_f = _cpu()
             w_f = _perf()
-        if (w_f - w_entry) - (c_f - c_entry) >= CLOSE_TIMING_FROM_OFF_NS:
-            # It left its core: _envelope reads its counters; the stretch ends, and the next fetch times closely.
-            timing[0] = True
-            lean[0] = lean[1] = 0  # type: ignore[index]
-            env = _envelope(batch, rec, smp, None, w_in, NO_CPU, (t0, t1, 0, NO_CPU), t1, NO_CPU, worker_id, pid,
-                            n, w_in - w_entry, False, (w_entry, c_entry))
-            _reuse_lean(rec, smp)
-            return env
+            if (w_f - w_entry) - (c_f - c_entry) >= CLOSE_TIMING_FROM_OFF_NS:
+                # It left its core: _envelope reads its counters; the stretch ends, the next fetch times closely.
+                timing[0] = True
+                lean[0] = lean[1] = 0  # type: ignore[index]
+                env = _envelope(batch, rec, smp, None, w_in, NO_CPU, (t0, t1, 0, NO_CPU), t1, NO_CPU, worker_id,
+                                pid, n, w_in - w_entry, False, (w_entry, c_entry))
+                _reuse_lean(rec, smp)
+                return env
         # On its core throughout: _envelope's lean case, written out (its on-CPU clocks by _derive_cpu's rule, no
         # counters, the main thread's marks), one call frame and ~100 bytecodes less per batch.
         _current = None
