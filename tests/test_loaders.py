@@ -152,6 +152,42 @@ def test_a_shorter_validation_pass_between_epochs_stays_an_other_loader():
     assert len(s.others) == 1 and s.others[0].epochs >= 1 and s.others[0].role.startswith("iterated beside")
 
 
+def _fresh_loader(batch_size: int = 8) -> DataLoader:
+    return DataLoader(Train(torch.zeros(240, 4)), batch_size=batch_size)  # one line for every epoch's loader
+
+
+def test_a_loader_made_afresh_each_epoch_is_one_loader():
+    """``for b in DataLoader(...)`` inside the epoch loop: each epoch's loader is new, made on the same line over the
+    same dataset class and settings. The window goes on over the next one as that loader's next epoch (before: the
+    run ended as partial when the first epoch's loader stopped, and the second was listed as another loader). One
+    made with another batch size is another loader."""
+    s = Session(warmup=2, steps=60, then="continue").start()
+    try:
+        for _ in range(3):
+            for _ in _fresh_loader():  # 30 batches an epoch: the window needs three epochs' loaders
+                pass
+        for _ in _fresh_loader(batch_size=16):
+            pass
+    finally:
+        s.stop()
+    assert s.loader is not None and s.loader.recreated == 2 and s.restarts == 0
+    assert len(s.epochs) == 3 and s.measured_steps == 60 and s.closed
+    assert len(s.others) == 0  # the window had closed before the batch-16 loader: not counted
+
+
+def test_a_loader_of_other_settings_on_the_same_line_is_another_loader():
+    s = Session(warmup=2, steps=60, then="continue").start()
+    try:
+        for _ in _fresh_loader():
+            pass
+        for _ in _fresh_loader(batch_size=16):
+            pass
+    finally:
+        s.stop()
+    assert s.loader is not None and s.loader.recreated == 0 and len(s.epochs) == 1 and s.measured_steps < 60
+    assert len(s.others) == 1 and s.others[0].batch_size == 16
+
+
 def test_interleaved_loaders_keep_the_first():
     s = Session(warmup=1, steps=5, then="continue").start()
     try:

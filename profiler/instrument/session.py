@@ -173,6 +173,7 @@ class LoaderInfo:
     iterated_in: str | None = None  # the library line that called iter(loader), when not the user's own
     batches_per_epoch: int | None = None  # len(loader); None for an IterableDataset without __len__
     chosen: str = "the first loader the job iterated"  # why this loader is the profiled one
+    recreated: int = 0  # times the job made this loader afresh for a new epoch (same line, dataset, settings)
     samples_basis: str | None = None  # what a step's sample count came from (loaders.BASIS_*; most steps')
 
     def to_dict(self) -> dict[str, Any]:
@@ -429,7 +430,10 @@ class Session:
             self._adopt(loader, it, sites, t0, t1, "the first loader the job iterated" if self.select is None
                         else f"named by --loader {self.select}")
             self.loader.overridden = overridden or None  # type: ignore[union-attr]
-        elif self._loader_ref is not None and self._loader_ref() is loader:
+        elif self._loader_ref is not None and (self._loader_ref() is loader or self._remade(loader, eligible)):
+            if self._loader_ref() is not loader:  # the same loader made afresh for this epoch: the window goes on
+                self._loader_ref = weakref.ref(loader)
+                self.loader.recreated += 1  # type: ignore[union-attr]
             self._iters.add(id(it))
             if loader.num_workers == 0:
                 self._inthread.add(id(it))
@@ -451,6 +455,18 @@ class Session:
             except TypeError:
                 pass
         return it
+
+    def _remade(self, loader: Any, eligible: bool) -> bool:
+        """Is ``loader`` the profiled one made afresh, as a loop that writes ``for b in DataLoader(...)`` inside its
+        epoch loop does? Made on the same line, over the same dataset class, with the same workers and batch size,
+        and iterated once the profiled loader's epoch is over (or the loader is gone): then it is that loader's next
+        epoch, and the window goes on over it, instead of the run ending as partial when the first one stops."""
+        li, old = self.loader, self._loader_ref() if self._loader_ref is not None else None
+        if li is None or not eligible or loader in self._other_entry or not (old is None or self._epoch_done):
+            return False
+        created = self._created.get(loader, (None, None))[0]
+        return created is not None and created == li.created_at and _name(loader.dataset) == li.dataset_class \
+            and int(loader.num_workers) == li.num_workers and loader.batch_size == li.batch_size
 
     def _adopt(self, loader: Any, it: Any, sites: tuple[str | None, str | None], t0: int, t1: int,
                why: str) -> None:

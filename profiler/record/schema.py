@@ -362,6 +362,7 @@ class LoaderInfo(TypedDict, total=False):
     iterated_in: str | None  # "file:line" of the library frame that called iter(loader), beside iterated_at
     batches_per_epoch: Count | None  # len(loader); null when the loader cannot say
     chosen: str  # why this loader is the profiled one ("the first loader the job iterated", "named by --loader ...")
+    recreated: Count  # times the job made it afresh for a new epoch (same line, dataset class, workers, batch size)
     samples_basis: str  # "batch" | "batch length" | "dataset calls" | "one per step": what samples were counted from
 
 

@@ -52,6 +52,8 @@ def loader_lines(rec: RunRecord) -> list[str]:
     basis = loader.get("samples_basis")
     first = (f"Profiled loader: {_short_class(loader.get('dataset_class'))}, {w} worker{'s' if w != 1 else ''}, "
              f"{_batch(loader, per_step)}; {where}; {loader.get('chosen') or 'the first loader the job iterated'}"
+             + (f"; made afresh for {loader['recreated']} later epoch{'s' if loader['recreated'] != 1 else ''} (the "
+                f"same line, dataset and settings: one loader here)" if loader.get("recreated") else "")
              + (f"; samples counted from the {basis}" if basis and basis not in ("batch",) else "") + ".")
     out = [printable(first)]
     others = job.get("other_loader_figures") or []
