@@ -619,7 +619,6 @@ def test_live_progress_redraws_from_the_loop_and_starts_no_thread() -> None:
     no refresh thread taking the GIL from the job, and the final counts are drawn on exit."""
     import io
     import threading
-    from types import SimpleNamespace
 
     from rich.console import Console
 
@@ -631,7 +630,7 @@ def test_live_progress_redraws_from_the_loop_and_starts_no_thread() -> None:
         assert threading.active_count() == before
         for k in range(50):
             t = 1_000_000 * k
-            live.on_step(SimpleNamespace(wait_start_ns=t, wait_end_ns=t + 250_000, n_samples=8), measured=k >= 10)
+            live.on_step(k >= 10, t, t + 250_000, 8)
         assert threading.active_count() == before
     text = out.getvalue()
     assert "50/50" in text and "measuring" in text

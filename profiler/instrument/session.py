@@ -34,7 +34,15 @@ from .loaders import (
     epoch_length,
     is_data_folder,
 )
-from .worker import CLOSE_TIMING_FROM_OFF_NS, LEAN_CHECK, BatchMeta, Instrumented, call_cost_ns, inline_call_costs
+from .worker import (
+    CLOSE_TIMING_FROM_OFF_NS,
+    LEAN_CHECK,
+    BatchMeta,
+    Instrumented,
+    call_cost_ns,
+    inline_call_costs,
+    lean_meta,
+)
 
 _perf = time.perf_counter_ns
 _cpu = time.thread_time_ns
@@ -58,6 +66,18 @@ WAIT_CPU_PROBE = 16
 WAIT_CPU_CALM = WAIT_CPU_PROBE
 # Distinct folders the record names as where the data was read from (the most-opened are kept).
 MAX_FOLDERS = 256
+# FAST_STEPS: in the steady state of a num_workers=0 loader (the window open on host clocks, not its last step, the
+# wait's on-CPU clock derived from the fetch's) a step whose batch came from a lean fetch on its core (worker.LeanOut)
+# is kept as one flat list of ints, and its StepRow and BatchMeta are made when the window closes, in one pass. Why:
+# on a light loop the step row, the batch's record and its envelope, made between two steps of the job's model (whose
+# code and data then fill the caches), cost ~18 µs of its ~45 µs per batch on the 2-core VM, where the same figures
+# kept flat cost a few (scripts/bench_overhead_light.py, alternated in one process). Every other step, and every step
+# on CUDA, is recorded as it happens.
+_NOT_INTHREAD: Any = object()  # Session._inthread's answer for an iterator with workers (or not profiled)
+
+
+def _step_of(r: StepRow) -> int:
+    return r.step
 # Measured steps kept in full detail (every step, batch and dataset call). Beyond, each step is folded into exact
 # running totals (Tail) and dropped, so memory and run.json stay bounded however long the run: 2,000 steps at batch
 # 32 are ~64k dataset calls, ~5 MB of record — enough for stable percentiles and attribution shares.
@@ -292,7 +312,7 @@ class Session:
     """One profiling session in this process: hooks installed from ``start()`` to ``stop()``."""
 
     def __init__(self, warmup: int, steps: int, then: str = "exit",
-                 on_step: Callable[[StepRow, bool], None] | None = None,
+                 on_step: Callable[[bool, int, int, int], None] | None = None,
                  on_window_closed: Callable[["Session"], None] | None = None,
                  on_first_pid: Callable[[int, int], None] | None = None, t0_ns: int | None = None,
                  detail_steps: int | None = None, override: dict[str, int] | None = None,
@@ -315,7 +335,9 @@ class Session:
         self.loader: LoaderInfo | None = None
         self._loader_ref: Any = None
         self._iters: set[int] = set()
-        self._inthread: set[int] = set()  # of _iters, those whose batches are made in this thread (num_workers=0)
+        # Of _iters, those whose batches are made in this thread (num_workers=0), each with its fetch's LEAN_OUT
+        # holder (torch_hooks.lean_out_of; None: its fetch hands none over).
+        self._inthread: dict[int, list[Any] | None] = {}
         self.others: list[OtherLoader] = []  # every loader iterated that is not the profiled one, in first-seen order
         self._other_entry: weakref.WeakKeyDictionary[Any, OtherLoader] = weakref.WeakKeyDictionary()  # loader ->
         self._other_iters: weakref.WeakKeyDictionary[Any, _OtherIter] = weakref.WeakKeyDictionary()  # iterator ->
@@ -330,6 +352,12 @@ class Session:
         self._basis: dict[str, int] = {}  # samples basis -> steps counted on it
         self.restarts = 0  # times the window restarted on another loader
         self._open_row: StepRow | None = None
+        # FAST_STEPS: the steps kept flat until the window closes, [step, epoch, wait start, wait end, count_samples'
+        # answer, the fetch's LeanOut, the end of the step's bookkeeping, its end (0: open)]; the open one; whether
+        # the open window takes them (host clocks).
+        self._flat: list[list[Any]] = []
+        self._open_flat: list[Any] | None = None
+        self._fast = False
         self._h2d: tuple[StepRow, int] | None = None
         self.window_start_ns = 0
         self.window_end_ns = 0
@@ -393,7 +421,11 @@ class Session:
         """A ``profiler.stage(name)`` entered on the main thread outside any sample: for ``"h2d"`` (the built-in
         pipeline's copy) inside a step, mark the step's h2d start and return the step's row as the token; any other
         name, thread or moment is not timed (None)."""
-        if threading.current_thread() is not self._main_thread or self._open_row is None or name != "h2d":
+        if threading.current_thread() is not self._main_thread or name != "h2d":
+            return None
+        if self._open_flat is not None:  # the step needs its row now
+            self._materialize()
+        if self._open_row is None:
             return None
         row = self._open_row
         row.h2d_seen = True
@@ -436,12 +468,12 @@ class Session:
                 self.loader.recreated += 1  # type: ignore[union-attr]
             self._iters.add(id(it))
             if loader.num_workers == 0:
-                self._inthread.add(id(it))
+                self._inthread[id(it)] = torch_hooks.lean_out_of(it)
             self.epochs.append(EpochRow(len(self.epochs), t0, t1))
             self._new_epoch(it)
         else:
             self._iters.discard(id(it))  # a dropped profiled iterator's id, reused by this one's
-            self._inthread.discard(id(it))
+            self._inthread.pop(id(it), None)
             entry = self._other_entry.get(loader)
             if entry is None:
                 entry = OtherLoader(_name(loader.dataset), self._created.get(loader, (None, None))[0],
@@ -474,7 +506,7 @@ class Session:
         self.loader = loader_info(loader, self._created.get(loader), sites)
         self.loader.chosen = why
         self._iters = {id(it)}
-        self._inthread = {id(it)} if loader.num_workers == 0 else set()
+        self._inthread = {id(it): torch_hooks.lean_out_of(it)} if loader.num_workers == 0 else {}
         self.epochs = [EpochRow(0, t0, t1)]
         self._new_epoch(it)
 
@@ -512,6 +544,7 @@ class Session:
         loader = o.loader()
         if loader is None:  # checked by _takes_over a moment ago; kept safe all the same
             return
+        self._materialize()
         if self.loader is not None:
             li = self.loader
             measured = [r for r in self.rows if r.wait_end_ns]
@@ -530,6 +563,7 @@ class Session:
         self.rows, self.metas, self.tail, self.tail_skipped, self.read_from = [], [], Tail(), [], {}
         self._n_steps = self._measured_done = 0
         self._open_row, self._h2d, self.cuda, self.window_start_ns = None, None, None, 0
+        self._flat, self._open_flat, self._fast = [], None, False
         self._basis = {}
         self.restarts += 1
         self._adopt(loader, it, o.sites, o.iter_ns, o.iter_ns,
@@ -569,15 +603,55 @@ class Session:
         if self.closed or _get_ident() != self._owner_thread:
             return torch_hooks.unwrap(orig(it))
         key = id(it)
-        if key not in self._iters:
+        holder = self._inthread.get(key, _NOT_INTHREAD)
+        if holder is _NOT_INTHREAD and key not in self._iters:
             return self._other_next(it, orig)
+        step = self._n_steps
+        if self._fast and holder.__class__ is list and self._wait_cpu_probe > 0 \
+                and self._measured_done + 1 < self.steps and step - self.warmup < self.detail_steps:
+            # The steady state of a num_workers=0 loader (FAST_STEPS): the window open, host clocks, not its last
+            # step, the wait's on-CPU clock derived from the fetch's (WAIT_CPU_PROBE).
+            self._wait_cpu_probe -= 1
+            t0 = _perf()
+            try:
+                data = orig(it)
+            except BaseException as e:  # the epoch's end, or the job's own error: the previous step ended at t0
+                if isinstance(e, StopIteration):
+                    self._epoch_done = True
+                self._end_step(t0)
+                raise
+            t1 = _perf()
+            lean = holder[0]
+            if data.__class__ is Instrumented or lean is None or lean[0] < t0:  # not a lean batch: a row, as below
+                return self._after_wait(StepRow(step, len(self.epochs) - 1, -1, self._pid, 0, t0, 0, 0, 0, True),
+                                        data, holder, t0, t1, -1, -1, 0, 0)
+            f = self._open_flat
+            if f is not None:  # the previous step ends here (_end_step's flat case, written out)
+                f[7] = t0
+                self._measured_done += 1
+            elif self._open_row is not None:
+                self._end_step(t0)
+            self._n_steps = step + 1
+            self._epoch_batches += 1
+            self._last_next_ns = t1
+            epochs = self.epochs
+            epoch = epochs[-1]
+            if not epoch.first_batch_ns:
+                epoch.first_batch_ns = t1
+            n = count_samples(data, self.loader.batch_size)  # type: ignore[union-attr]
+            self._open_flat = f = [step, len(epochs) - 1, t0, t1, n, lean, 0, 0]
+            self._flat.append(f)
+            if self.on_step is not None:
+                self.on_step(True, t0, t1, n[0] if n is not None else lean[5] or 1)
+            f[6] = _perf()  # the end of its bookkeeping (own_rest_ns)
+            return data
         # num_workers=0: the batch is made in this thread, and its fetch reads the run-queue wait itself (shared below);
         # reading it here too would only cost the step twice.
-        inthread = key in self._inthread
+        inthread = holder is not _NOT_INTHREAD
         cuda = self.cuda
         prev = self._open_row
-        if self._measured_done + (prev is not None and prev.measured) >= self.steps:  # the last measured step ends
-            t_end = _perf()
+        if self._measured_done + (self._open_flat is not None or (prev is not None and prev.measured)) >= self.steps:
+            t_end = _perf()  # the last measured step ends
             if cuda is not None and prev is not None and prev.measured:
                 cuda.mark(prev, "compute_end_ns")
             self._end_step(t_end)
@@ -585,8 +659,7 @@ class Session:
             if self.then == "exit":
                 raise WindowClosed()
             return torch_hooks.unwrap(orig(it))
-        step = self._n_steps  # taken only once a batch arrives (an epoch's StopIteration is no step)
-        measured = step >= self.warmup
+        measured = step >= self.warmup  # the step is taken only once a batch arrives (an epoch's end is no step)
         opens = measured and not self.window_start_ns
         epochs = self.epochs
         # The step's row is made before its wait starts (its wait's ends are filled in below), and the previous step
@@ -622,8 +695,7 @@ class Session:
         except BaseException as e:  # the epoch's end, or the job's own error: the previous step ended at t0
             if isinstance(e, StopIteration):
                 self._epoch_done = True
-            if prev is not None:
-                self._end_step(t0)
+            self._end_step(t0)
             raise
         if inthread:  # the end's clocks in the opposite order (clocks.snapshot says why)
             c1 = _cpu() if c0 >= 0 else -1
@@ -631,8 +703,18 @@ class Session:
             q1 = 0
         else:
             t1, c1, q1 = clocks.sched_snapshot(end=True)
-        if prev is not None:
-            self._end_step(t0)
+        return self._after_wait(row, data, holder, t0, t1, c0, c1, q0, q1)
+
+    def _after_wait(self, row: StepRow, data: Any, holder: Any, t0: int, t1: int, c0: int, c1: int, q0: int,
+                    q1: int) -> Any:
+        """A step's bookkeeping once its batch is in hand (``row`` made, its wait from ``t0`` to ``t1``; ``c0`` -1: the
+        wait's on-CPU clock was not read, derived from the fetch's): the previous step ends, the batch is unwrapped
+        and counted, its record kept."""
+        self._end_step(t0)
+        step = row.step
+        measured = row.measured
+        inthread = holder is not _NOT_INTHREAD
+        cuda = self.cuda
         self._n_steps = step + 1
         self._epoch_batches += 1
         self._last_next_ns = t1
@@ -641,12 +723,15 @@ class Session:
         row.main_runq_ns = q1 - q0
         if cuda is not None and measured:
             cuda.mark(row, "wait_end_dev")
+        meta: BatchMeta | None
         if data.__class__ is Instrumented:
             meta = data.meta
             batch = data.batch
         else:
-            meta = None
             batch = data
+            lean = holder[0] if holder.__class__ is list else None
+            # A lean fetch's clocks, handed over beside the batch (worker.LeanOut): its BatchMeta, made now.
+            meta = lean_meta(lean, self._pid) if lean is not None and lean[0] >= t0 else None
         # The step's samples: what the batch holds; else what the dataset calls returned; else one per step.
         li = self.loader
         n = count_samples(batch, li.batch_size if li is not None else None)
@@ -696,6 +781,7 @@ class Session:
         elif c0 < 0:  # no record of the fetch (not instrumented): taken as on its core; every step reads it from now
             row.main_cpu_ns = t1 - t0
             self._wait_cpu_probe = -1
+        epochs = self.epochs
         if epochs and not epochs[-1].first_batch_ns:
             epochs[-1].first_batch_ns = t1
         if not row.tail:
@@ -704,11 +790,49 @@ class Session:
         if cuda is not None and step % RESOLVE_EVERY == 0:
             cuda.resolve()
         if self.on_step is not None:
-            self.on_step(row, measured)
+            self.on_step(measured, row.wait_start_ns, t1, row.n_samples)
         # By the wall clock (a read of the on-CPU clock is a system call, ~10x the wall clock's): straight-line
         # bookkeeping of a few µs, which a preemption only rarely lands in.
         row.own_rest_ns = _perf() - t1
         return batch
+
+    def _materialize(self) -> None:
+        """The flat steps (FAST_STEPS) as the step rows and BatchMetas every other step has, in step order: at the
+        window's close, or where a step's row is needed before (an h2d stage, a restart on another loader)."""
+        flat = self._flat
+        if not flat:
+            return
+        self._flat = []
+        pid, metas, counted, rows = self._pid, self.metas, self._basis, []
+        open_flat, self._open_flat = self._open_flat, None
+        for f in flat:
+            step, epoch, t0, t1, n, lean, rest_end, end = f
+            meta = lean_meta(lean, pid)
+            if n is not None:
+                k, basis = n
+            elif lean[5]:
+                k, basis = lean[5], BASIS_CALLS
+            else:
+                k, basis = 1, BASIS_STEP
+            counted[basis] = counted.get(basis, 0) + 1
+            row = StepRow(step, epoch, -1, pid, k, t0, t1, t1 - t0, 0, True, compute_end_ns=end,
+                          batch=len(metas), own_wait_ns=meta.own_ns, own_rest_ns=max(0, rest_end - t1))
+            if end:  # ended (_end_step's rule); an open one gets its h2d when it ends
+                row.h2d_start_ns = row.h2d_end_ns = t1
+            metas.append(meta)
+            rows.append(row)
+            if f is open_flat:
+                self._open_row = row
+        self._pids.add(pid)
+        self.rows.extend(rows)
+        self.rows.sort(key=_step_of)
+        # Batches listed in the order of their steps, as they arrived (a flat step's BatchMeta is made after the rows
+        # of the steps that came later).
+        order = [r.batch for r in self.rows if r.batch >= 0]
+        if order != sorted(order):
+            self.metas = [metas[b] for b in order]
+            for i, r in enumerate(r for r in self.rows if r.batch >= 0):
+                r.batch = i
 
     # --- window ---------------------------------------------------------------------------------------------------
     def _open_window(self, t0_ns: int) -> None:
@@ -726,8 +850,15 @@ class Session:
             self.window_start_ns = time.perf_counter_ns()
         else:
             self.window_start_ns = t0_ns
+            self._fast = True  # host clocks: its num_workers=0 steps may be kept flat (FAST_STEPS)
 
     def _end_step(self, t_ns: int) -> None:
+        f = self._open_flat
+        if f is not None:  # a flat step (FAST_STEPS): measured, not in the tail, host clocks
+            self._open_flat = None
+            f[7] = t_ns
+            self._measured_done += 1
+            return
         row = self._open_row
         if row is None:
             return
@@ -751,6 +882,7 @@ class Session:
             except Exception:  # noqa: BLE001 - a sticky CUDA error: keep the host figures
                 pass
         self._end_step(t_ns)
+        self._materialize()
         self.closed = True
         if self.window_start_ns:  # the lean stretch under way is checked now (lean_check.py)
             LEAN_CHECK.settle_now()

@@ -17,7 +17,9 @@ Profiling a user's DataLoader unchanged needs these seams. Public API offers non
 6. ``torch.utils.data._utils.fetch``'s fetchers — their ``dataset`` (map-style), ``dataset_iter`` (iterable),
    ``collate_fn`` and ``fetch`` attributes are replaced on each fetcher instance (``instrument_fetcher``), and
    ``torch.utils.data._utils.pin_memory.pin_memory`` pins what the envelope carries (``pin_batch``).
-7. ``torch.utils.data._utils.signal_handling``'s SIGCHLD handler — recognised by its module and paused while the
+7. ``_SingleProcessDataLoaderIter._dataset_fetcher`` — the fetcher of a ``num_workers=0`` iterator, whose
+   ``fetch`` (worker.inline_map_fetch's) hands its lean batches' clocks over beside the batch (``lean_out_of``).
+8. ``torch.utils.data._utils.signal_handling``'s SIGCHLD handler — recognised by its module and paused while the
    profiler saves its record (``worker_watchdog_paused``), so a worker dying then cannot abort the save.
 
 ``check()`` fails loudly (tests/test_torch_hooks.py) when a torch release moves any of them; ``install`` refuses to
@@ -85,6 +87,8 @@ def check() -> list[str]:
 
     if not callable(getattr(_pin, "pin_memory", None)):
         problems.append("torch.utils.data._utils.pin_memory.pin_memory is missing")
+    if "self._dataset_fetcher" not in inspect.getsource(_dl._SingleProcessDataLoaderIter.__init__):
+        problems.append("_SingleProcessDataLoaderIter no longer keeps its fetcher as _dataset_fetcher")
     if "__init__" not in DataLoader.__dict__:
         problems.append("DataLoader.__init__ is not defined on DataLoader itself")
     if not callable(getattr(_signal_handling, "_set_SIGCHLD_handler", None)):
@@ -209,6 +213,14 @@ def instrument_fetcher(fetcher: Any, worker_id: int) -> Any:
     fetcher.fetch = fetch
     clocks.forget_last_fetch()
     return fetcher
+
+
+def lean_out_of(it: Any) -> list[Any] | None:
+    """The LEAN_OUT holder of a ``num_workers=0`` iterator's fetch (worker.inline_map_fetch's), or None (another
+    fetch, or an iterator with workers)."""
+    fetcher = getattr(it, "_dataset_fetcher", None) if isinstance(it, _dl._SingleProcessDataLoaderIter) else None
+    out = getattr(getattr(fetcher, "fetch", None), "lean_out", None)
+    return out if isinstance(out, list) else None
 
 
 def pin_batch(batch: Any, device: Any = None) -> Any:

@@ -755,6 +755,28 @@ def _reuse_lean(rec: _Recorder, smp: substages.SampleStages, drop: bool = False)
 _NO_COUNTERS: clocks.Counters = (0, 0, b"", 0, 0)
 
 
+# LEAN_OUT: a lean fetch that stayed on its core and recorded nothing but its clocks (no sub-stage, no skipped sample,
+# no file opened) returns the user's batch itself, not an envelope, and leaves these ints in its fetch's ``lean_out``
+# holder, a one-item list (the session finds it through torch_hooks.lean_out_of and takes it when the batch arrives):
+# (fetch entry wall, its on-CPU clock, the calls' start, their end (the collate's start), the collate's end, samples the
+# calls returned, the on-CPU clock at the collate's end, the fetch's own ns). lean_meta makes them the BatchMeta the
+# envelope would have carried, when the record is built. The entry's wall clock tells a holder's value from a stale one
+# (a lean fetch of an earlier step starts before this step's wait).
+LeanOut = tuple[int, int, int, int, int, int, int, int]
+
+
+def lean_meta(out: LeanOut, pid: int) -> BatchMeta:
+    """The BatchMeta of a LEAN_OUT fetch: what the envelope of a lean fetch on its core holds (one row of all its
+    calls, index -1; the collate's on-CPU time its wall time; no counters)."""
+    w_entry, c_entry, w_in, t0, t1, n, c_out, own_ns = out
+    span = t1 - t0
+    meta = BatchMeta(-1, pid, _PACK_LEAN.pack(w_in, t0, NO_CPU, -1, n),
+                     (w_in, c_entry + (w_in - w_entry), t0, c_out - span, 0, 0, 0, t0, t1, span, -1, -1, 0, 0, 0, 0),
+                     opened=_NO_FOLDERS, n_items=n)
+    meta.own_ns = own_ns
+    return meta
+
+
 def _derive_cpu(entry: tuple[int, int], w_in: int, w_out: int, last: tuple[int, int, int, int], w_f: int,
                 c_f: int) -> tuple[int, int, tuple[int, int, int, int]]:
     """``(c_in, c_out, last)`` of a fetch whose on-CPU clock was read only at its entry and now (``c_f`` at wall
@@ -909,6 +931,7 @@ def inline_map_fetch(fetcher: Any, worker_id: int, close: bool | None = None) ->
     # containers the garbage collector tracks and ~85 bytecodes, for lists a light batch leaves empty.
     lean_rec = _Recorder()
     lean_smp = substages.SampleStages(lean_rec.calls, len(CALL_FIELDS))
+    out: list[LeanOut | None] = [None]  # the last lean fetch's LEAN_OUT (fetch.lean_out)
 
     def lean_batch(possibly_batched_index: Any, w_entry: int, c_entry: int) -> Any:
         """A lean fetch of a batch (LEAN_STRETCH): its calls made as torch makes them, with no clock between them,
@@ -935,9 +958,9 @@ def inline_map_fetch(fetcher: Any, worker_id: int, close: bool | None = None) ->
             _reuse_lean(rec, smp, True)
             raise
         if c_entry == NO_CPU:  # on its core, as its stretch's check will show (or count as unchecked)
-            w_f = _perf()
-            c_entry = LEAN_CHECK.cpu_at(w_entry)
-            c_f = c_entry + (w_f - w_entry)
+            check = LEAN_CHECK
+            c_entry = check.c0 + (w_entry - check.w0)  # LEAN_CHECK.cpu_at, written out
+            c_out = c_entry + (t1 - w_entry)
         else:
             c_f = _cpu()
             w_f = _perf()
@@ -949,20 +972,25 @@ def inline_map_fetch(fetcher: Any, worker_id: int, close: bool | None = None) ->
                                 pid, n, w_in - w_entry, False, (w_entry, c_entry))
                 _reuse_lean(rec, smp)
                 return env
-        # On its core throughout: _envelope's lean case, written out (its on-CPU clocks by _derive_cpu's rule, no
-        # counters, the main thread's marks), one call frame and ~100 bytecodes less per batch.
+            c_out = c_f - (w_f - t1)
+        # On its core throughout: no counters, its on-CPU clocks by _derive_cpu's rule, the main thread's marks.
         _current = None
         substages.end_batch()
-        c_out = c_f - (w_f - t1)
-        span = t1 - t0
+        rec.calls.clear()
         events, pixels, skipped, opened = smp.events, smp.pixels, rec.skipped, rec.opened
+        if not (events or pixels or skipped or opened):
+            # Nothing but its clocks: handed over as LEAN_OUT (lean_meta makes its BatchMeta when the record is
+            # built), the batch itself returned as torch's fetch returns it. Why: the BatchMeta and envelope built
+            # here, and the session's step row built for it, were a third of the profiler's per-batch cost on a
+            # light loop, for figures that are the same arithmetic done later (LEAN_OUT says more).
+            out[0] = (w_entry, c_entry, w_in, t0, t1, n, c_out, (w_in - w_entry) + (_perf() - t1))
+            return batch
+        span = t1 - t0
         meta = BatchMeta(-1, pid, _PACK_LEAN.pack(w_in, t0, NO_CPU, -1, n),
                          (w_in, c_entry + (w_in - w_entry), t0, c_out - span, 0, 0, 0, t0, t1, span, -1, -1, 0, 0, 0,
                           0),
                          events or (), pixels or (), skipped or (), opened=opened or _NO_FOLDERS, n_items=n)
-        rec.calls.clear()
-        if events or pixels or skipped or opened:  # handed to the record: the next batch gets its own
-            _reuse_lean(rec, smp)
+        _reuse_lean(rec, smp)  # handed to the record: the next batch gets its own
         meta.own_ns = (w_in - w_entry) + (_perf() - t1)
         return Instrumented(batch, meta)
 
@@ -1054,4 +1082,5 @@ def inline_map_fetch(fetcher: Any, worker_id: int, close: bool | None = None) ->
                     LEAN_CHECK.start(w_entry, c_entry)
         return env
 
+    fetch.lean_out = out  # type: ignore[attr-defined]
     return fetch

@@ -59,16 +59,17 @@ class LiveProgress:
             self._draw(time.perf_counter_ns())
         self.progress.__exit__(exc_type, exc, tb)
 
-    def on_step(self, row: Any, measured: bool) -> None:
+    def on_step(self, measured: bool, wait_start_ns: int, wait_end_ns: int, n_samples: int) -> None:
+        """A step's batch arrived (Session.on_step: plain ints, so that a step the session keeps flat needs no row)."""
         if not self.enabled:
             return
         self.done += 1
         if measured:
             if self.t_start is None:
-                self.t_start = row.wait_start_ns
+                self.t_start = wait_start_ns
             self.measuring = True
-            self.samples += row.n_samples
-            self.wait_ns += row.wait_end_ns - row.wait_start_ns
+            self.samples += n_samples
+            self.wait_ns += wait_end_ns - wait_start_ns
         now = time.perf_counter_ns()
         if now >= self.next_draw_ns:
             self._draw(now)

@@ -1,0 +1,136 @@
+"""Steps kept flat in the steady state of a ``num_workers=0`` loader (session.FAST_STEPS) end up in the record exactly
+as every other step does: the same rows, batches and sample counts as the same loop recorded step by step, the steps
+joined end to end, an epoch's last step ended where the next ``next()`` began, an h2d stage and an interruption
+handled. Real DataLoaders over in-memory tensors; the flat path is switched off for the comparison by keeping the
+window from taking flat steps (``Session._fast``), nothing else."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import profiler
+from profiler.instrument import session as session_mod
+
+pytestmark = pytest.mark.xdist_group("flat_steps")
+
+# 25 batches an epoch, the last of 4: a new iterator's first QUIET_AFTER fetches are never lean (clocks.quiet), so an
+# epoch needs more than that for flat steps
+N, BATCH = 196, 8
+WEIGHT = torch.randn(16, 16)
+
+
+def _loader() -> DataLoader:
+    g = torch.Generator().manual_seed(0)
+    return DataLoader(TensorDataset(torch.randn(N, 16, generator=g), torch.arange(N)), batch_size=BATCH)
+
+
+def _step(x: torch.Tensor) -> None:
+    for _ in range(3):  # a light step: the loop's own work, a few µs
+        x = x @ WEIGHT
+
+
+def _count_flat(monkeypatch: pytest.MonkeyPatch, flat: bool = True) -> list[int]:
+    """[steps kept flat] once the window closes; ``flat`` False: the window takes none (every step recorded as it
+    happens)."""
+    kept = [0]
+    materialize = session_mod.Session._materialize
+    open_window = session_mod.Session._open_window
+
+    def counting(self: Any) -> None:
+        kept[0] += len(self._flat)
+        materialize(self)
+
+    def window(self: Any, t0_ns: int) -> None:
+        open_window(self, t0_ns)
+        self._fast = self._fast and flat
+
+    monkeypatch.setattr(session_mod.Session, "_materialize", counting)
+    monkeypatch.setattr(session_mod.Session, "_open_window", window)
+    return kept
+
+
+def _record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flat: bool, steps: int = 60,
+            h2d: bool = False) -> tuple[Any, int]:
+    """The record of a light loop over three epochs and how many of its steps were kept flat."""
+    kept = _count_flat(monkeypatch, flat)
+    loader = _loader()
+    with profiler.profile(out=str(tmp_path / ("flat" if flat else "rows")), warmup=3, steps=steps, plots=False,
+                          quiet=True) as run:
+        for _ in range(4):
+            for x, _y in loader:
+                if h2d:
+                    with profiler.stage("h2d"):
+                        x = x.clone()
+                _step(x)
+    assert run.record is not None
+    return run.record, kept[0]
+
+
+def _structure(rec: Any) -> dict[str, list]:
+    steps, batches = rec.timeline["steps"], rec.timeline["batches"]
+    return {**{f"steps.{k}": steps[k] for k in ("step", "epoch", "batch", "worker", "samples", "measured")},
+            **{f"batches.{k}": batches[k] for k in ("batch", "worker", "pid", "samples")},
+            "basis": [rec.job["loader"]["samples_basis"]]}
+
+
+def test_flat_steps_record_what_step_by_step_recording_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    flat, kept = _record(tmp_path, monkeypatch, flat=True)
+    rows, none_kept = _record(tmp_path, monkeypatch, flat=False)
+    assert kept > 0 and none_kept == 0  # the comparison is between the two paths
+    assert _structure(flat) == _structure(rows)
+    s = flat.timeline["steps"]
+    assert s["samples"][:25] == [8] * 24 + [4]  # the batch's own count, the short last batch too
+    assert flat.window["steps"] == 60 and flat.window["samples"] == rows.window["samples"]
+    assert all(v > 0 for v in s["profiler_wait"])  # the fetch's own time, flat or not, taken out of the wait
+    assert not flat.partial
+
+
+def test_flat_steps_join_end_to_end_and_an_epoch_ends_where_the_next_call_began(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    rec, kept = _record(tmp_path, monkeypatch, flat=True)
+    assert kept > 0
+    s, b = rec.timeline["steps"], rec.timeline["batches"]
+    iter_start = rec.timeline["epochs"]["iter_start"]
+    for i in range(len(s["step"])):
+        assert s["wait_start"][i] <= s["wait_end"][i] <= s["h2d_start"][i] <= s["compute_end"][i]
+        assert s["main_cpu"][i] <= round(s["wait_end"][i] - s["wait_start"][i], 6) + 2e-6
+        if i + 1 < len(s["step"]):
+            if s["epoch"][i + 1] == s["epoch"][i]:
+                assert s["compute_end"][i] == s["wait_start"][i + 1]
+            else:  # its epoch's end: the next() that raised StopIteration, before the next epoch's iter()
+                assert s["compute_end"][i] <= iter_start[s["epoch"][i + 1]]
+    for k, batch in enumerate(b["batch"]):  # each batch inside its own step's wait
+        i = s["batch"].index(batch)
+        assert s["wait_start"][i] <= b["collate_start"][k] <= b["collate_end"][k] <= s["wait_end"][i]
+    assert b["batch"] == sorted(b["batch"]) and [x for x in s["batch"] if x >= 0] == sorted(b["batch"])
+
+
+def test_an_h2d_stage_inside_flat_steps_is_timed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rec, kept = _record(tmp_path, monkeypatch, flat=True, h2d=True)
+    assert kept > 0  # each taken as a row by the stage, as the step it is
+    s = rec.timeline["steps"]
+    measured = [i for i, m in enumerate(s["measured"]) if m]
+    assert len(measured) == 60
+    for i in measured:
+        assert s["wait_end"][i] <= s["h2d_start"][i] < s["h2d_end"][i] <= s["compute_end"][i]
+
+
+def test_a_run_interrupted_among_flat_steps_keeps_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    kept = _count_flat(monkeypatch)
+    loader = _loader()
+    with pytest.raises(KeyboardInterrupt):
+        with profiler.profile(out=str(tmp_path / "out"), warmup=3, steps=200, plots=False, quiet=True) as run:
+            for n, (x, _y) in enumerate(x for _ in range(4) for x in loader):
+                if n == 70:  # the 21st batch of the third epoch: its lean fetches have begun
+                    raise KeyboardInterrupt
+                _step(x)
+    rec = run.record
+    assert rec is not None and rec.partial and kept[0] > 0
+    s = rec.timeline["steps"]
+    assert s["step"] == list(range(71))  # the one under way when it was interrupted too, ended then
+    assert s["compute_end"][-1] >= s["wait_end"][-1] > s["compute_end"][-2]
+    assert rec.window["steps"] == 68 and sum(s["samples"]) == rec.window["samples"] + 3 * BATCH
