@@ -78,6 +78,12 @@ _NOT_INTHREAD: Any = object()  # Session._inthread's answer for an iterator with
 
 def _step_of(r: StepRow) -> int:
     return r.step
+
+
+def _fetch_off(m: tuple[int, ...]) -> int:
+    """A main-thread fetch's time off its core, from its BatchMeta.marks: its calls' and its collate's
+    (worker._derive_cpu); the wait's on-CPU time, where not read, is its wall time less this."""
+    return (m[2] - m[0]) - (m[3] - m[1]) + (m[8] - m[7]) - m[9]
 # Measured steps kept in full detail (every step, batch and dataset call). Beyond, each step is folded into exact
 # running totals (Tail) and dropped, so memory and run.json stay bounded however long the run: 2,000 steps at batch
 # 32 are ~64k dataset calls, ~5 MB of record — enough for stable percentiles and attribution shares.
@@ -749,10 +755,8 @@ class Session:
             if meta.worker_id < 0:  # fetched in this thread, inside the wait: its instrumentation's time is ours
                 row.own_wait_ns += meta.own_ns
                 if inthread:
-                    m = meta.marks
-                    row.main_runq_ns = m[4]  # the fetch's run-queue wait (its byte counts wait unparsed)
-                    # The fetch's time off its core: its calls' and its collate's (worker._derive_cpu).
-                    off = (m[2] - m[0]) - (m[3] - m[1]) + (m[8] - m[7]) - m[9]
+                    row.main_runq_ns = meta.marks[4]  # the fetch's run-queue wait (its byte counts wait unparsed)
+                    off = _fetch_off(meta.marks)
                     if c0 < 0:
                         row.main_cpu_ns = (t1 - t0) - off
                     else:  # read: was the wait off its core outside the fetch too? (WAIT_CPU_CALM for the rest)
@@ -815,7 +819,8 @@ class Session:
             else:
                 k, basis = 1, BASIS_STEP
             counted[basis] = counted.get(basis, 0) + 1
-            row = StepRow(step, epoch, -1, pid, k, t0, t1, t1 - t0, 0, True, compute_end_ns=end,
+            row = StepRow(step, epoch, -1, pid, k, t0, t1, (t1 - t0) - _fetch_off(meta.marks), 0, True,
+                          compute_end_ns=end,
                           batch=len(metas), own_wait_ns=meta.own_ns, own_rest_ns=max(0, rest_end - t1))
             if end:  # ended (_end_step's rule); an open one gets its h2d when it ends
                 row.h2d_start_ns = row.h2d_end_ns = t1
