@@ -621,10 +621,8 @@ class Session:
             t0 = _perf()
             try:
                 data = orig(it)
-            except BaseException as e:  # the epoch's end, or the job's own error: the previous step ended at t0
-                if isinstance(e, StopIteration):
-                    self._epoch_done = True
-                self._end_step(t0)
+            except BaseException as e:
+                self._wait_raised(e, t0)
                 raise
             t1 = _perf()
             lean = holder[0]
@@ -698,10 +696,8 @@ class Session:
         row.wait_start_ns = t0
         try:
             data = orig(it)
-        except BaseException as e:  # the epoch's end, or the job's own error: the previous step ended at t0
-            if isinstance(e, StopIteration):
-                self._epoch_done = True
-            self._end_step(t0)
+        except BaseException as e:
+            self._wait_raised(e, t0)
             raise
         if inthread:  # the end's clocks in the opposite order (clocks.snapshot says why)
             c1 = _cpu() if c0 >= 0 else -1
@@ -710,6 +706,12 @@ class Session:
         else:
             t1, c1, q1 = clocks.sched_snapshot(end=True)
         return self._after_wait(row, data, holder, t0, t1, c0, c1, q0, q1)
+
+    def _wait_raised(self, e: BaseException, t0: int) -> None:
+        """next() raised: the epoch's end (StopIteration) or the job's own error. The previous step ended at ``t0``."""
+        if isinstance(e, StopIteration):
+            self._epoch_done = True
+        self._end_step(t0)
 
     def _after_wait(self, row: StepRow, data: Any, holder: Any, t0: int, t1: int, c0: int, c1: int, q0: int,
                     q1: int) -> Any:
