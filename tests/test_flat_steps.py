@@ -17,9 +17,9 @@ from profiler.instrument import session as session_mod
 
 pytestmark = pytest.mark.xdist_group("flat_steps")
 
-# 25 batches an epoch, the last of 4: a new iterator's first QUIET_AFTER fetches are never lean (clocks.quiet), so an
-# epoch needs more than that for flat steps
-N, BATCH = 196, 8
+# 50 batches an epoch, the last of 4: a new iterator's first QUIET_AFTER (16) fetches are never lean (clocks.quiet),
+# so an epoch needs more than that for flat steps, and on a loaded machine some stretches never start
+N, BATCH = 396, 8
 WEIGHT = torch.randn(16, 16)
 
 
@@ -53,9 +53,9 @@ def _count_flat(monkeypatch: pytest.MonkeyPatch, flat: bool = True) -> list[int]
     return kept
 
 
-def _record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flat: bool, steps: int = 60,
+def _record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flat: bool, steps: int = 150,
             h2d: bool = False) -> tuple[Any, int]:
-    """The record of a light loop over three epochs and how many of its steps were kept flat."""
+    """The record of a light loop over four epochs and how many of its steps were kept flat."""
     kept = _count_flat(monkeypatch, flat)
     loader = _loader()
     with profiler.profile(out=str(tmp_path / ("flat" if flat else "rows")), warmup=3, steps=steps, plots=False,
@@ -83,9 +83,11 @@ def test_flat_steps_record_what_step_by_step_recording_does(tmp_path: Path, monk
     assert kept > 0 and none_kept == 0  # the comparison is between the two paths
     assert _structure(flat) == _structure(rows)
     s = flat.timeline["steps"]
-    assert s["samples"][:25] == [8] * 24 + [4]  # the batch's own count, the short last batch too
-    assert flat.window["steps"] == 60 and flat.window["samples"] == rows.window["samples"]
-    assert all(v > 0 for v in s["profiler_wait"])  # the fetch's own time, flat or not, taken out of the wait
+    assert s["samples"][:50] == [8] * 49 + [4]  # the batch's own count, the short last batch too
+    assert flat.window["steps"] == 150 and flat.window["samples"] == rows.window["samples"]
+    # the fetch's own time, flat or not, kept to be taken out of the wait (a lean fetch's can be under the record's
+    # 1 µs resolution)
+    assert all(v >= 0 for v in s["profiler_wait"]) and sum(s["profiler_wait"]) > 0
     assert not flat.partial
 
 
@@ -114,7 +116,7 @@ def test_an_h2d_stage_inside_flat_steps_is_timed(tmp_path: Path, monkeypatch: py
     assert kept > 0  # each taken as a row by the stage, as the step it is
     s = rec.timeline["steps"]
     measured = [i for i, m in enumerate(s["measured"]) if m]
-    assert len(measured) == 60
+    assert len(measured) == 150
     for i in measured:
         assert s["wait_end"][i] <= s["h2d_start"][i] < s["h2d_end"][i] <= s["compute_end"][i]
 
@@ -123,14 +125,14 @@ def test_a_run_interrupted_among_flat_steps_keeps_them(tmp_path: Path, monkeypat
     kept = _count_flat(monkeypatch)
     loader = _loader()
     with pytest.raises(KeyboardInterrupt):
-        with profiler.profile(out=str(tmp_path / "out"), warmup=3, steps=200, plots=False, quiet=True) as run:
+        with profiler.profile(out=str(tmp_path / "out"), warmup=3, steps=500, plots=False, quiet=True) as run:
             for n, (x, _y) in enumerate(x for _ in range(4) for x in loader):
-                if n == 70:  # the 21st batch of the third epoch: its lean fetches have begun
+                if n == 120:  # the 21st batch of the third epoch: its lean fetches have begun
                     raise KeyboardInterrupt
                 _step(x)
     rec = run.record
     assert rec is not None and rec.partial and kept[0] > 0
     s = rec.timeline["steps"]
-    assert s["step"] == list(range(71))  # the one under way when it was interrupted too, ended then
+    assert s["step"] == list(range(121))  # the one under way when it was interrupted too, ended then
     assert s["compute_end"][-1] >= s["wait_end"][-1] > s["compute_end"][-2]
-    assert rec.window["steps"] == 68 and sum(s["samples"]) == rec.window["samples"] + 3 * BATCH
+    assert rec.window["steps"] == 118 and sum(s["samples"]) == rec.window["samples"] + 3 * BATCH

@@ -182,7 +182,7 @@ def test_the_record_carries_its_own_cost(light: RunRecord) -> None:
     timed = [i for i in measured if st["batch"][i] not in untimed]
     assert timed  # the full fetches (every 16th, and those after one that left its core)
     assert all(st["profiler_wait"][i] >= 32 * per_call_s * 0.99 for i in timed)
-    assert all(st["profiler_wait"][i] > 0 for i in measured)
+    assert all(st["profiler_wait"][i] >= 0 for i in measured)  # a lean fetch's can be under the record's 1 µs
     assert all(0 <= st["profiler_wait"][i] <= st["wait_end"][i] - st["wait_start"][i] + 1e-6 for i in measured)
     assert all(v >= 0 for v in st["profiler_rest"])
     prof = light.stall["profiler"]
