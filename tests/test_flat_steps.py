@@ -136,3 +136,25 @@ def test_a_run_interrupted_among_flat_steps_keeps_them(tmp_path: Path, monkeypat
     assert s["step"] == list(range(121))  # the one under way when it was interrupted too, ended then
     assert s["compute_end"][-1] >= s["wait_end"][-1] > s["compute_end"][-2]
     assert rec.window["steps"] == 118 and sum(s["samples"]) == rec.window["samples"] + 3 * BATCH
+
+
+def test_flat_steps_beyond_the_detail_fold_into_the_tail_totals(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long run keeps its first DETAIL_STEPS in detail and the rest as totals: flat steps there are folded every
+    FLAT_FOLD_EVERY (here 16, so that several folds happen), with the same totals as steps folded one by one."""
+    monkeypatch.setattr(session_mod, "DETAIL_STEPS", 20)
+    monkeypatch.setattr(session_mod, "FLAT_FOLD_EVERY", 16)
+    flat, kept = _record(tmp_path, monkeypatch, flat=True)
+    rows, _ = _record(tmp_path, monkeypatch, flat=False)
+    assert kept > 0
+    for rec in (flat, rows):
+        s, tail = rec.timeline["steps"], rec.timeline["tail"]
+        assert tail["steps"] == 130 and tail["detail_steps"] == 20 and rec.window["steps"] == 150
+        assert len(s["step"]) == 23 and s["step"] == list(range(23))  # warm-up and detail only
+        assert sum(tail["hist_us_log2"]["wait"]) == sum(tail["hist_us_log2"]["compute"]) == 130
+        assert tail["idle_s"] == tail["wait_s"] > 0 and tail["profiler_wait_s"] > 0
+        assert tail["start_s"] == s["compute_end"][-1] < tail["end_s"]  # the first tail step began where the last
+        # detail step ended
+        assert rec.window["samples"] == sum(s["samples"][3:]) + tail["samples"]
+    assert flat.timeline["tail"]["samples"] == rows.timeline["tail"]["samples"]
+    assert _structure(flat) == _structure(rows)

@@ -90,6 +90,9 @@ MAX_FOLDERS = 256
 # code and data then fill the caches), cost ~18 µs of its ~45 µs per batch on the 2-core VM, where the same figures
 # kept flat cost a few (scripts/bench_overhead_light.py, alternated in one process). Every other step, and every step
 # on CUDA, is recorded as it happens.
+# In the tail (beyond DETAIL_STEPS), flat steps are folded into its totals every this many: a long run's memory stays
+# bounded (a flat step is ~300 bytes) and the fold, a few ms, is a fraction of a per cent of the steps it folds.
+FLAT_FOLD_EVERY = 1024
 _NOT_INTHREAD: Any = object()  # Session._inthread's answer for an iterator with workers (or not profiled)
 
 
@@ -400,7 +403,7 @@ class Session:
             return self._other_next(it, orig)
         step = self._n_steps
         if self._fast and holder.__class__ is list and self._wait_cpu_probe > 0 \
-                and self._measured_done + 1 < self.steps and step - self.warmup < self.detail_steps:
+                and self._measured_done + 1 < self.steps:
             # The steady state of a num_workers=0 loader (FAST_STEPS): the window open, host clocks, not its last
             # step, the wait's on-CPU clock derived from the fetch's (WAIT_CPU_PROBE).
             self._wait_cpu_probe -= 1
@@ -413,8 +416,9 @@ class Session:
             t1 = _perf()
             lean = holder[0]
             if data.__class__ is Instrumented or lean is None or lean[0] < t0:  # not a lean batch: a row, as below
-                return self._after_wait(StepRow(step, len(self.epochs) - 1, -1, self._pid, 0, t0, 0, 0, 0, True),
-                                        data, holder, t0, t1, -1, -1, 0, 0)
+                row = StepRow(step, len(self.epochs) - 1, -1, self._pid, 0, t0, 0, 0, 0, True,
+                              tail=step - self.warmup >= self.detail_steps)
+                return self._after_wait(row, data, holder, t0, t1, -1, -1, 0, 0)
             f = self._open_flat
             if f is not None:  # the previous step ends here (_end_step's flat case, written out)
                 f[7] = t0
@@ -429,8 +433,15 @@ class Session:
             if not epoch.first_batch_ns:
                 epoch.first_batch_ns = t1
             n = count_samples(data, self.loader.batch_size)  # type: ignore[union-attr]
+            flat = self._flat
+            if len(flat) >= FLAT_FOLD_EVERY and step - self.warmup > self.detail_steps:
+                # In the tail, the ended flat steps go into its totals (memory stays bounded); in this step's own
+                # bookkeeping time, which is measured (own_rest_ns).
+                self._open_flat = None
+                self._materialize()
+                flat = self._flat
             self._open_flat = f = [step, len(epochs) - 1, t0, t1, n, lean, 0, 0]
-            self._flat.append(f)
+            flat.append(f)
             if self.on_step is not None:
                 self.on_step(True, t0, t1, n[0] if n is not None else lean[5] or 1)
             f[6] = _perf()  # the end of its bookkeeping (own_rest_ns)
@@ -590,13 +601,16 @@ class Session:
 
     def _materialize(self) -> None:
         """The flat steps (FAST_STEPS) as the step rows and BatchMetas every other step has, in step order: at the
-        window's close, or where a step's row is needed before (an h2d stage, a restart on another loader)."""
+        window's close, every FLAT_FOLD_EVERY flat steps, or where a step's row is needed (an h2d stage, a restart on
+        another loader). A step beyond the detail (DETAIL_STEPS) goes into the tail's totals, as it would have at its
+        end (its row and record are not kept)."""
         flat = self._flat
         if not flat:
             return
         self._flat = []
         pid, metas, counted, rows = self._pid, self.metas, self._basis, []
         open_flat, self._open_flat = self._open_flat, None
+        first_tail = self.warmup + self.detail_steps
         for f in flat:
             step, epoch, t0, t1, n, lean, rest_end, end = f
             meta = lean_meta(lean, pid)
@@ -607,16 +621,23 @@ class Session:
             else:
                 k, basis = 1, BASIS_STEP
             counted[basis] = counted.get(basis, 0) + 1
+            tail = step >= first_tail
             row = StepRow(step, epoch, -1, pid, k, t0, t1, (t1 - t0) - fetch_off_core_ns(meta.marks), 0, True,
-                          compute_end_ns=end,
-                          batch=len(metas), own_wait_ns=meta.own_ns, own_rest_ns=max(0, rest_end - t1))
+                          compute_end_ns=end, batch=-1 if tail else len(metas), tail=tail,
+                          own_wait_ns=meta.own_ns, own_rest_ns=max(0, rest_end - t1))
             if end:  # ended (_end_step's rule); an open one gets its h2d when it ends
                 row.h2d_start_ns = row.h2d_end_ns = t1
-            metas.append(meta)
-            rows.append(row)
             if f is open_flat:
                 self._open_row = row
+            elif tail:  # _end_step's fold, for a step that ended flat
+                row.idle_ns = t1 - t0
+                self.tail.add(row)
+            if not tail:
+                metas.append(meta)
+                rows.append(row)
         self._pids.add(pid)
+        if not rows:
+            return
         self.rows.extend(rows)
         self.rows.sort(key=step_of)
         # Batches listed in the order of their steps, as they arrived (a flat step's BatchMeta is made after the rows

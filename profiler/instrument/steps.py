@@ -51,7 +51,7 @@ class Tail:
         self.main_runq_ns += r.main_runq_ns
         self.own_wait_ns += r.own_wait_ns
         self.own_rest_ns += r.own_rest_ns
-        if not self.first_ns:
+        if not self.first_ns or r.wait_start_ns < self.first_ns:  # flat steps are folded after later ones
             self.first_ns = r.wait_start_ns
         if r.compute_end_ns > self.last_ns:
             self.last_ns = r.compute_end_ns
