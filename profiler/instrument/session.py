@@ -638,15 +638,19 @@ class Session:
         self._pids.add(pid)
         if not rows:
             return
+        # Rows made on the way for steps after the first flat one (the full fetches) put them out of order; a step
+        # made a row by its h2d stage comes after all the others (no sort: that is once per step).
+        later = bool(self.rows) and self.rows[-1].step > rows[0].step
         self.rows.extend(rows)
+        if not later:
+            return
         self.rows.sort(key=step_of)
         # Batches listed in the order of their steps, as they arrived (a flat step's BatchMeta is made after the rows
         # of the steps that came later).
         order = [r.batch for r in self.rows if r.batch >= 0]
-        if order != sorted(order):
-            self.metas = [metas[b] for b in order]
-            for i, r in enumerate(r for r in self.rows if r.batch >= 0):
-                r.batch = i
+        self.metas = [metas[b] for b in order]
+        for i, r in enumerate(r for r in self.rows if r.batch >= 0):
+            r.batch = i
 
     # --- window ---------------------------------------------------------------------------------------------------
     def _open_window(self, t0_ns: int) -> None:
