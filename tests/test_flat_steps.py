@@ -38,17 +38,23 @@ def _count_flat(monkeypatch: pytest.MonkeyPatch, flat: bool = True) -> list[int]
     happens)."""
     kept = [0]
     materialize = session_mod.Session._materialize
+    materialize_open = session_mod.Session._materialize_open
     open_window = session_mod.Session._open_window
 
     def counting(self: Any) -> None:
-        kept[0] += len(self._flat)
+        kept[0] += len(self._flat) - self._flat_done
         materialize(self)
+
+    def counting_open(self: Any) -> None:  # the open one, made a row by its h2d stage
+        kept[0] += self._open_flat is not None
+        materialize_open(self)
 
     def window(self: Any, t0_ns: int) -> None:
         open_window(self, t0_ns)
         self._fast = self._fast and flat
 
     monkeypatch.setattr(session_mod.Session, "_materialize", counting)
+    monkeypatch.setattr(session_mod.Session, "_materialize_open", counting_open)
     monkeypatch.setattr(session_mod.Session, "_open_window", window)
     return kept
 
@@ -158,3 +164,71 @@ def test_flat_steps_beyond_the_detail_fold_into_the_tail_totals(tmp_path: Path,
         assert rec.window["samples"] == sum(s["samples"][3:]) + tail["samples"]
     assert flat.timeline["tail"]["samples"] == rows.timeline["tail"]["samples"]
     assert _structure(flat) == _structure(rows)
+
+
+def test_an_interrupt_inside_the_flat_steps_pass_loses_none_of_them(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C (or SIGTERM under ``profiler run``) can land while the window's close makes the flat steps' rows: the
+    run stops, and the close, called again, goes on from where it was, with every step recorded once."""
+    kept = _count_flat(monkeypatch)
+    lean_meta, materialize = session_mod.lean_meta, session_mod.Session._materialize
+    calls = {"inside": False, "made": 0, "raised": False}
+
+    def interrupted(out: Any, pid: int) -> Any:
+        if calls["inside"] and not calls["raised"]:
+            calls["made"] += 1
+            if calls["made"] == 5:  # the fifth flat step's record: the four before it are made
+                calls["raised"] = True
+                raise KeyboardInterrupt
+        return lean_meta(out, pid)
+
+    def watched(self: Any) -> None:
+        calls["inside"] = True
+        try:
+            materialize(self)
+        finally:
+            calls["inside"] = False
+
+    monkeypatch.setattr(session_mod, "lean_meta", interrupted)
+    monkeypatch.setattr(session_mod.Session, "_materialize", watched)
+    loader = _loader()
+    with pytest.raises(KeyboardInterrupt):
+        with profiler.profile(out=str(tmp_path / "out"), warmup=3, steps=150, plots=False, quiet=True) as run:
+            for _ in range(4):
+                for x, _y in loader:
+                    _step(x)
+    rec = run.record
+    assert calls["raised"] and kept[0] > 5 and rec is not None
+    s = rec.timeline["steps"]
+    assert s["step"] == list(range(153)) and rec.window["steps"] == 150
+    assert rec.timeline["batches"]["batch"] == list(range(153)) == s["batch"]
+
+
+class _Lazy:
+    """A batch that says its shape on demand, and fails to once (a lazily built batch whose build went wrong)."""
+
+    made = 0
+
+    def __init__(self, x: torch.Tensor) -> None:
+        _Lazy.made += 1
+        self.x, self.k = x, _Lazy.made
+
+    @property
+    def shape(self) -> torch.Size:
+        if self.k == 80:
+            raise RuntimeError("the batch could not be built")
+        return self.x.shape
+
+
+def test_a_batch_that_fails_to_say_its_shape_is_not_the_jobs_error(tmp_path: Path) -> None:
+    g = torch.Generator().manual_seed(0)
+    loader = DataLoader(TensorDataset(torch.randn(N, 16, generator=g)), batch_size=BATCH,
+                        collate_fn=lambda items: _Lazy(torch.stack([x for (x,) in items])))
+    with profiler.profile(out=str(tmp_path / "out"), warmup=3, steps=150, plots=False, quiet=True) as run:
+        for _ in range(4):
+            for b in loader:  # the profiler asks every batch its shape; the job never does
+                _step(b.x)
+    rec = run.record
+    assert rec is not None and not rec.partial and rec.window["steps"] == 150
+    s = rec.timeline["steps"]
+    assert s["step"] == list(range(153)) and all(k in (4, 8) for k in s["samples"])  # that one counted by its calls

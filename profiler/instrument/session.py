@@ -151,6 +151,8 @@ class Session:
         # answer, the fetch's LeanOut, the end of the step's bookkeeping, its end (0: open)]; the open one; whether
         # the open window takes them (host clocks).
         self._flat: list[list[Any]] = []
+        self._flat_done = 0  # of _flat, the entries already recorded (_materialize)
+        self._rows_unsorted = False  # rows appended out of step order (_materialize)
         self._open_flat: list[Any] | None = None
         self._fast = False
         self._h2d: tuple[StepRow, int] | None = None
@@ -218,8 +220,11 @@ class Session:
         name, thread or moment is not timed (None)."""
         if threading.current_thread() is not self._main_thread or name != "h2d":
             return None
-        if self._open_flat is not None:  # the step needs its row now
-            self._materialize()
+        if self._open_flat is not None:  # the step needs its row now: made here, in its own bookkeeping time
+            t = time.perf_counter_ns()
+            self._materialize_open()
+            if self._open_row is not None:
+                self._open_row.own_rest_ns += time.perf_counter_ns() - t
         if self._open_row is None:
             return None
         row = self._open_row
@@ -358,7 +363,7 @@ class Session:
         self.rows, self.metas, self.tail, self.tail_skipped, self.read_from = [], [], Tail(), [], {}
         self._n_steps = self._measured_done = 0
         self._open_row, self._h2d, self.cuda, self.window_start_ns = None, None, None, 0
-        self._flat, self._open_flat, self._fast = [], None, False
+        self._flat, self._flat_done, self._rows_unsorted, self._open_flat, self._fast = [], 0, False, None, False
         self._basis = {}
         self.restarts += 1
         self._adopt(loader, it, o.sites, o.iter_ns, o.iter_ns,
@@ -388,7 +393,10 @@ class Session:
         e.steps += 1
         e.wait_ns += t1 - t0
         e.last_ns = t1
-        n = count_samples(batch, e.batch_size)
+        try:
+            n = count_samples(batch, e.batch_size)
+        except Exception:  # noqa: BLE001 - a batch type that fails to say its shape: never the job's error
+            n = None
         e.samples += n[0] if n is not None else (e.batch_size or 1)
         return batch
 
@@ -422,6 +430,7 @@ class Session:
             f = self._open_flat
             if f is not None:  # the previous step ends here (_end_step's flat case, written out)
                 f[7] = t0
+                self._open_flat = None
                 self._measured_done += 1
             elif self._open_row is not None:
                 self._end_step(t0)
@@ -432,16 +441,19 @@ class Session:
             epoch = epochs[-1]
             if not epoch.first_batch_ns:
                 epoch.first_batch_ns = t1
-            n = count_samples(data, self.loader.batch_size)  # type: ignore[union-attr]
+            try:
+                n = count_samples(data, self.loader.batch_size)  # type: ignore[union-attr]
+            except Exception:  # noqa: BLE001 - a batch type that fails to say its shape: never the job's error
+                n = None
             flat = self._flat
             if len(flat) >= FLAT_FOLD_EVERY and step - self.warmup > self.detail_steps:
                 # In the tail, the ended flat steps go into its totals (memory stays bounded); in this step's own
                 # bookkeeping time, which is measured (own_rest_ns).
-                self._open_flat = None
                 self._materialize()
                 flat = self._flat
-            self._open_flat = f = [step, len(epochs) - 1, t0, t1, n, lean, 0, 0]
+            f = [step, len(epochs) - 1, t0, t1, n, lean, 0, 0]
             flat.append(f)
+            self._open_flat = f  # after the append: an interrupt in between leaves it an unended step, not counted
             if self.on_step is not None:
                 self.on_step(True, t0, t1, n[0] if n is not None else lean[5] or 1)
             f[6] = _perf()  # the end of its bookkeeping (own_rest_ns)
@@ -539,7 +551,10 @@ class Session:
             meta = lean_meta(lean, self._pid) if lean is not None and lean[0] >= t0 else None
         # The step's samples: what the batch holds; else what the dataset calls returned; else one per step.
         li = self.loader
-        n = count_samples(batch, li.batch_size if li is not None else None)
+        try:
+            n = count_samples(batch, li.batch_size if li is not None else None)
+        except Exception:  # noqa: BLE001 - a batch type that fails to say its shape: never the job's error
+            n = None
         if n is not None:
             row.n_samples, basis = n
         elif meta is not None and meta.n_items:
@@ -601,56 +616,79 @@ class Session:
 
     def _materialize(self) -> None:
         """The flat steps (FAST_STEPS) as the step rows and BatchMetas every other step has, in step order: at the
-        window's close, every FLAT_FOLD_EVERY flat steps, or where a step's row is needed (an h2d stage, a restart on
-        another loader). A step beyond the detail (DETAIL_STEPS) goes into the tail's totals, as it would have at its
-        end (its row and record are not kept)."""
+        window's close, every FLAT_FOLD_EVERY flat steps in the tail, or before a restart on another loader. A step
+        beyond the detail (DETAIL_STEPS) goes into the tail's totals, as it would have at its end (its row and record
+        are not kept).
+
+        Resumable: a signal (Ctrl-C, SIGTERM under ``profiler run``) can land anywhere in it, and the run then stops
+        and calls it again from the window's close. ``_flat_done`` counts the entries already recorded, and each one
+        is counted done before it is recorded, so an interrupted pass loses at most the step in flight, as a step
+        recorded on the way can be lost, and never records one twice; the rows are sorted once they all are."""
         flat = self._flat
-        if not flat:
+        for i in range(self._flat_done, len(flat)):
+            made = self._flat_row(flat[i])
+            self._flat_done = i + 1
+            self._keep_flat_row(flat[i], *made)
+        self._flat, self._flat_done = [], 0
+        if self._rows_unsorted:
+            self._sort_rows()
+
+    def _materialize_open(self) -> None:
+        """The open flat step as a row now (its h2d stage needs one); the other flat steps stay flat."""
+        f, flat = self._open_flat, self._flat
+        if f is None or not flat or flat[-1] is not f or len(flat) <= self._flat_done:
+            self._materialize()
             return
-        self._flat = []
-        pid, metas, counted, rows = self._pid, self.metas, self._basis, []
-        open_flat, self._open_flat = self._open_flat, None
-        first_tail = self.warmup + self.detail_steps
-        for f in flat:
-            step, epoch, t0, t1, n, lean, rest_end, end = f
-            meta = lean_meta(lean, pid)
-            if n is not None:
-                k, basis = n
-            elif lean[5]:
-                k, basis = lean[5], BASIS_CALLS
-            else:
-                k, basis = 1, BASIS_STEP
-            counted[basis] = counted.get(basis, 0) + 1
-            tail = step >= first_tail
-            row = StepRow(step, epoch, -1, pid, k, t0, t1, (t1 - t0) - fetch_off_core_ns(meta.marks), 0, True,
-                          compute_end_ns=end, batch=-1 if tail else len(metas), tail=tail,
-                          own_wait_ns=meta.own_ns, own_rest_ns=max(0, rest_end - t1))
-            if end:  # ended (_end_step's rule); an open one gets its h2d when it ends
-                row.h2d_start_ns = row.h2d_end_ns = t1
-            if f is open_flat:
-                self._open_row = row
-            elif tail:  # _end_step's fold, for a step that ended flat
-                row.idle_ns = t1 - t0
-                self.tail.add(row)
-            if not tail:
-                metas.append(meta)
-                rows.append(row)
-        self._pids.add(pid)
-        if not rows:
-            return
-        # Rows made on the way for steps after the first flat one (the full fetches) put them out of order; a step
-        # made a row by its h2d stage comes after all the others (no sort: that is once per step).
-        later = bool(self.rows) and self.rows[-1].step > rows[0].step
-        self.rows.extend(rows)
-        if not later:
-            return
+        made = self._flat_row(f)
+        flat.pop()
+        self._keep_flat_row(f, *made)
+
+    def _flat_row(self, f: list[Any]) -> tuple[StepRow, BatchMeta, str]:
+        """A flat step's row, its batch's BatchMeta and its samples' basis (nothing recorded yet)."""
+        step, epoch, t0, t1, n, lean, rest_end, end = f
+        meta = lean_meta(lean, self._pid)
+        if n is not None:
+            k, basis = n
+        elif lean[5]:
+            k, basis = lean[5], BASIS_CALLS
+        else:
+            k, basis = 1, BASIS_STEP
+        tail = step >= self.warmup + self.detail_steps
+        row = StepRow(step, epoch, -1, self._pid, k, t0, t1, (t1 - t0) - fetch_off_core_ns(meta.marks), 0, True,
+                      compute_end_ns=end, batch=-1 if tail else len(self.metas), tail=tail,
+                      own_wait_ns=meta.own_ns, own_rest_ns=max(0, rest_end - t1))
+        if end:  # ended (_end_step's rule); an open one gets its h2d when it ends
+            row.h2d_start_ns = row.h2d_end_ns = t1
+        return row, meta, basis
+
+    def _keep_flat_row(self, f: list[Any], row: StepRow, meta: BatchMeta, basis: str) -> None:
+        """Record a flat step made a row: its basis counted, the row kept (or, in the tail, folded into the totals
+        once ended), the open one made the open row."""
+        self._basis[basis] = self._basis.get(basis, 0) + 1
+        self._pids.add(self._pid)
+        if f is self._open_flat:
+            self._open_row, self._open_flat = row, None
+        elif row.tail:  # _end_step's fold, for a step that ended flat
+            row.idle_ns = row.wait_end_ns - row.wait_start_ns
+            self.tail.add(row)
+        if not row.tail:
+            rows = self.rows
+            if rows and rows[-1].step > row.step:
+                self._rows_unsorted = True
+            self.metas.append(meta)
+            rows.append(row)
+
+    def _sort_rows(self) -> None:
+        """Rows in step order, and their batches numbered in that order, as they arrived. Rows made on the way for
+        steps after a flat one (the full fetches) are out of order until the flat ones are made; a step made a row by
+        its h2d stage comes after all the others (no sort, which would be once per step)."""
         self.rows.sort(key=step_of)
-        # Batches listed in the order of their steps, as they arrived (a flat step's BatchMeta is made after the rows
-        # of the steps that came later).
+        metas = self.metas
         order = [r.batch for r in self.rows if r.batch >= 0]
         self.metas = [metas[b] for b in order]
         for i, r in enumerate(r for r in self.rows if r.batch >= 0):
             r.batch = i
+        self._rows_unsorted = False
 
     # --- window ---------------------------------------------------------------------------------------------------
     def _open_window(self, t0_ns: int) -> None:
