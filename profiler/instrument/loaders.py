@@ -74,44 +74,47 @@ def count_samples(batch: Any, batch_size: int | None = None) -> tuple[int, str] 
     of uncollated samples (``collate_fn=lambda b: b``) counts by its length; ``batch_size`` only breaks the tie of a
     list of same-shaped tensors, which is either a collated ``(x, y)`` pair or a list of samples.
     """
-    cls = batch.__class__
-    if (cls is list or cls is tuple) and len(batch) == 2 and batch_size != 2:
-        # The commonest batch of all, (x, y) of tensors, with the fewest steps (this runs once per step).
-        x, y = batch
-        if x.__class__ is _Tensor and y.__class__ is _Tensor:
-            sx, sy = x.shape, y.shape
-            if sx and sy and sx[0] == sy[0]:
-                return int(sx[0]), BASIS_BATCH
-    if (cls is tuple or (cls is list and len(batch) != batch_size)) and 0 < len(batch) <= MAX_VISITS:
-        # The common collated batch, (x, y) of tensors (default_collate makes it a list), counted without the walk
-        # (the same answer, once per step); a list as long as batch_size may be uncollated samples: judged below.
-        first = -1
-        for e in batch:
-            shape = e.shape if e.__class__ is _Tensor else None
-            if shape is None or not len(shape) or (first >= 0 and shape[0] != first):
-                break
-            first = shape[0]
-        else:
-            return int(first), BASIS_BATCH
-    if isinstance(batch, list) and batch:
-        head = batch[:MAX_VISITS]  # bounded: a list of 100k uncollated samples is judged by its first ones
-        if all(isinstance(e, (Mapping, tuple, list)) for e in head) and len({type(e) for e in head}) == 1:
-            return len(batch), BASIS_LENGTH
-        if batch_size is not None and len(batch) == batch_size:
-            firsts: list[int] = []
-            for e in batch[:MAX_VISITS]:
-                _leading_dims(e, MAX_DEPTH, firsts, [1])
-            if len(firsts) == len(batch) and any(d != batch_size for d in firsts):
+    try:  # a batch type that fails to say its shape (a lazy batch whose build failed) is not the job's error
+        cls = batch.__class__
+        if (cls is list or cls is tuple) and len(batch) == 2 and batch_size != 2:
+            # The commonest batch of all, (x, y) of tensors, with the fewest steps (this runs once per step).
+            x, y = batch
+            if x.__class__ is _Tensor and y.__class__ is _Tensor:
+                sx, sy = x.shape, y.shape
+                if sx and sy and sx[0] == sy[0]:
+                    return int(sx[0]), BASIS_BATCH
+        if (cls is tuple or (cls is list and len(batch) != batch_size)) and 0 < len(batch) <= MAX_VISITS:
+            # The common collated batch, (x, y) of tensors (default_collate makes it a list), counted without the walk
+            # (the same answer, once per step); a list as long as batch_size may be uncollated samples: judged below.
+            first = -1
+            for e in batch:
+                shape = e.shape if e.__class__ is _Tensor else None
+                if shape is None or not len(shape) or (first >= 0 and shape[0] != first):
+                    break
+                first = shape[0]
+            else:
+                return int(first), BASIS_BATCH
+        if isinstance(batch, list) and batch:
+            head = batch[:MAX_VISITS]  # bounded: a list of 100k uncollated samples is judged by its first ones
+            if all(isinstance(e, (Mapping, tuple, list)) for e in head) and len({type(e) for e in head}) == 1:
                 return len(batch), BASIS_LENGTH
-    dims: list[int] = []
-    _leading_dims(batch, 0, dims, [MAX_VISITS])
-    if not dims:
+            if batch_size is not None and len(batch) == batch_size:
+                firsts: list[int] = []
+                for e in batch[:MAX_VISITS]:
+                    _leading_dims(e, MAX_DEPTH, firsts, [1])
+                if len(firsts) == len(batch) and any(d != batch_size for d in firsts):
+                    return len(batch), BASIS_LENGTH
+        dims: list[int] = []
+        _leading_dims(batch, 0, dims, [MAX_VISITS])
+        if not dims:
+            return None
+        counts: dict[int, int] = {}
+        for d in dims:
+            counts[d] = counts.get(d, 0) + 1
+        best = max(counts.values())
+        return next(d for d in dims if counts[d] == best), BASIS_BATCH
+    except Exception:  # noqa: BLE001 - counted on another basis by the caller
         return None
-    counts: dict[int, int] = {}
-    for d in dims:
-        counts[d] = counts.get(d, 0) + 1
-    best = max(counts.values())
-    return next(d for d in dims if counts[d] == best), BASIS_BATCH
 
 
 # --- where in the user's code ------------------------------------------------------------------------------------

@@ -155,7 +155,6 @@ class Session:
         self._rows_unsorted = False  # rows appended out of step order (_materialize)
         self._open_flat: list[Any] | None = None
         self._fast = False
-        self._h2d: tuple[StepRow, int] | None = None
         self.window_start_ns = 0
         self.window_end_ns = 0
         self.closed = False
@@ -362,7 +361,7 @@ class Session:
         del self._other_entry[loader]
         self.rows, self.metas, self.tail, self.tail_skipped, self.read_from = [], [], Tail(), [], {}
         self._n_steps = self._measured_done = 0
-        self._open_row, self._h2d, self.cuda, self.window_start_ns = None, None, None, 0
+        self._open_row, self.cuda, self.window_start_ns = None, None, 0
         self._flat, self._flat_done, self._rows_unsorted, self._open_flat, self._fast = [], 0, False, None, False
         self._basis = {}
         self.restarts += 1
@@ -393,10 +392,7 @@ class Session:
         e.steps += 1
         e.wait_ns += t1 - t0
         e.last_ns = t1
-        try:
-            n = count_samples(batch, e.batch_size)
-        except Exception:  # noqa: BLE001 - a batch type that fails to say its shape: never the job's error
-            n = None
+        n = count_samples(batch, e.batch_size)
         e.samples += n[0] if n is not None else (e.batch_size or 1)
         return batch
 
@@ -441,10 +437,7 @@ class Session:
             epoch = epochs[-1]
             if not epoch.first_batch_ns:
                 epoch.first_batch_ns = t1
-            try:
-                n = count_samples(data, self.loader.batch_size)  # type: ignore[union-attr]
-            except Exception:  # noqa: BLE001 - a batch type that fails to say its shape: never the job's error
-                n = None
+            n = count_samples(data, self.loader.batch_size)  # type: ignore[union-attr]
             flat = self._flat
             if len(flat) >= FLAT_FOLD_EVERY and step - self.warmup > self.detail_steps:
                 # In the tail, the ended flat steps go into its totals (memory stays bounded); in this step's own
@@ -551,10 +544,7 @@ class Session:
             meta = lean_meta(lean, self._pid) if lean is not None and lean[0] >= t0 else None
         # The step's samples: what the batch holds; else what the dataset calls returned; else one per step.
         li = self.loader
-        try:
-            n = count_samples(batch, li.batch_size if li is not None else None)
-        except Exception:  # noqa: BLE001 - a batch type that fails to say its shape: never the job's error
-            n = None
+        n = count_samples(batch, li.batch_size if li is not None else None)
         if n is not None:
             row.n_samples, basis = n
         elif meta is not None and meta.n_items:
@@ -710,7 +700,7 @@ class Session:
 
     def _end_step(self, t_ns: int) -> None:
         f = self._open_flat
-        if f is not None:  # a flat step (FAST_STEPS): measured, not in the tail, host clocks
+        if f is not None:  # a flat step (FAST_STEPS): measured, host clocks; made a row by _materialize
             self._open_flat = None
             f[7] = t_ns
             self._measured_done += 1

@@ -985,11 +985,9 @@ def inline_map_fetch(fetcher: Any, worker_id: int, close: bool | None = None) ->
             # light loop, for figures that are the same arithmetic done later (LEAN_OUT says more).
             out[0] = (w_entry, c_entry, w_in, t0, t1, n, c_out, (w_in - w_entry) + (_perf() - t1))
             return batch
-        span = t1 - t0
-        meta = BatchMeta(-1, pid, _PACK_LEAN.pack(w_in, t0, NO_CPU, -1, n),
-                         (w_in, c_entry + (w_in - w_entry), t0, c_out - span, 0, 0, 0, t0, t1, span, -1, -1, 0, 0, 0,
-                          0),
-                         events or (), pixels or (), skipped or (), opened=opened or _NO_FOLDERS, n_items=n)
+        meta = lean_meta((w_entry, c_entry, w_in, t0, t1, n, c_out, 0), pid)
+        meta.stage_events, meta.pixel_events, meta.skipped = events or (), pixels or (), skipped or ()
+        meta.opened = opened or _NO_FOLDERS
         _reuse_lean(rec, smp)  # handed to the record: the next batch gets its own
         meta.own_ns = (w_in - w_entry) + (_perf() - t1)
         return Instrumented(batch, meta)
