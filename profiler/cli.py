@@ -63,6 +63,7 @@ class _Parser(argparse.ArgumentParser):
     runs parse with."""
 
     run_parser: argparse.ArgumentParser
+    monitor_parser: argparse.ArgumentParser
 
     def error(self, message: str) -> NoReturn:
         print(f"profiler: error: {message} (see {self.prog} --help)", file=sys.stderr)
@@ -80,6 +81,7 @@ def build_parser() -> _Parser:
         parsers[c.name] = sub.add_parser(c.name, help=c.help, add_help=not c.own_argv)
         c.add_arguments(parsers[c.name])
     ap.run_parser = parsers["run"]
+    ap.monitor_parser = parsers["monitor"]
     return ap
 
 
@@ -115,13 +117,14 @@ def _main(argv: list[str] | None) -> int:
             return signals.exit_status(e)
     target, is_module, script_args = None, False, list[str]()
     try:
-        if argv and argv[0] == "run":
-            ours, target, is_module, script_args = split_run_argv(argv[1:], parser.run_parser)
-            argv = ["run", *ours]
+        if argv and argv[0] in ("run", "monitor"):
+            ours, target, is_module, script_args = split_run_argv(
+                argv[1:], parser.run_parser if argv[0] == "run" else parser.monitor_parser)
+            argv = [argv[0], *ours]
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse already printed its one-line usage error
         return int(e.code or 0) if e.code not in (None, 0) else 0
-    if args.command == "run":
+    if args.command in ("run", "monitor"):
         args.target, args.is_module, args.script_args = target, is_module, script_args
     if not args.command:
         parser.print_help()

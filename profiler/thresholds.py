@@ -211,3 +211,45 @@ GAIN_CLAIMED_FROM = 0.05
 # timed read stage, or read from the device: below 4 KiB per sample, the bytes are the profiler's own /proc readings,
 # pipes and imports, not data (an in-memory dataset measured ~50 B per sample).
 READS_FILES_FROM_BYTES = 4096
+
+# --- Monitor (profiler/monitor/: the whole job as windows) ----------------------------------------------------------
+# Steps per window by default: at a light job's ~1-3 ms per step a window is a few seconds, long enough that the cut's
+# own cost (a few ms: the window's timeline and attribution) is well under 1 % of it, short enough that a change is
+# placed within seconds to minutes of when it happened.
+MONITOR_WINDOW_STEPS = 1000
+# Steps of each window kept in full detail (per-sample spans, what splits the idle time by cause); the rest of the
+# window only as exact totals. 64 steps at batch 32 are ~2,000 dataset calls: shares stable to a few per cent.
+MONITOR_DETAIL_STEPS = 64
+# A change must persist this many windows in a row before it is called one: a single odd window (a GC pause, a
+# neighbour's burst, a checkpoint) is noise, two in a row is a regime. The change is placed at the first of them.
+MONITOR_PERSIST_WINDOWS = 2
+# Robust z threshold (|x - median| / (1.4826 * MAD) of the current regime's windows): 4 leaves a normal sample's
+# false-alarm rate near 6e-5 per window, and MAD ignores the outliers that a mean and standard deviation would chase.
+MONITOR_ROBUST_Z = 4.0
+# Baseline: the last this many windows of the current regime (median and MAD need a handful; more lags a slow drift).
+MONITOR_BASELINE_WINDOWS = 32
+# A throughput drop must also be at least this relative size: on a calm machine the MAD can be tiny, and a 3 % wobble
+# would otherwise pass the z test without mattering to anyone.
+MONITOR_MIN_DROP = 0.20
+# A cause change must move the new cause's share of the window by at least this much (absolute) over the baseline:
+# the verdict bands (5 %, 20 %) flip on a share that crosses them by a hair.
+MONITOR_MIN_SHARE_MOVE = 0.05
+# Memory growth: the tree's RSS above the regime's median by this share and by at least MONITOR_MEM_GROWTH_MIN_BYTES
+# (small jobs' RSS moves by tens of MB as the allocator settles; growth that ends in swap is hundreds of MB).
+MONITOR_MEM_GROWTH_SHARE = 0.25
+MONITOR_MEM_GROWTH_MIN_BYTES = 256 * 1024 * 1024
+# Periodic stalls: a window whose wait share is this much (absolute) above the job's running median is a stall spike;
+# three spikes whose spacings agree within MONITOR_PERIOD_TOLERANCE (relative) are periodic (a checkpoint every N
+# steps, a cache flush).
+MONITOR_SPIKE_FROM = 0.10
+MONITOR_PERIOD_TOLERANCE = 0.25
+# The record: at most this many windows; the newest MONITOR_FULL_WINDOWS stay at full resolution and older ones are
+# folded pairwise (windows around a change point are kept). 512 windows are ~1 MB of JSON: a week-long job's record
+# stays far under 20 MB.
+MONITOR_MAX_WINDOWS = 512
+MONITOR_FULL_WINDOWS = 128
+# Change points kept (the oldest go first): each holds its before/after windows (~4 kB).
+MONITOR_MAX_CHANGES = 200
+# monitor.json is rewritten at a cut at most this often (seconds): live `report` sees a record this fresh, and a
+# 1 MB write every few seconds would cost the job more than the monitor's 1 % budget.
+MONITOR_WRITE_EVERY_S = 10.0

@@ -16,7 +16,7 @@ import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import attach, compare, fit, report, run, sweep
+from . import attach, compare, fit, monitor, report, run, sweep
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,9 @@ class Command:
 COMMANDS: tuple[Command, ...] = (
     Command("run", "profile your own script (run SCRIPT / run -m MODULE) or the built-in pipeline",
             run.add_arguments, run.main),
+    Command("monitor", "watch the whole job (monitor SCRIPT / -m MODULE): windows, change points, "
+                       "TensorBoard/W&B/MLflow",
+            monitor.add_arguments, monitor.main),
     Command("report", "re-render terminal summary, plots, HTML and trace from a saved run.json",
             report.add_arguments, report.main),
     Command("compare", "compare runs (the first is the baseline)", compare.add_arguments, compare.main),

@@ -1,0 +1,194 @@
+"""The monitor around a job: one Session for the whole job, a cut every window, the record and the exporters.
+
+A cut runs inside the Session's on_step callback, on the main thread between two of the job's steps: it takes the
+window's steps out of the Session (windows.take), summarises them (windows.summarize), feeds the change detector,
+adds the window to the bounded record, hands the new window to the exporters and the terminal line, and rewrites
+monitor.json at most every MONITOR_WRITE_EVERY_S. Its own time is measured (``monitor_cost``) and counted in the
+window it ends. A failure of the monitor's own is one line and the job goes on unmonitored; it never raises into
+the job's ``next()``.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from .. import thresholds as th
+from .changes import ChangePoint, Detector
+from .procs import TreeCounters
+from .record import MonitorRecord
+from .windows import WindowSummary, summarize, take
+
+if TYPE_CHECKING:
+    from ..instrument.session import Session
+    from .exporters import Exporter
+
+#: The Session's own window never closes under the monitor: the job's end (or a signal) closes it.
+FOREVER = 1 << 62
+
+
+def _cores() -> float:
+    try:
+        return float(len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return float(os.cpu_count() or 1)
+
+
+class Monitor:
+    """Cuts windows out of a Session (``attach``), keeps the record, feeds the exporters and the status line."""
+
+    def __init__(self, out: Path, *, window_steps: int = th.MONITOR_WINDOW_STEPS, window_s: float | None = None,
+                 detail: int = th.MONITOR_DETAIL_STEPS, exporters: list[Exporter] | None = None,
+                 status: Callable[[WindowSummary, list[ChangePoint]], None] | None = None,
+                 job: dict[str, Any] | None = None, write_every_s: float = th.MONITOR_WRITE_EVERY_S,
+                 max_windows: int | None = None, full_windows: int | None = None):
+        if window_steps < 1 or detail < 0:
+            raise ValueError("window_steps must be >= 1 and detail >= 0")
+        self.out = out
+        self.window_steps, self.window_ns = window_steps, int(window_s * 1e9) if window_s else 0
+        self.detail = detail
+        self.exporters = list(exporters or [])
+        self.status = status
+        started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        self.rec = MonitorRecord(job=dict(job or {}), started_at=started)
+        if max_windows is not None or full_windows is not None:
+            from .fold import WindowLog
+
+            self.rec.log = WindowLog(max_windows or th.MONITOR_MAX_WINDOWS, full_windows or th.MONITOR_FULL_WINDOWS)
+        self.rec.config = {"window_steps": window_steps, "window_s": window_s, "detail_steps": detail,
+                           "exporters": [e.name for e in self.exporters]}
+        self.detector = Detector()
+        self.procs = TreeCounters()
+        self.session: Session | None = None
+        self.n = 0
+        self.cut_ns = 0
+        self.next_first = 0  # the job's step the next window starts with
+        self.other_wait = 0
+        self.write_every_ns = int(write_every_s * 1e9)
+        self.last_write_ns = 0
+        self.cost_ns = 0
+        self.cuts = 0
+        self.failed: str | None = None
+        self.procs.snapshot()  # the byte counters' origin: the job's start
+
+    # --- the Session's side -------------------------------------------------------------------------------------
+    def attach(self, session: Session) -> None:
+        """Take ``session``'s on_step (chained to any callback it had) and its detail boundary."""
+        self.session = session
+        chained = session.on_step
+
+        def on_step(measured: bool, t0: int, t1: int, n: int) -> None:
+            if chained is not None:
+                chained(measured, t0, t1, n)
+            self.n += 1
+            if self.n > self.window_steps or (self.window_ns and self.cut_ns and t0 - self.cut_ns >= self.window_ns):
+                self.cut(t0)
+
+        session.on_step = on_step
+        session.detail_steps = self.detail
+
+    def cut(self, end_ns: int, final: bool = False) -> WindowSummary | None:
+        """End the window at ``end_ns`` (the open step's wait start); never raises into the job."""
+        s = self.session
+        if s is None or self.failed is not None:
+            return None
+        t = time.perf_counter_ns()
+        try:
+            return self._cut(s, end_ns, final)
+        except Exception as e:  # noqa: BLE001 - the monitor must never crash the job it watches
+            self.failed = f"{type(e).__name__}: {e}"
+            print(f"profiler monitor: stopped watching after an error of its own ({self.failed}); the job goes on",
+                  file=sys.stderr)
+            return None
+        finally:
+            self.cost_ns += time.perf_counter_ns() - t
+            self.n = 1 if not final else 0
+
+    def _cut(self, s: Session, end_ns: int, final: bool) -> WindowSummary | None:
+        start = self.cut_ns or s.window_start_ns or end_ns
+        cut = take(s, start, end_ns, self.detail, self.other_wait, self.next_first, final)
+        self.other_wait += cut.other_wait_ns
+        self.cut_ns = end_ns
+        self.next_first = cut.step_last + 1
+        v = cut.view
+        if not v.rows and not v.tail.steps:
+            return None
+        if final:  # the job's end: the window ends with its last step
+            ends = [r.compute_end_ns for r in v.rows] + [v.tail.last_ns]
+            cut.end_ns = max(end_ns if end_ns > start else 0, *ends)
+        li = s.loader
+        w = summarize(cut, self.rec.windows_total, li.num_workers if li is not None else 0, self.procs.snapshot(),
+                      li.batch_size if li is not None else None, _cores())
+        self.rec.windows_total += 1
+        self.rec.steps_total += w.steps
+        found = self.detector.feed(w)
+        self.rec.log.add(w)
+        for c in found:
+            self.rec.log.mark_keep(c.window)
+        self.rec.changes = list(self.detector.changes)
+        self.cuts += 1
+        for e in list(self.exporters):
+            try:
+                e.window(w)
+                for c in found:
+                    e.change(c)
+            except Exception as err:  # noqa: BLE001 - an exporter's failure is its own, said once
+                print(f"profiler monitor: --{e.name} stopped ({type(err).__name__}: {err})", file=sys.stderr)
+                self.exporters.remove(e)
+        if self.status is not None:
+            self.status(w, found)
+        now = time.perf_counter_ns()
+        if final or now - self.last_write_ns >= self.write_every_ns:
+            self._write()
+            self.last_write_ns = now
+        return w
+
+    def _write(self) -> Path:
+        self.rec.monitor_cost = {"cuts": self.cuts, "seconds": round(self.cost_ns / 1e9, 6)}
+        return self.rec.save(self.out)
+
+    def finish(self, status: str, loader: dict[str, Any] | None = None) -> Path:
+        """The job ended (``status``: ended | interrupted | failed | exit): the last window, the record, the
+        exporters closed. Call after the Session stopped (its open step ended)."""
+        s = self.session
+        if s is not None and self.failed is None:
+            self.cut(s.window_end_ns or time.perf_counter_ns(), final=True)
+        self.rec.status = status
+        if loader is not None:
+            self.rec.job["loader"] = loader
+        for e in self.exporters:
+            try:
+                e.close()
+            except Exception as err:  # noqa: BLE001 - the record is written all the same
+                print(f"profiler monitor: --{e.name} could not close ({type(err).__name__}: {err})", file=sys.stderr)
+        return self._write()
+
+
+def status_printer(stream: Any = None) -> Callable[[WindowSummary, list[ChangePoint]], None]:
+    """The live one-line status: on a terminal the line is rewritten in place at each cut (no refresh thread: the
+    cut draws it); elsewhere only change points are printed, one line each."""
+    out = stream or sys.stderr
+    tty = bool(getattr(out, "isatty", lambda: False)())
+
+    def show(w: WindowSummary, found: list[ChangePoint]) -> None:
+        try:
+            for c in found:
+                out.write(("\r\x1b[2K" if tty else "") + f"profiler monitor: change: {c.summary}\n")
+            if tty:
+                out.write("\r\x1b[2K" + line(w))
+            out.flush()
+        except (OSError, ValueError):
+            pass
+
+    return show
+
+
+def line(w: WindowSummary) -> str:
+    """One window in one line: where, how fast, how much waiting and why."""
+    cause = "compute-bound" if w.bottleneck == "compute" else f"input-bound {w.bottleneck}"
+    return (f"monitor: step {w.step_last:,}  {w.samples_per_s:,.0f} samples/s  wait {w.wait_share * 100:.0f} %  "
+            f"{cause}  (io {w.idle_share('io') * 100:.0f} / cpu {w.idle_share('cpu') * 100:.0f} / transfer "
+            f"{w.idle_share('transfer') * 100:.0f} %)  RSS {w.rss_bytes / 1e6:,.0f} MB")

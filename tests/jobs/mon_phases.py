@@ -1,0 +1,44 @@
+"""A job whose input cause changes mid-run, keyed on the step (sequential sampler): cpu-bound (the dataset spins a
+core), then io-bound (it evicts a file from the page cache and reads it back, then blocks: a sleep), then cpu-bound
+again. argv: DATA_FILE STEPS_PER_PHASE [WORKERS] [BATCH]."""
+import os
+import sys
+import time
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+PATH = sys.argv[1]
+PHASE = int(sys.argv[2])
+WORKERS = int(sys.argv[3]) if len(sys.argv) > 3 else 2
+BATCH = int(sys.argv[4]) if len(sys.argv) > 4 else 4
+SPIN_S = 0.004  # per sample, on a core
+BLOCK_S = 0.006  # per sample, off the core
+
+
+class Phased(Dataset):
+    def __len__(self):
+        return 3 * PHASE * BATCH
+
+    def __getitem__(self, i):
+        step = i // BATCH
+        if PHASE <= step < 2 * PHASE:
+            fd = os.open(PATH, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                os.pread(fd, 65536, (i * 4096) % (1 << 20))
+            finally:
+                os.close(fd)
+            time.sleep(BLOCK_S)
+        else:
+            end = time.thread_time() + SPIN_S
+            x = 0
+            while time.thread_time() < end:
+                x += 1
+        return torch.tensor([float(i)])
+
+
+if __name__ == "__main__":
+    loader = DataLoader(Phased(), batch_size=BATCH, num_workers=WORKERS)
+    for x in loader:
+        time.sleep(0.0005)  # the model's step: short, so input sets the pace
