@@ -29,7 +29,7 @@ import sys
 import tempfile
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from .config import RunConfig
 from .instrument.session import WindowClosed
@@ -37,6 +37,7 @@ from .instrument.substages import stage
 
 if TYPE_CHECKING:
     from .harness.external import ExternalRun
+    from .monitor.api import MonitorBlock
     from .record import RunRecord
     from .record.schema import Verdict
 
@@ -56,13 +57,14 @@ class ProfileRun:
     """What ``profile()`` returns: filled in when the window closes or the block ends."""
 
     def __init__(self, out: str | None, warmup: int, steps: int, then: str, plots: bool, quiet: bool,
-                 loader: str | None = None):
+                 loader: str | None = None, torch_profiler: bool = False):
         if then not in ("exit", "continue"):
             raise ValueError("then must be 'exit' or 'continue'")
         if steps <= 0 or warmup < 0:
             raise ValueError("steps must be > 0 and warmup >= 0")
         self.warmup, self.steps, self.then, self.plots, self.quiet = warmup, steps, then, plots, quiet
         self.loader = loader
+        self.torch_profiler = torch_profiler
         if loader is not None:
             from .instrument.loaders import LoaderSelector
 
@@ -135,9 +137,13 @@ class ProfileRun:
             config = script_config(RunConfig(steps=self.steps, warmup=self.warmup).to_dict(), then=self.then,
                                    loader=self.loader)
             # then='exit' is handled by the block ending (WindowClosed is swallowed in __exit__).
+            if self.torch_profiler and self.out is None:
+                self.out = self._folder()  # torch.profiler's own trace goes there as it runs
             run = ExternalRun(JobSpec("api", None, [], then=self.then), self.warmup, self.steps, config,
-                              on_window_closed=self._write, loader=self.loader)
+                              on_window_closed=self._write, loader=self.loader,
+                              torch_profiler_out=self.out if self.torch_profiler else None)
             run.sampler.start()
+            run.start_torch_profiler()
             run.session.start()
             self._run = run
         except Exception as e:  # noqa: BLE001 - the user's block runs unprofiled rather than not at all
@@ -149,7 +155,7 @@ class ProfileRun:
         run, self._run = self._run, None
         if run is None:
             return
-        for step in (run.session.stop, run.sampler.stop):
+        for step in (run.session.stop, run.sampler.stop, run.stop_torch_profiler):
             try:
                 step()
             except Exception:  # noqa: BLE001 - tearing down after a failure of our own: nothing more to say
@@ -170,15 +176,32 @@ class ProfileRun:
         return isinstance(exc, WindowClosed)
 
     def _finish(self, run: ExternalRun, exc: BaseException | None) -> None:
-        from .harness.job import Outcome, OutOfDeviceMemory
-
         session = run.session
         # The block ends: closing the window now is not the window closing by itself, so the callback must not
         # write a complete record of a cut-short run.
         session.on_window_closed = None
         session.stop()
+        run.stop_torch_profiler()
         if not session.samples:
             session.samples = run.sampler.stop()
+        try:
+            self._finish_record(run, exc)
+        finally:
+            self._torch_traces(run)
+
+    def _torch_traces(self, run: ExternalRun) -> None:
+        """The block's torch.profiler traces (its own, or ours with torch_profiler=True) merged with the record."""
+        if self.record is None or self.out is None or os.getpid() != self._pid:
+            return
+        try:
+            self.files += [str(p) for p in run.write_torch_traces(self.record, self.out, self.out / "run.json")]
+        except Exception as e:  # noqa: BLE001 - the profiler must never crash the job it watches
+            _say("could not merge the torch.profiler trace", e)
+
+    def _finish_record(self, run: ExternalRun, exc: BaseException | None) -> None:
+        from .harness.job import Outcome, OutOfDeviceMemory
+
+        session = run.session
         if self.record is not None:
             return  # written when the window closed
         if not session.rows and session.loader is None:
@@ -198,8 +221,33 @@ class ProfileRun:
         self._write(run._build(outcome))
 
 
+@overload
 def profile(out: str | None = None, warmup: int = 5, steps: int = 30, then: str = "continue", plots: bool = True,
-            quiet: bool = False, loader: str | None = None) -> ProfileRun:
+            quiet: bool = False, loader: str | None = None, monitor: Literal[False] = False,
+            torch_profiler: bool = False) -> ProfileRun: ...
+
+
+@overload
+def profile(out: str | None = None, warmup: int = 5, steps: int = 30, then: str = "continue", plots: bool = True,
+            quiet: bool = False, loader: str | None = None, *, monitor: Literal[True],
+            **monitor_options: Any) -> MonitorBlock: ...
+
+
+def profile(out: str | None = None, warmup: int = 5, steps: int = 30, then: str = "continue", plots: bool = True,
+            quiet: bool = False, loader: str | None = None, monitor: bool = False, torch_profiler: bool = False,
+            **monitor_options: Any) -> ProfileRun | MonitorBlock:
     """Profile the DataLoader the ``with`` block trains from (see the module docstring); ``loader`` names one
-    explicitly: its dataset's class, ``"file:line"`` where it was created, or ``"Class@file:line"``."""
-    return ProfileRun(out, warmup, steps, then, plots, quiet, loader)
+    explicitly: its dataset's class, ``"file:line"`` where it was created, or ``"Class@file:line"``.
+    ``torch_profiler=True``: run torch.profiler around the window too and write torch_trace.json, its trace with
+    the loader's workers and the wait's causes merged in (a block's own torch.profiler traces are merged anyway).
+
+    ``monitor=True``: watch the block's whole life instead of one window (``python -m profiler monitor``'s API;
+    docs/monitor.md): options ``window`` (steps, or "60s"), ``detail``, ``tensorboard`` (a folder), ``wandb``,
+    ``mlflow``; ``warmup``, ``steps`` and ``then`` do not apply."""
+    if monitor:
+        from .monitor.api import monitor_block
+
+        return monitor_block(out=out, plots=plots, quiet=quiet, loader=loader, **monitor_options)
+    if monitor_options:
+        raise TypeError(f"profile(): {', '.join(monitor_options)} apply with monitor=True only")
+    return ProfileRun(out, warmup, steps, then, plots, quiet, loader, torch_profiler)

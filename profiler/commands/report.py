@@ -25,6 +25,10 @@ def main(args: argparse.Namespace) -> int:
 
     if is_ranks_folder(Path(args.run_json)):  # distributed: a torchrun run folder (rank<k>/run.json): merge them
         return _ranks(args)
+    from ..monitor.record import find as find_monitor
+
+    if find_monitor(args.run_json) is not None and not (Path(args.run_json) / "run.json").is_file():
+        return _monitor(args)  # a `monitor` folder (live or final) or its monitor.json
     rec = record.load(args.run_json)
     src = Path(args.run_json)
     here = src if src.is_dir() else src.parent
@@ -49,6 +53,23 @@ def main(args: argparse.Namespace) -> int:
         from .. import signals
 
         return signals.exit_status(saved.late_signal)
+    return 0
+
+
+def _monitor(args: argparse.Namespace) -> int:
+    """``report`` of a monitored job's folder: monitor.html and monitor.png from monitor.json as it is now (the job
+    may still be running: the record is rewritten whole, atomically, so what is read is complete)."""
+    from ..monitor.record import find, load
+    from ..outdir import prepare_out
+    from ..render.monitor_html import write_monitor
+    from ..render.monitor_terminal import print_monitor
+
+    rec = load(args.run_json)
+    src = find(args.run_json)
+    assert src is not None
+    out = prepare_out(Path(args.out) if args.out else src.parent, flag="--out" if args.out else "report")
+    files = [str(f) for f in write_monitor(rec, out)]
+    print_monitor(rec, files)
     return 0
 
 

@@ -1,0 +1,128 @@
+"""``profiler.profile(monitor=True, ...)``: the block's whole life as windows (what ``python -m profiler monitor``
+does for a script). Never raises into the user's code but their own exceptions: a failure of the monitor's own is
+one line on stderr and the block runs on unmonitored."""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+
+from .. import thresholds as th
+
+
+def _say(what: str) -> None:
+    try:
+        print(f"profiler: {what}", file=sys.stderr)
+    except (OSError, ValueError):
+        pass
+
+
+class MonitorBlock:
+    """What ``profile(monitor=True)`` returns: ``record`` (the MonitorRecord), ``files`` and ``out`` once the block
+    has ended (``record`` is also there while it runs, and monitor.json is rewritten as it goes)."""
+
+    def __init__(self, out: str | None, window: int | str, detail: int, tensorboard: str | None, wandb: bool,
+                 mlflow: bool, plots: bool, quiet: bool, loader: str | None):
+        from ..commands.monitor import parse_window
+
+        self.steps, self.secs = parse_window(str(window))  # a bad window fails at the call, not inside the block
+        if detail < 0:
+            raise ValueError("detail must be >= 0")
+        self.detail, self.tensorboard, self.wandb, self.mlflow = detail, tensorboard, wandb, mlflow
+        self.plots, self.quiet, self.loader = plots, quiet, loader
+        self._out_arg = out
+        self.out: Path | None = None
+        self.files: list[str] = []
+        self.record: Any = None
+        self._mon: Any = None
+        self._session: Any = None
+        self._pid = os.getpid()
+
+    def _folder(self) -> Path:
+        from datetime import datetime
+
+        from .. import outdir
+        from ..errors import UserError
+
+        name = f"{datetime.now():%Y%m%d-%H%M%S}_monitor_api"
+        try:
+            if self._out_arg:
+                return outdir.claim(outdir.prepare_out(self._out_arg, flag="out="))
+            return outdir.create_run_dir("reports", name, flag="out=")
+        except UserError as e:
+            fallback = outdir.create_run_dir(tempfile.gettempdir(), f"profiler-{name}", flag="out=")
+            _say(f"{e}; writing to {fallback} instead")
+            return fallback
+
+    def __enter__(self) -> MonitorBlock:
+        from ..instrument import substages
+
+        if substages.main_hook is not None:
+            _say("profile(monitor=True): this process is being profiled already; this block is left out")
+            return self
+        try:
+            from ..instrument.loaders import LoaderSelector
+            from ..instrument.session import Session
+            from .exporters import MissingPackage, make
+            from .runner import FOREVER, Monitor, status_printer
+
+            self.out = self._folder()
+            exporters = []
+            for name, on, arg in (("tensorboard", self.tensorboard is not None, self.tensorboard),
+                                  ("wandb", self.wandb, None), ("mlflow", self.mlflow, None)):
+                if on:
+                    try:
+                        exporters.append(make(name, arg, str(self.out)))
+                    except MissingPackage as e:
+                        _say(str(e))
+            self._mon = Monitor(self.out, window_steps=self.steps, window_s=self.secs, detail=self.detail,
+                                exporters=exporters, status=None if self.quiet else status_printer(),
+                                job={"kind": "api", "target": "profile(monitor=True)"})
+            self.record = self._mon.rec
+            session = Session(0, FOREVER, then="continue",
+                              select=LoaderSelector.parse(self.loader) if self.loader else None)
+            self._mon.attach(session)
+            session.start()
+            self._session = session
+        except Exception as e:  # noqa: BLE001 - the user's block runs unmonitored rather than not at all
+            _say(f"profile(monitor=True): could not start; the block runs unmonitored ({type(e).__name__}: {e})")
+            self._session = self._mon = None
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> Literal[False]:
+        session, self._session = self._session, None
+        mon = self._mon
+        if session is None or mon is None or os.getpid() != self._pid:
+            return False
+        try:
+            session.stop()
+            status = "ended" if exc is None else "interrupted" if isinstance(exc, KeyboardInterrupt) else \
+                "exit" if isinstance(exc, SystemExit) else "failed"
+            if session.loader is None and not mon.rec.windows_total:
+                _say("profile(monitor=True): no DataLoader was iterated inside the block; nothing recorded")
+                return False
+            from .. import signals
+
+            with signals.deferred():
+                self.files = [str(mon.finish(status, session.loader.to_dict() if session.loader else None))]
+                if self.plots and self.out is not None:
+                    from ..render.monitor_html import write_monitor
+
+                    self.files += [str(f) for f in write_monitor(mon.rec, self.out)]
+        except KeyboardInterrupt:
+            if exc is None:
+                raise
+        except Exception as e:  # noqa: BLE001 - the profiler must never crash the job it watches
+            _say(f"profile(monitor=True): could not finish ({type(e).__name__}: {e})")
+        return False
+
+
+def monitor_block(out: str | None = None, window: int | str = th.MONITOR_WINDOW_STEPS,
+                  detail: int = th.MONITOR_DETAIL_STEPS, tensorboard: str | None = None, wandb: bool = False,
+                  mlflow: bool = False, plots: bool = True, quiet: bool = False,
+                  loader: str | None = None) -> MonitorBlock:
+    return MonitorBlock(out, window, detail, tensorboard, wandb, mlflow, plots, quiet, loader)
