@@ -121,6 +121,72 @@ def thread_rows(s: Sampled) -> list[dict[str, Any]]:
     return out
 
 
+#: Worker processes kept one row each in the record; beyond it, the workers that exited during the window are folded
+#: into one row per thread role (``pid`` -1, ``folded``: how many threads). Why 16: a loader that re-forks its workers
+#: every epoch leaves a new process every few seconds (and the main process a new queue-feeder thread per worker), and
+#: one row per thread made run.json grow ~5 KB/s (over the 32 MiB ``report`` accepts after ~1.5 h); 16 is more than
+#: any job's num_workers at once that a person reads row by row, and the workers alive at the end are always kept.
+MAX_WORKER_PROCESS_ROWS = 16
+#: The same for the main process's threads that exited during the window (one index-queue feeder per worker per
+#: epoch): beyond this many rows, the exited ones are folded by role.
+MAX_MAIN_THREAD_ROWS = 32
+FOLDED_PID = -1
+
+
+def _folded_pids(s: Sampled) -> set[int]:
+    workers = sorted(s.target.workers, key=lambda p: p.pid)
+    if len(workers) <= MAX_WORKER_PROCESS_ROWS:
+        return set()
+    alive = {p.pid for p in workers if s.kernel.alive(p.pid)}
+    exited = [p.pid for p in workers if p.pid not in alive]
+    keep = max(0, MAX_WORKER_PROCESS_ROWS - len(alive))
+    return set(exited[:max(0, len(exited) - keep)])
+
+
+def fold_exited(s: Sampled, rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], set[int]]:
+    """Rows of threads that exited during the window, beyond ``MAX_WORKER_PROCESS_ROWS`` worker processes (whole
+    processes) and ``MAX_MAIN_THREAD_ROWS`` threads of the main process, summed into one row per role (``pid`` -1);
+    returns (rows, the folded worker pids). Sums keep every figure analysis derives (samples and stage counts add;
+    wall, on-core and run-queue seconds add; a share of a sum is the samples-weighted share)."""
+    folded = _folded_pids(s)
+    main_rows = [r for r in rows if r["pid"] == s.target.pid]
+    fold_main: set[tuple[int, int]] = set()
+    if len(main_rows) > MAX_MAIN_THREAD_ROWS:
+        gone = [(r["pid"], r["tid"]) for r in main_rows if r["tid"] != r["pid"]
+                and not s.kernel.thread_alive((r["pid"], r["tid"]))]
+        keep = max(0, MAX_MAIN_THREAD_ROWS - (len(main_rows) - len(gone)))
+        fold_main = set(gone[:max(0, len(gone) - keep)])
+    if not folded and not fold_main:
+        return rows, set()
+    out: list[dict[str, Any]] = []
+    sums: dict[tuple[str, bool], dict[str, Any]] = {}
+    for r in rows:
+        in_main = (r["pid"], r["tid"]) in fold_main
+        if r["pid"] not in folded and not in_main:
+            out.append(r)
+            continue
+        f = sums.get((r["role"], in_main))
+        if f is None:
+            where = "the main process" if in_main else "exited workers"
+            f = sums[(r["role"], in_main)] = {
+                "pid": FOLDED_PID, "tid": FOLDED_PID, "name": f"{r['role']} threads of {where} that exited (folded)",
+                "role": r["role"], "worker": FOLDED_PID, "samples": 0, "stages": Counter(), "wait_stages": Counter(),
+                "top_frames": [], "wall_s": 0.0, "on_cpu_s": 0.0, "runq_s": 0.0, "states": Counter(), "folded": 0}
+            if in_main:
+                f["folded_from_pid"] = s.target.pid
+        f["folded"] += 1
+        f["samples"] += r["samples"]
+        for k in ("stages", "wait_stages", "states"):
+            f[k].update(r.get(k) or {})
+        for k in ("wall_s", "on_cpu_s", "runq_s"):
+            f[k] += float(r.get(k) or 0.0)
+    for f in sums.values():
+        out.append({**f, "stages": dict(f["stages"]), "wait_stages": dict(f["wait_stages"]),
+                    "states": dict(f["states"]), "wall_s": round(f["wall_s"], 6),
+                    "on_cpu_s": round(f["on_cpu_s"], 6), "runq_s": round(f["runq_s"], 6)})
+    return out, folded
+
+
 def workers_at_once(s: Sampled) -> int:
     """The most DataLoader workers alive at the same time in the window (the loader's num_workers, as far as the
     window shows it): workers that end and are forked again between epochs are counted once per slot, not once per
@@ -160,13 +226,22 @@ def build(s: Sampled) -> Any:
     from ..record import RunRecord
 
     t = s.target
+    threads, folded = fold_exited(s, thread_rows(s))
     procs = [{"pid": p.pid, "role": p.role, "start_method": p.start_method, "what": p.what, "found": p.found,
-              "cmdline": redact_argv(p.cmdline)} for p in t.processes]
+              "cmdline": redact_argv(p.cmdline)} for p in t.processes if p.pid not in folded]
     io = []
+    folded_io = {"rchar": 0, "read_bytes": 0}
     for p in t.processes:
         d = s.kernel.io_delta(p.pid) if p.role in ("main", "worker") else None
-        if d is not None:
+        if d is None:
+            continue
+        if p.pid in folded:
+            for k in folded_io:
+                folded_io[k] += d[k]
+        else:
             io.append({"pid": p.pid, "rchar": d["rchar"], "read_bytes": d["read_bytes"]})
+    if folded:
+        io.append({"pid": FOLDED_PID, **folded_io})
     absent = dict(ABSENT)
     if t.gpu_absent:
         absent["gpu"] = t.gpu_absent
@@ -186,8 +261,10 @@ def build(s: Sampled) -> Any:
         "pin_memory_tid": t.pin_memory_tid,
         "ranks": ranks, "siblings": t.siblings,
         "gpus": t.gpus,
-        "threads": thread_rows(s),
+        "threads": threads,
         "workers_at_once": workers_at_once(s),
+        "workers_seen": len(t.workers),
+        "workers_folded": len(folded),
         "io": io,
         "cpu_util": round(s.cpu_util, 4) if s.cpu_util is not None else None,
         "absent": absent,

@@ -157,6 +157,9 @@ def find(pid: int, binary: str) -> Target:
     """The job's parts from ``pid``; AttachError (one line) when it cannot be attached to."""
     if pid <= 0 or not procfs.exists(pid):
         raise AttachError(f"no process with PID {pid}")
+    if is_agent(pid):  # Python with torch loaded, but its DataLoaders are in its children, the ranks
+        raise AttachError(f"process {pid} is torchrun's agent, not a rank: attach --rank-of {pid} samples every rank "
+                          "(or give one rank's PID)")
     try:
         main_dump = pyspy.dump(binary, pid)
     except pyspy.SamplerError as e:
@@ -218,9 +221,36 @@ def _siblings(pid: int, ranks: dict[str, str]) -> list[dict[str, Any]]:
     return sorted(out, key=lambda s: (s["rank"] if s["rank"] is not None else 1 << 30, s["pid"]))
 
 
+def is_agent(pid: int) -> bool:
+    """torchrun's elastic agent itself (``torchrun ...``, ``python -m torch.distributed.run ...``): a Python process
+    with torch loaded but no DataLoader of its own, whose children are the ranks (they carry RANK)."""
+    argv = procfs.cmdline(pid)
+    if not argv:
+        return False
+    head = [os.path.basename(argv[0]), *argv[1:3]]
+    launcher = head[0] in ("torchrun",) or any(a in ("torch.distributed.run", "torch.distributed.launch") or
+                                                a.endswith("torch/distributed/run.py") or
+                                                os.path.basename(a) == "torchrun" for a in head[1:])
+    return launcher and any("RANK" in procfs.environ_value(c, ("RANK",)) for c in procfs.children(pid))
+
+
+#: How far up from the PID given ``--rank-of`` looks for torchrun's agent: a rank (1), a DataLoader worker of a rank
+#: (2), a worker under the rank's forkserver (3).
+RANK_OF_LEVELS = 3
+
+
 def ranks_of(pid: int) -> list[int]:
-    """Every rank's main process of the torchrun job ``pid`` belongs to (``pid`` itself when not under torchrun)."""
-    agent = agent_of(pid)
+    """Every rank's main process of the torchrun job ``pid`` belongs to (``pid`` itself when not under torchrun).
+
+    ``pid`` may be a rank, one of a rank's DataLoader workers (its parent, or its forkserver's parent, is the rank: a
+    worker's PID once sampled that one rank alone, with no ranks.json), or the agent itself (its ranks)."""
+    agent = pid if is_agent(pid) else None
+    p: int | None = pid
+    for _ in range(RANK_OF_LEVELS):
+        if agent is not None or p is None:
+            break
+        agent = agent_of(p)
+        p = procfs.parent(p)
     if agent is None:
         return [pid]
     kids = [c for c in procfs.children(agent) if _is_python(c)]

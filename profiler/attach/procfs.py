@@ -216,6 +216,18 @@ class StateSampler:
         self.watch_every_s = watch_every_s
         self.windows = {(p, t): ThreadWindow(p, t) for p, t in threads}
         self.pids = list(pids)
+        # Read at each tick: only what is alive. A thread whose clock cannot be read any more has exited (a worker of
+        # an earlier epoch): its window keeps its last reading and is never read again, so a job that re-forks its
+        # workers every few seconds costs each tick what its live threads cost, not every thread it ever had.
+        self._live: set[tuple[int, int]] = set(self.windows)
+        self._live_pids: set[int] = set(self.pids)
+        self._seen_pids: set[int] = set(self.pids)
+        self.ended = 0  # threads seen to exit during the window
+        # Each process's command line as py-spy prints it (argv joined by spaces), read once when it is first seen:
+        # the raw stacks are split by these known strings, not by text the job controls (profiler/attach/pyspy.py).
+        self.cmdlines: dict[int, str] = {}
+        for pid in self.pids:
+            self._note_cmdline(pid)
         self.io_first: dict[int, dict[str, int]] = {}
         self.io_last: dict[int, dict[str, int]] = {}
         self.rate_hz = max(1.0, rate_hz)
@@ -233,10 +245,19 @@ class StateSampler:
         self._thread.join(timeout=5)
         self._read(first=False)
 
+    def _note_cmdline(self, pid: int) -> None:
+        if pid not in self.cmdlines:
+            argv = cmdline(pid)
+            if argv:
+                self.cmdlines[pid] = " ".join(argv)
+
     def _read(self, first: bool) -> None:
-        for w in self.windows.values():
+        for key in list(self._live):
+            w = self.windows[key]
             c = thread_clock(w.pid, w.tid)
-            if c is None:
+            if c is None:  # it has exited (or never could be read): never read again
+                self._live.discard(key)
+                self.ended += 1
                 continue
             if first or w.first is None:
                 w.first = c
@@ -244,12 +265,14 @@ class StateSampler:
             s = thread_state(w.pid, w.tid)
             if s and not first:
                 w.states[s] += 1
-        for pid in self.pids:
+        for pid in list(self._live_pids):
             io = process_io(pid)
             if io is not None:
                 if first or pid not in self.io_first:
                     self.io_first[pid] = io
                 self.io_last[pid] = io
+            else:
+                self._live_pids.discard(pid)
 
     def _add_watched(self) -> None:
         if self.watch is None:
@@ -258,7 +281,25 @@ class StateSampler:
         for key in threads:
             if key not in self.windows:
                 self.windows[key] = ThreadWindow(*key)  # its first reading is taken at this tick
-        self.pids.extend(p for p in pids if p not in self.pids)
+                self._live.add(key)
+        for p in pids:
+            if p not in self._seen_pids:
+                self._seen_pids.add(p)
+                self.pids.append(p)
+                self._live_pids.add(p)
+                self._note_cmdline(p)
+
+    def alive(self, pid: int) -> bool:
+        """Whether the main thread of ``pid`` could still be read at the last tick."""
+        return (pid, pid) in self._live
+
+    def thread_alive(self, key: tuple[int, int]) -> bool:
+        return key in self._live
+
+    @property
+    def live(self) -> int:
+        """Threads read at each tick now (the live ones)."""
+        return len(self._live)
 
     def _loop(self) -> None:
         nxt = time.monotonic()

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
+from .. import signals
 from . import classify, discover, procfs, pyspy
 from .gpu import GpuSampler
 
@@ -116,6 +117,24 @@ def adopt_workers(target: discover.Target, stacks: pyspy.RecordingResult) -> lis
     return added
 
 
+def _window(targets: list[discover.Target], recs: list[pyspy.Recording], t0: float, duration_s: float,
+            exited: list[bool], ended: list[float]) -> None:
+    """Wait out the window: until ``duration_s`` or every target exited (or its py-spy ended by itself)."""
+    while time.monotonic() - t0 < duration_s:
+        for i, (t, r) in enumerate(zip(targets, recs)):
+            if exited[i]:
+                continue
+            gone = _gone(t)
+            if gone or not r.running():  # the target exited, or py-spy ended by itself
+                ended[i] = time.monotonic() - t0
+                # py-spy stops when the interpreter starts finalising: the process may take a moment to go
+                exited[i] = gone or _gone_within(t, EXIT_GRACE_S)
+                r.stop()
+        if all(e or not r.running() for e, r in zip(exited, recs)):
+            break
+        time.sleep(POLL_S)
+
+
 def sample(targets: list[discover.Target], binary: str, duration_s: float, rate_hz: int) -> list[Sampled]:
     """Sample every target (one job, or each rank of a torchrun job) for ``duration_s`` at once: less when a
     target exits (its py-spy ends; the others go on) or we are interrupted (Ctrl-C / SIGTERM arrive here as
@@ -149,20 +168,10 @@ def sample(targets: list[discover.Target], binary: str, duration_s: float, rate_
     exited = [False] * len(targets)
     ended = [0.0] * len(targets)
     try:
-        while time.monotonic() - t0 < duration_s:
-            for i, (t, r) in enumerate(zip(targets, recs)):
-                if exited[i]:
-                    continue
-                gone = _gone(t)
-                if gone or not r.running():  # the target exited, or py-spy ended by itself
-                    ended[i] = time.monotonic() - t0
-                    # py-spy stops when the interpreter starts finalising: the process may take a moment to go
-                    exited[i] = gone or _gone_within(t, EXIT_GRACE_S)
-                    r.stop()
-            if all(e or not r.running() for e, r in zip(exited, recs)):
-                break
-            time.sleep(POLL_S)
+        _window(targets, recs, t0, duration_s, exited, ended)
+        signals.job_ended()  # from here on a signal is held, not raised: what was sampled is collected and written
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM/SIGHUP through profiler.signals
+        signals.job_ended()  # a second signal now (in hand already) and later ones are held too
         interrupted = e
     for i, t in enumerate(targets):  # py-spy may have noticed the exit before /proc showed it
         if not exited[i] and _gone(t):
@@ -181,7 +190,11 @@ def sample(targets: list[discover.Target], binary: str, duration_s: float, rate_
             g.close()
         util = psutil.cpu_percent(interval=None) / 100.0
         for i, (t, r, k, th) in enumerate(zip(targets, recs, kernels, threads)):
-            result = r.result(target_alive=not exited[i])
+            # what attach read itself (command lines, threads): py-spy's lines are split by it, not by text the job
+            # controls (profiler/attach/pyspy.py parse_raw)
+            cmdlines = {**{p.pid: " ".join(p.cmdline) for p in t.processes if p.cmdline}, **k.cmdlines}
+            result = r.result(target_alive=not exited[i], cmdlines=cmdlines,
+                              threads={**{key: "" for key in k.windows}, **th})
             adopt_workers(t, result)
             th.update({key: procfs.read_text(f"/proc/{key[0]}/task/{key[1]}/comm") or "" for key in k.windows
                        if key not in th})

@@ -12,7 +12,9 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
 from ..config import (
     MAX_ATTACH_DURATION_S,
@@ -72,48 +74,97 @@ def main(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from .. import signals
-    from ..analysis import analyze
-    from ..attach import build, discover, pyspy, session
-    from ..outdir import create_run_dir, discard_if_empty, prepare_out
-    from ..render import write_attach
-    from ..render.attach_terminal import print_attach, print_found
+    from ..attach import discover, pyspy, session
+    from ..outdir import claim, create_run_dir, discard_if_empty, prepare_out
+    from ..render.attach_terminal import print_found
 
     pids = _check(args)
     console = Console(stderr=False)
     binary = pyspy.find_binary()
-    targets = [discover.find(pid, binary) for pid in pids]
-    for t in targets:
-        print_found(t, console, args.duration, args.rate)
-    out = prepare_out(args.out) if args.out else create_run_dir(
-        "reports", f"{_dt.datetime.now():%Y%m%d-%H%M%S}_attach_{targets[0].pid}")
+    # claimed first, as run, report, sweep and the API claim theirs: two attaches (or an attach and a run) into one
+    # --out both said "Wrote" and one record replaced the other; now the second is one line, exit 2, before sampling
+    out = claim(prepare_out(args.out)) if args.out else None
     try:
+        targets = [discover.find(pid, binary) for pid in pids]
+        for t in targets:
+            print_found(t, console, args.duration, args.rate)
+        if out is None:
+            out = create_run_dir("reports", f"{_dt.datetime.now():%Y%m%d-%H%M%S}_attach_{targets[0].pid}")
         sampled = session.sample(targets, binary, args.duration, args.rate)
-    except UserError:  # py-spy refused after all (the job went away between discovery and sampling)
-        discard_if_empty(out)
+    except BaseException:  # a PID that cannot be attached to, py-spy refusing, Ctrl-C before anything was sampled
+        if out is not None:
+            discard_if_empty(out)
         raise
-    status = 0
+    # From the window's end, signals are held (session.sample: signals.job_ended): the first one is raised when
+    # everything is written, a later one only says so; two Ctrl-C 0.1 s apart, or one as the window ended, once
+    # cost the whole record ("interrupted before anything was measured")
     interrupted = next((s.interrupted for s in sampled if s.interrupted is not None), None)
-    by_rank: dict[int, dict[str, object]] = {}
-    paths: dict[int, str] = {}
-    with signals.deferred():  # a second Ctrl-C must not cost the record being written
-        for i, s in enumerate(sampled):
-            folder = out if len(sampled) == 1 else prepare_out(out / f"attach-rank{_rank(s, i)}")
-            rec = build.build(s)
-            rec.save(folder / "run.json")  # the raw record first: analysis or drawing failing must not cost it
-            rec = analyze(rec)
-            rec.save(folder / "run.json")
-            files = [folder / "run.json", *([] if args.no_plots else write_attach(rec, folder))]
-            print_attach(rec, console, [str(f) for f in files])
-            by_rank[_rank(s, i)] = rec.to_dict()
-            paths[_rank(s, i)] = str((folder / "run.json").resolve())
-            if rec.verdict.get("bottleneck") == "none" and not rec.partial:
-                print(f"profiler: error: no DataLoader activity seen in process {s.target.pid} "
-                      f"(record: {folder / 'run.json'})", file=sys.stderr)
-                status = 2
-        if len(sampled) > 1:  # --rank-of: one ranks table over the ranks' records, the straggler named
-            write_ranks_view(out, by_rank, paths, console, plots=not args.no_plots)
+    status = 0
+    written: list[bool] = []
+    late: KeyboardInterrupt | None = None
+    try:
+        with signals.deferred():
+            status = _write_all(args, out, sampled, console, written)
+    except KeyboardInterrupt as e:
+        if not written:
+            raise  # forced (the third signal) before the first record was saved
+        late = e
     if interrupted is not None:
         return signals.exit_status(interrupted)
+    if late is not None:
+        print(f"profiler: {signals.describe(signals.signal_number(late) or 2)} received while saving; everything "
+              f"sampled is in {out}", file=sys.stderr)
+        return signals.exit_status(late)
+    return status
+
+
+def _write_all(args: argparse.Namespace, out: Path, sampled: list[Any], console: Any, written: list[bool]) -> int:
+    """Each target's record (and, for ranks, the merged view); appends to ``written`` once a record is saved. The
+    record goes where ``run``'s goes when its folder cannot be written (a full disk): the temp folder, said in one
+    line (profiler/saving.py); the report files are then skipped, with one line."""
+    from ..analysis import analyze
+    from ..attach import build
+    from ..outdir import prepare_out
+    from ..render import write_attach
+    from ..render.attach_terminal import print_attach
+    from ..saving import save_record
+
+    status = 0
+    by_rank: dict[int, dict[str, object]] = {}
+    paths: dict[int, str] = {}
+    for i, s in enumerate(sampled):
+        folder = out
+        if len(sampled) > 1:
+            try:
+                folder = prepare_out(out / f"attach-rank{_rank(s, i)}")
+            except UserError as e:
+                folder = Path(tempfile.mkdtemp(prefix=f"profiler-attach-rank{_rank(s, i)}-"))
+                print(f"profiler: {e}; rank {_rank(s, i)}'s record goes to {folder}", file=sys.stderr)
+        rec = build.build(s)
+        path = save_record(rec, folder / "run.json")  # the raw record first: analysis or drawing failing must not
+        written.append(True)                          # cost it
+        rec = analyze(rec)
+        path = save_record(rec, path)
+        files: list[Path] = [path]
+        if not args.no_plots and path.parent == folder:
+            try:
+                files += write_attach(rec, folder)
+            except OSError as e:
+                print(f"profiler: could not write the report files in {folder} ({e.strerror or e}); run.json is "
+                      "saved", file=sys.stderr)
+        print_attach(rec, console, [str(f) for f in files])
+        by_rank[_rank(s, i)] = rec.to_dict()
+        paths[_rank(s, i)] = str(path.resolve())
+        if rec.verdict.get("bottleneck") == "none" and not rec.partial:
+            print(f"profiler: error: no DataLoader activity seen in process {s.target.pid} "
+                  f"(record: {path})", file=sys.stderr)
+            status = 2
+    if len(sampled) > 1:  # --rank-of: one ranks table over the ranks' records, the straggler named
+        try:
+            write_ranks_view(out, by_rank, paths, console, plots=not args.no_plots)
+        except OSError as e:
+            print(f"profiler: could not write the merged ranks view in {out} ({e.strerror or e}); each rank's "
+                  "record is saved", file=sys.stderr)
     return status
 
 

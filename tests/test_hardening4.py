@@ -1,0 +1,219 @@
+"""Hardening, round 4 (issue 36): attach, the API and sample counting at their edges. Real jobs (tests/jobs/h4_*.py,
+attach_planted.py), real signals, a real full filesystem (a tmpfs, when it can be mounted); nothing mocked."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from profiler.attach import pyspy
+
+JOBS = Path(__file__).parent / "jobs"
+
+
+@contextmanager
+def job(script: str, *argv: str) -> Iterator[subprocess.Popen]:
+    """A job running until the block ends; yields once it printed READY."""
+    p = subprocess.Popen([sys.executable, str(JOBS / script), *argv], stdout=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        assert p.stdout is not None
+        line = p.stdout.readline()
+        assert "READY" in line, f"job did not start: {line!r}"
+        yield p
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGTERM)
+        p.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def cpu_job() -> Iterator[subprocess.Popen]:
+    """One cpu-bound job whose argv holds the text that broke py-spy's output parsing (item 7), for the module."""
+    with job("h4_cpu.py", "0", 'x";thread (0x1);y', 'z";process 5:"w') as p:
+        yield p
+
+
+def attach_here(out: Path, *args: str) -> tuple[int, dict | None]:
+    """attach in this process (its imports paid once per session, not per attach)."""
+    from profiler.cli import main
+
+    rc = main(["attach", *args, "--out", str(out)])
+    rec = json.loads((out / "run.json").read_text()) if (out / "run.json").exists() else None
+    return rc, rec
+
+
+def attach_proc(pid: int, out: Path, *args: str) -> subprocess.Popen:
+    """attach as its own process; returns once it prints that it samples (so a signal reaches the window)."""
+    a = subprocess.Popen([sys.executable, "-m", "profiler", "attach", str(pid), "--out", str(out), *args],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert a.stdout is not None
+    lines = []
+    while not lines or "sampling" not in lines[-1]:
+        lines.append(a.stdout.readline())
+        assert lines[-1], ("attach ended before sampling", lines, a.communicate())
+    return a
+
+
+# -- 1. signals: what was sampled is written, whatever their timing ------------------------------------------------
+
+@pytest.mark.parametrize("when", ["inside", "at_end"])
+def test_two_signals_close_together_still_write_the_record(tmp_path, cpu_job, when):
+    """Two SIGINTs 0.05 s apart, inside the window or as it ends: the record of what was sampled is written (was: an
+    empty --out and "interrupted before anything was measured" in 4 of 5 runs), exit 130."""
+    out = tmp_path / "att"
+    a = attach_proc(cpu_job.pid, out, "--duration", "2" if when == "at_end" else "30", "--no-plots")
+    time.sleep(2.0 if when == "at_end" else 1.0)  # at_end: the window's 2 s from about the "sampling" line
+    a.send_signal(signal.SIGINT)
+    time.sleep(0.05)
+    a.send_signal(signal.SIGINT)
+    _, err = a.communicate(timeout=120)
+    assert "interrupted before anything was measured" not in err
+    assert a.returncode == 130, err
+    rec = json.loads((out / "run.json").read_text())
+    assert rec["attach"]["sampler"]["samples"] > 0
+    if rec["partial"]:  # the window was cut short: the record says so
+        assert "Ctrl-C" in rec["partial_reason"]
+
+
+# -- 2. --out is claimed ---------------------------------------------------------------------------------------
+
+def test_attach_into_an_out_another_run_holds_is_one_line_exit_2(tmp_path, cpu_job):
+    out = tmp_path / "busy"
+    out.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path; from profiler "
+                               "import outdir; outdir.claim(Path(sys.argv[1])); print('HELD', flush=True); "
+                               "time.sleep(120)", str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and "HELD" in holder.stdout.readline()
+        a = subprocess.run([sys.executable, "-m", "profiler", "attach", str(cpu_job.pid), "--duration", "1",
+                            "--out", str(out)], capture_output=True, text=True, timeout=120)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert a.returncode == 2 and "another profiler run is writing there" in a.stderr, a.stderr
+    assert len(a.stderr.strip().splitlines()) == 1 and not list(out.iterdir())
+
+
+# -- 7. py-spy's output is parsed by structure ---------------------------------------------------------------------
+
+def test_raw_lines_are_split_by_known_command_lines_not_by_their_text():
+    argv = 'python job.py x";thread (0x1);y'
+    text = (f'process 7:"{argv}";process 9:"{argv}";thread (9): MainThread;<module> (/x/job.py:3);'
+            '_worker_loop (/p/torch/utils/data/_utils/worker.py:375) 40\n'
+            f'process 7:"{argv}";thread (7): MainThread;<module> (/x/job.py:3);_BaseDataLoaderIter.__next__ '
+            '(/p/torch/utils/data/dataloader.py:631) 41\n'
+            f'process 7:"{argv}";thread (8): log;ger (x.py:1);Thread.run (/l/threading.py:982) 3\n')
+    known = {7: argv, 9: argv}
+    for kw in ({"cmdlines": known}, {"threads": {(7, 7): "", (9, 9): "", (7, 8): ""}}, {}):
+        a, b, c = pyspy.parse_raw(text, **kw)
+        assert (a.pids, a.tid, a.count) == ((7, 9), 9, 40), kw
+        assert (b.pids, b.tid, b.thread_name, b.count) == ((7,), 7, "MainThread", 41), kw
+        assert b.frames[-1].name == "_BaseDataLoaderIter.__next__"
+        assert c.tid == 8 and c.frames[-1].name == "Thread.run", kw
+    # the thread's name, known, is skipped whole, even when it looks like a frame
+    (c,) = pyspy.parse_raw(text.splitlines()[2] + "\n", known, {(7, 8): "log;ger (x.py:1)"})
+    assert c.thread_name == "log;ger (x.py:1)" and [f.name for f in c.frames] == ["Thread.run"]
+
+
+def test_a_job_whose_argv_holds_pyspy_separators_is_sampled_right(tmp_path, cpu_job):
+    """The job's argv holds ``";thread (`` and ``";process N:"``: the main thread has its samples, no thread more
+    wall time than the window, and the verdict is the job's (cpu), not none."""
+    rc, rec = attach_here(tmp_path / "att", str(cpu_job.pid), "--duration", "3", "--rate", "50", "--no-plots")
+    assert rc == 0 and rec is not None
+    threads = rec["attach"]["threads"]
+    main = [t for t in threads if t["role"] == "main"]
+    assert main and main[0]["samples"] > 0 and main[0]["pid"] == cpu_job.pid
+    window = rec["attach"]["seconds"]
+    assert all(t["samples"] / 50 <= window + 1.0 for t in threads), [(t["tid"], t["samples"]) for t in threads]
+    assert rec["verdict"]["bottleneck"] == "cpu", rec["verdict"]["summary"]
+
+
+# -- 9. a job that re-forks its workers: forget what exited --------------------------------------------------------
+
+def test_the_proc_reader_stops_reading_threads_that_exited():
+    from profiler.attach import procfs as pf
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.6)"])
+    try:
+        k = pf.StateSampler([(child.pid, child.pid)], [child.pid], 50)
+        k.start()
+        assert k.live == 1
+        child.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while k.live and time.monotonic() < deadline:
+            time.sleep(0.05)
+        ticks = k.ticks
+        time.sleep(0.2)
+        k.stop()
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert k.live == 0 and k.ended == 1 and k.ticks > ticks  # still ticking, reading nothing that exited
+    w = k.windows[(child.pid, child.pid)]
+    assert w.first is not None and w.last is not None  # its window keeps its last reading
+
+
+def test_a_reforking_job_keeps_the_record_flat(tmp_path, monkeypatch):
+    """Workers forked anew every epoch (~0.2 s): the exited ones beyond the row limit (2 here) are folded into one
+    row per role, the processes list stays short, and every sample is still counted."""
+    from profiler.attach import build
+
+    monkeypatch.setattr(build, "MAX_WORKER_PROCESS_ROWS", 2)
+    monkeypatch.setattr(build, "MAX_MAIN_THREAD_ROWS", 4)
+    with job("h4_refork.py", "0", "64", "2") as p:
+        rc, rec = attach_here(tmp_path / "att", str(p.pid), "--duration", "4", "--rate", "50", "--no-plots")
+    assert rec is not None and rc in (0, 2)
+    a = rec["attach"]
+    assert a["workers_seen"] > 4 and a["workers_folded"] >= a["workers_seen"] - 2
+    assert len([p for p in a["processes"] if p["role"] == "worker"]) <= 2
+    folded = [t for t in a["threads"] if t["pid"] == -1]
+    assert folded and sum(t["folded"] for t in folded) >= a["workers_folded"]
+    assert len(a["threads"]) <= 2 * 3 + 4 + 4  # live workers' threads, the main process's, one per folded role
+    assert rec["verdict"]["bottleneck"] != "none", rec["verdict"]["summary"]
+
+
+# -- 10. a full disk --------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def full_disk(tmp_path) -> Iterator[Path]:
+    mnt = tmp_path / "full"
+    mnt.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here")
+    try:
+        fd = os.open(mnt / "fill", os.O_WRONLY | os.O_CREAT)
+        try:
+            while os.write(fd, b"\0" * 4096):
+                pass
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_attach_onto_a_full_disk_saves_the_record_in_the_temp_folder(full_disk, cpu_job):
+    a = subprocess.run([sys.executable, "-m", "profiler", "attach", str(cpu_job.pid), "--duration", "2",
+                        "--out", str(full_disk / "att")], capture_output=True, text=True, timeout=180)
+    assert a.returncode == 0, a.stderr
+    assert "Traceback" not in a.stderr and "internal error" not in a.stderr
+    line = next(ln for ln in a.stderr.splitlines() if "the record is in" in ln)
+    saved = Path(line.rsplit("the record is in ", 1)[1].strip())
+    try:
+        rec = json.loads(saved.read_text())
+        assert rec["job"]["kind"] == "attach" and rec["attach"]["sampler"]["samples"] > 0
+    finally:
+        saved.unlink(missing_ok=True)
