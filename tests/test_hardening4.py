@@ -217,3 +217,45 @@ def test_attach_onto_a_full_disk_saves_the_record_in_the_temp_folder(full_disk, 
         assert rec["job"]["kind"] == "attach" and rec["attach"]["sampler"]["samples"] > 0
     finally:
         saved.unlink(missing_ok=True)
+
+
+# -- 8. samples per step that cannot be trusted ------------------------------------------------------------------
+
+def test_per_sample_tensor_lists_and_impossible_shapes_are_counted_right():
+    import torch
+
+    from profiler.instrument.loaders import BASIS_BATCH, BASIS_LENGTH, count_samples
+
+    class Batch:
+        def __init__(self, items):
+            self.items = items
+
+    class Neg:
+        shape = (-1, 8)
+
+    per_sample = [torch.zeros(8) for _ in range(16)]
+    assert count_samples(Batch(per_sample), 16) == (16, BASIS_BATCH)  # was 8
+    assert count_samples(tuple(per_sample), 16) == (16, BASIS_LENGTH)
+    assert count_samples(Neg(), 16) is None and count_samples({"x": Neg(), "y": Neg()}, 16) is None  # was -1
+    assert count_samples(torch.zeros(0, 3), 4) is None
+    # unchanged: a collated pair, multi-crop views, a pair of 2 samples
+    assert count_samples((torch.zeros(16, 3), torch.zeros(16)), 2) == (16, BASIS_BATCH)
+    assert count_samples(Batch([torch.zeros(4, 3, 8, 8) for _ in range(2)]), 4) == (4, BASIS_BATCH)
+    assert count_samples(Batch([torch.zeros(4, 3) for _ in range(16)]), None) == (4, BASIS_BATCH)
+
+
+@pytest.mark.parametrize("kind, basis", [("list", "batch"), ("negshape", "dataset calls")])
+def test_a_run_of_hard_to_count_batches_says_its_basis_and_reports(tmp_path, kind, basis):
+    out = tmp_path / "run"
+    p = subprocess.run([sys.executable, "-m", "profiler", "run", "--no-progress", "--no-plots", "--warmup", "1",
+                        "--steps", "10", "--out", str(out), str(JOBS / "h4_batches.py"), kind], capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    rec = json.loads((out / "run.json").read_text())
+    assert rec["throughput"]["samples"] == 160 and rec["throughput"]["samples_per_s"] > 0
+    assert rec["job"]["loader"]["samples_basis"] == basis
+    if kind != "negshape":
+        return
+    r = subprocess.run([sys.executable, "-m", "profiler", "report", str(out / "run.json"), "--out",
+                        str(tmp_path / "rep")], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr

@@ -36,7 +36,29 @@ BASIS_CALLS = "dataset calls"  # no tensors in the batch: samples the dataset ca
 BASIS_STEP = "one per step"  # nothing to count: one sample per step (the record says so)
 
 
-def _leading_dims(obj: Any, depth: int, out: list[int], budget: list[int]) -> None:
+def _per_sample_list(obj: list[Any] | tuple[Any, ...], batch_size: int | None) -> bool:
+    """A list as long as ``batch_size`` of array-likes of one shape whose leading dimension is not ``batch_size``: one
+    tensor per sample (a batch object holding ``[x0, x1, ...]``), counted by its length. Without it a list of 16
+    per-sample ``[8]`` tensors counted 8. Only with ``batch_size``: without it such a list cannot be told from a
+    collated list of views (multi-crop: a few ``[B, C, H, W]`` tensors)."""
+    if batch_size is None or batch_size < 2 or len(obj) != batch_size:
+        return False
+    first = None
+    for e in obj[:MAX_VISITS]:
+        shape = getattr(e, "shape", None)
+        if shape is None or isinstance(e, type):
+            return False
+        try:
+            t = tuple(int(d) for d in shape)
+        except (TypeError, ValueError):
+            return False
+        if not t or (first is not None and t != first):
+            return False
+        first = t
+    return first is not None and first[0] != batch_size
+
+
+def _leading_dims(obj: Any, depth: int, out: list[int], budget: list[int], batch_size: int | None = None) -> None:
     budget[0] -= 1
     if budget[0] < 0 or depth > MAX_DEPTH:
         return
@@ -53,6 +75,9 @@ def _leading_dims(obj: Any, depth: int, out: list[int], budget: list[int]) -> No
     if isinstance(obj, Mapping):
         children: Any = obj.values()
     elif isinstance(obj, (list, tuple)):
+        if depth and _per_sample_list(obj, batch_size):
+            out.append(len(obj))
+            return
         children = obj
     elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         children = [getattr(obj, f.name, None) for f in dataclasses.fields(obj)]
@@ -63,17 +88,25 @@ def _leading_dims(obj: Any, depth: int, out: list[int], budget: list[int]) -> No
     for child in children:
         if budget[0] < 0:
             return
-        _leading_dims(child, depth + 1, out, budget)
+        _leading_dims(child, depth + 1, out, budget, batch_size)
 
 
 def count_samples(batch: Any, batch_size: int | None = None) -> tuple[int, str] | None:
-    """(samples in ``batch``, basis), or None when the batch itself does not say.
+    """(samples in ``batch``, basis), or None when the batch itself does not say, or says what cannot be trusted.
 
     The most common leading dimension of the batch's tensors is the batch's size (an image batch ``[B, C, H, W]``
     beside labels ``[B]``; a tokenizer's ``input_ids``/``attention_mask``/``labels``, all ``[B, L]``). A plain list
-    of uncollated samples (``collate_fn=lambda b: b``) counts by its length; ``batch_size`` only breaks the tie of a
-    list of same-shaped tensors, which is either a collated ``(x, y)`` pair or a list of samples.
+    of uncollated samples (``collate_fn=lambda b: b``) counts by its length, and so does a list of per-sample tensors
+    inside a batch object (``_per_sample_list``); ``batch_size`` only breaks the tie of a list of same-shaped tensors,
+    which is either a collated ``(x, y)`` pair or a list of samples. A count under 1 (an array-like whose ``shape`` is
+    ``(-1, 8)`` gave -1 samples a step, a negative throughput and a run.json ``report`` refused) is not a count: None,
+    and the caller counts by the dataset's calls and records that basis.
     """
+    n = _count(batch, batch_size)
+    return n if n is None or n[0] >= 1 else None
+
+
+def _count(batch: Any, batch_size: int | None) -> tuple[int, str] | None:
     try:  # a batch type that fails to say its shape (a lazy batch whose build failed) is not the job's error
         cls = batch.__class__
         if (cls is list or cls is tuple) and len(batch) == 2 and batch_size != 2:
@@ -83,7 +116,7 @@ def count_samples(batch: Any, batch_size: int | None = None) -> tuple[int, str] 
                 sx, sy = x.shape, y.shape
                 if sx and sy and sx[0] == sy[0]:
                     return int(sx[0]), BASIS_BATCH
-        if (cls is tuple or (cls is list and len(batch) != batch_size)) and 0 < len(batch) <= MAX_VISITS:
+        if (cls is tuple or cls is list) and len(batch) != batch_size and 0 < len(batch) <= MAX_VISITS:
             # The common collated batch, (x, y) of tensors (default_collate makes it a list), counted without the walk
             # (the same answer, once per step); a list as long as batch_size may be uncollated samples: judged below.
             first = -1
@@ -94,18 +127,22 @@ def count_samples(batch: Any, batch_size: int | None = None) -> tuple[int, str] 
                 first = shape[0]
             else:
                 return int(first), BASIS_BATCH
-        if isinstance(batch, list) and batch:
+        if isinstance(batch, (list, tuple)) and batch:
             head = batch[:MAX_VISITS]  # bounded: a list of 100k uncollated samples is judged by its first ones
-            if all(isinstance(e, (Mapping, tuple, list)) for e in head) and len({type(e) for e in head}) == 1:
+            is_list = isinstance(batch, list)
+            if is_list and all(isinstance(e, (Mapping, tuple, list)) for e in head) and \
+                    len({type(e) for e in head}) == 1:
                 return len(batch), BASIS_LENGTH
-            if batch_size is not None and len(batch) == batch_size:
+            if not is_list and _per_sample_list(batch, batch_size):  # a tuple of per-sample tensors
+                return len(batch), BASIS_LENGTH
+            if is_list and batch_size is not None and len(batch) == batch_size:
                 firsts: list[int] = []
                 for e in batch[:MAX_VISITS]:
                     _leading_dims(e, MAX_DEPTH, firsts, [1])
                 if len(firsts) == len(batch) and any(d != batch_size for d in firsts):
                     return len(batch), BASIS_LENGTH
         dims: list[int] = []
-        _leading_dims(batch, 0, dims, [MAX_VISITS])
+        _leading_dims(batch, 0, dims, [MAX_VISITS], batch_size)
         if not dims:
             return None
         counts: dict[int, int] = {}
