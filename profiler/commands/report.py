@@ -13,6 +13,9 @@ from ..errors import UserError
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_json", metavar="RUN_JSON", help="run.json (or the folder holding it)")
     parser.add_argument("--out", metavar="DIR", help="output folder (default: next to run.json)")
+    parser.add_argument("--torch-trace", metavar="TRACE.json", action="append",
+                        help="merge this torch.profiler (kineto) trace, taken during the run, with the record: "
+                             "torch_trace.json in the output folder (docs/trace_merge.md); repeatable")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -25,6 +28,8 @@ def main(args: argparse.Namespace) -> int:
 
     if is_ranks_folder(Path(args.run_json)):  # distributed: a torchrun run folder (rank<k>/run.json): merge them
         return _ranks(args)
+    if getattr(args, "torch_trace", None):
+        return _torch_trace(args)
     from ..monitor.record import find as find_monitor
 
     if find_monitor(args.run_json) is not None and not (Path(args.run_json) / "run.json").is_file():
@@ -70,6 +75,30 @@ def _monitor(args: argparse.Namespace) -> int:
     out = prepare_out(Path(args.out) if args.out else src.parent, flag="--out" if args.out else "report")
     files = [str(f) for f in write_monitor(rec, out)]
     print_monitor(rec, files)
+    return 0
+
+
+def _torch_trace(args: argparse.Namespace) -> int:
+    """``report RUN --torch-trace T.json``: only the merge, from the saved record alone (re-analyzed for the wait's
+    causes); into --out or the record's folder. A trace or record it cannot merge: one line, exit 2."""
+    from .. import record
+    from ..analysis import analyze
+    from ..render import TORCH_TRACE, render_all
+    from ..render.kineto_merge import MergeError
+
+    rec = record.load(args.run_json)
+    src = Path(args.run_json)
+    out = Path(args.out) if args.out else (src if src.is_dir() else src.parent)
+    analyze(rec)
+    ctx: dict = {"torch_traces": list(args.torch_trace)}
+    try:
+        render_all(TORCH_TRACE, rec, out, ctx, strict=True)
+    except MergeError as e:
+        raise UserError(f"--torch-trace: {e}") from None
+    except OSError as e:
+        raise UserError(f"--torch-trace: cannot write into {out} ({e.strerror or e})") from None
+    for f in ctx.get("torch_trace_files", []):
+        print(f"Merged torch.profiler trace: {f}")
     return 0
 
 

@@ -77,6 +77,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "halves its series and rate beyond 4,000 points")
     g.add_argument("--no-progress", action="store_true", help="no live progress bar")
     g.add_argument("--no-plots", action="store_true", help="write run.json and the terminal summary only")
+    g.add_argument("--torch-profiler", action="store_true",
+                   help="script: run torch.profiler around the measured window (CPU; CUDA when available) and write "
+                        "torch_trace.json, its trace with the DataLoader's workers and the wait's causes merged in "
+                        "(a script's own torch.profiler traces are merged without it: docs/trace_merge.md)")
     # sweep of a script: change the profiled loader's settings without editing the script.
     g.add_argument("--loader", metavar="CLASS|FILE:LINE", help="script: profile this DataLoader: its dataset's "
                    "class (MyDataset or pkg.data.MyDataset), where it was created (train.py:42), or both "
@@ -186,13 +190,19 @@ def main(args: argparse.Namespace) -> int:
                       f"with model={c.model} mode={c.mode} workers={c.workers} batch={c.batch_size} on {p.device}",
                       markup=False)
         with LiveProgress(c.warmup + c.steps, console=console, enabled=show) as live:
-            result = execute_run(p, on_step=live.on_step)
+            result = execute_run(p, on_step=live.on_step,
+                                 torch_profiler_out=out if getattr(args, "torch_profiler", False) else None)
         rec = result.record
         assert rec is not None
         if not rec.window.get("steps") and result.outcome.status == "interrupted":
             print("profiler: interrupted before the first measured step", file=sys.stderr)
         _check_something_decoded(rec, result.outcome)
         saved = _save(result, out, args, console, ranks)
+        if (rec.torch_traces or {}).get("traces"):
+            from ..render import write_torch_trace
+
+            for f in write_torch_trace(rec, out):
+                console.print(f"Merged torch.profiler trace: {f}", markup=False, highlight=False)
     ranks.finish(out, console, plots=not args.no_plots)
     return _exit_status(result.outcome, saved, f"the run failed ({rec.partial_reason})")
 
@@ -287,7 +297,8 @@ def run_script(args: argparse.Namespace) -> int:
 
         run = ExternalRun(spec, c.warmup, c.steps, config, data=args.data, storage=storage,
                           sample_interval_s=c.sample_interval_s, on_step=live.on_step, on_window_closed=on_closed,
-                          loader=args.loader)
+                          loader=args.loader,
+                          torch_profiler_out=out if getattr(args, "torch_profiler", False) else None)
         run.session.override = _override(args)  # sweep's per-point loader settings
         from ..redact import redact_argv
 
@@ -312,6 +323,7 @@ def run_script(args: argparse.Namespace) -> int:
             return _nothing_iterated(target, outcome)
         if not saved:
             saved.append(_save(result, out, args, console, ranks))
+        _torch_traces(run, result.record, out, saved[0], console)
     ranks.finish(out, console, plots=not args.no_plots)
     if saved and outcome.status == "failed" and not result.record.partial:
         # The window closed and its (complete) record was written; the script raised later, unprofiled.
@@ -319,6 +331,12 @@ def run_script(args: argparse.Namespace) -> int:
               f"(complete) is in {saved[0].run_json}", file=sys.stderr)
         return 1
     return _exit_status(outcome, saved[0] if saved else None, f"the script raised {type(outcome.error).__name__}")
+
+
+def _torch_traces(run: Any, rec: Any, out: Path, saved: Saved, console: Any) -> None:
+    """The job's torch.profiler traces (or ours, --torch-profiler) merged with the record: docs/trace_merge.md."""
+    for f in run.write_torch_traces(rec, out, saved.run_json if saved.run_json.parent == out else None):
+        console.print(f"Merged torch.profiler trace: {f}", markup=False, highlight=False)
 
 
 def _child_status(outcome: Outcome) -> int:

@@ -14,13 +14,16 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from ..errors import UserError
 from ..instrument.loaders import LoaderSelector
 from ..instrument.session import Session
 from ..record import RunRecord
 from .job import JobSpec, Outcome, RunResult, build_record, compute_device_facts, run_session, storage_into_environment
+
+if TYPE_CHECKING:
+    from ..record.schema import TorchTraces
 
 # A --data folder for a script is listed (for cache control and residency) up to this many files: beyond, the
 # scan itself would cost minutes on network storage, and residency samples a few thousand files anyway.
@@ -174,11 +177,17 @@ class ExternalRun:
     def __init__(self, spec: JobSpec, warmup: int, steps: int, config: dict, data: str | None = None,
                  storage: tuple[dict, Any] | None = None, sample_interval_s: float = 0.1,
                  on_step: Callable | None = None, on_window_closed: Callable[[RunRecord], None] | None = None,
-                 loader: str | None = None):
+                 loader: str | None = None, torch_profiler_out: Path | None = None):
+        from ..instrument.torch_profiler_hooks import OwnProfiler, TraceWatch, chain
         from ..samplers.background import Sampler
 
         self.spec, self.config, self.data = spec, config, data
         self.t0 = time.perf_counter_ns()
+        # torch.profiler traces the job exports while profiled (and ours, torch_profiler_out: run --torch-profiler)
+        self.watch = TraceWatch(self.t0)
+        self.own_profiler = (OwnProfiler(warmup, steps, torch_profiler_out, self.watch)
+                             if torch_profiler_out is not None else None)
+        on_step = chain(self.own_profiler.on_step if self.own_profiler else None, on_step)
         self.storage: dict[str, Any] | None
         self.throttle_ctx: Any
         self.storage, self.throttle_ctx = storage if storage else (None, None)
@@ -198,6 +207,8 @@ class ExternalRun:
         the run's outcome decides the record, partial with its reason, not "window closed"."""
         if session.measured_steps < session.steps:
             return
+        if self.own_profiler is not None:
+            self.own_profiler.stop()  # its trace is exported now, noted in the record built next
         self.session.samples = self.sampler.stop()
         self.record = self._build(Outcome("window closed"))
         if self.on_window_closed is not None:
@@ -205,13 +216,52 @@ class ExternalRun:
 
     def run(self, job: Callable[[], Any]) -> RunResult:
         """Run ``job`` profiled; the record is None when it iterated no DataLoader."""
-        outcome = run_session(job, self.session, self.sampler if not self.record else None, self.throttle_ctx)
+        self.start_torch_profiler()
+        try:
+            outcome = run_session(job, self.session, self.sampler if not self.record else None, self.throttle_ctx)
+        finally:
+            self.stop_torch_profiler()
         if self.record is not None:  # already written when the window closed
             return RunResult(self.record, outcome, self.t0)
         if not self.session.rows and self.session.loader is None:
             return RunResult(None, outcome, self.t0)
         self.session.samples = getattr(self.session, "samples", None) or {}
         return RunResult(self._build(outcome), outcome, self.t0)
+
+    def start_torch_profiler(self) -> None:
+        """Watch torch.profiler's exports for the job's run (and start our own for --torch-profiler)."""
+        self.watch.install()
+        if self.own_profiler is not None:
+            self.own_profiler.start()
+
+    def stop_torch_profiler(self) -> None:
+        """The job ended: stop our torch.profiler (exporting its trace), stop watching. A then='continue' record,
+        built at the window's close, learns of the job's later exports in ``write_torch_traces``."""
+        if self.own_profiler is not None:
+            self.own_profiler.stop()
+        self.watch.uninstall()
+
+    def torch_traces_into(self, rec: RunRecord) -> None:
+        sec = self.watch.section()
+        if self.own_profiler is not None and self.own_profiler.error:
+            sec["error"] = self.own_profiler.error
+        rec.torch_traces = cast("TorchTraces", sec)
+
+    def write_torch_traces(self, rec: RunRecord, out: Path, run_json: Path | None) -> list[Path]:
+        """After the record was saved and analyzed: note the traces exported since (then='continue': the job's
+        profiler exported after the window closed), save run.json again when they changed, and write the merged
+        traces (render/kineto_merge.py). A failure is one line on stderr, never the run's."""
+        before = rec.torch_traces
+        self.torch_traces_into(rec)
+        if run_json is not None and rec.torch_traces != before:
+            from ..saving import save_record
+
+            save_record(rec, run_json)
+        if not (rec.torch_traces or {}).get("traces"):
+            return []
+        from ..render import write_torch_trace
+
+        return write_torch_trace(rec, out)
 
     def _build(self, outcome: Outcome) -> RunRecord:
         from ..samplers.environment import probe_environment
@@ -240,5 +290,9 @@ class ExternalRun:
             dataset.update(files=self.storage["files"], total_bytes=self.storage.get("total_bytes", 0))
         if self.session.loader is not None:
             dataset["class"] = self.session.loader.dataset_class
-        return build_record(self.session, outcome, self.spec, config=self.config, environment=env,
-                            compute_device=dev, dataset=dataset, storage=storage, memory=None)
+        rec = build_record(self.session, outcome, self.spec, config=self.config, environment=env,
+                           compute_device=dev, dataset=dataset, storage=storage, memory=None)
+        if self.own_profiler is not None:
+            self.own_profiler.stop()  # the window is over: its trace exported before the section is read
+        self.torch_traces_into(rec)
+        return rec

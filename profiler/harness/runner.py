@@ -10,7 +10,7 @@ import datetime as _dt
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 import torch
 from torch.utils.data import DataLoader
@@ -21,6 +21,9 @@ from ..errors import UserError
 from ..record import RunRecord
 from .data import DatasetIndex, ensure_sample_dataset, scan_dataset
 from .job import JobSpec, RunResult, build_record, compute_device_facts, run_session, storage_into_environment
+
+if TYPE_CHECKING:
+    from ..record.schema import TorchTraces
 
 # Residency is checked on at most this many files (a seeded sample beyond): mincore on 100k files would take seconds.
 RESIDENCY_MAX_FILES = 2000
@@ -149,9 +152,11 @@ def execute(p: Prepared, on_step: Callable | None = None) -> RunRecord:
     return rec
 
 
-def execute_run(p: Prepared, on_step: Callable | None = None) -> RunResult:
-    """Run the built-in pipeline; return the raw record with how the run ended, its clock origin and its DDP facts."""
+def execute_run(p: Prepared, on_step: Callable | None = None, torch_profiler_out: Path | None = None) -> RunResult:
+    """Run the built-in pipeline; return the raw record with how the run ended, its clock origin and its DDP facts.
+    ``torch_profiler_out``: run torch.profiler around the window, its trace into that folder (run --torch-profiler)."""
     from ..instrument.session import Session
+    from ..instrument.torch_profiler_hooks import OwnProfiler, TraceWatch, chain
     from ..samplers.background import Sampler
     from .builtin import ImageDataset, StreamBatchSampler, builtin_loop, collate_skipping, make_step_fn, seed_worker
 
@@ -177,12 +182,20 @@ def execute_run(p: Prepared, on_step: Callable | None = None) -> RunResult:
     disk = (storage.get("device") or {}).get("disk")
     # the system sampler: machine, process and GPU time series on its own thread (profiler/samplers/background.py)
     system_sampler = Sampler(t0_ns=t0, interval_s=c.sample_interval_s, gpu_index=gpu_index, disk=disk)
-    session = Session(c.warmup, c.steps, then="exit", t0_ns=t0, on_step=on_step,
+    watch = TraceWatch(t0)
+    own = OwnProfiler(c.warmup, c.steps, torch_profiler_out, watch) if torch_profiler_out is not None else None
+    session = Session(c.warmup, c.steps, then="exit", t0_ns=t0, on_step=chain(own.on_step if own else None, on_step),
                       on_first_pid=lambda pid, w: system_sampler.label_pid(pid, "worker", w) if w >= 0 else None)
+    watch.install()
+    if own is not None:
+        own.start()
     try:
         outcome = run_session(lambda: builtin_loop(loader, step_fn, p.device, bool(c.pin_memory)), session,
                               system_sampler, throttle_ctx)
     finally:
+        if own is not None:
+            own.stop()
+        watch.uninstall()
         if read_hook is not None:
             read_hook.close()
             # The ceilings below read samples in this process after the window: not through the throttle's read
@@ -199,6 +212,7 @@ def execute_run(p: Prepared, on_step: Callable | None = None) -> RunResult:
                        compute_device=_compute_device(p.device, env), dataset={**p.index.to_dict(),
                                                                                  "sample": p.sample_data},
                        storage=storage, memory=memory, extra_skipped=list(p.index.skipped))
+    rec.torch_traces = cast("TorchTraces", {**watch.section(), **({"error": own.error} if own and own.error else {})})
     if outcome.status == "window closed":
         _ceilings(rec, p, dataset, step_fn)
     return RunResult(rec, outcome, t0, p.ranks.facts(t0))

@@ -49,6 +49,7 @@ from .schema import (
     Throughput,
     Timeline,
     ToolInfo,
+    TorchTraces,
     Verdict,
     WhatIf,
     Window,
@@ -86,6 +87,7 @@ class RunRecord:
     model_alone: ModelAlone | None = None  # raw ceilings measured after the window (harness/ceiling.py)
     main_process_samples: MainProcessSamples | None = None
     attach: Attach | None = None  # job.kind "attach": sampled from outside (profiler/attach/)
+    torch_traces: TorchTraces | None = None  # torch.profiler traces and the clocks to merge them (render/kineto_merge)
     partial: bool = False
     partial_reason: str | None = None
     schema_version: int = SCHEMA_VERSION

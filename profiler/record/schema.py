@@ -588,6 +588,32 @@ class Distributed(TypedDict, total=False):
     collectives: Collectives | None
 
 
+class TorchTraceClock(TypedDict, total=False):
+    """The clock pair that places this record's times on torch.profiler (kineto) traces (render/kineto_merge.py)."""
+    ours: str  # "CLOCK_MONOTONIC": the record's times are seconds from t0_monotonic_ns on it
+    theirs: str  # "CLOCK_REALTIME": kineto's events are baseTimeNanoseconds + ts µs on it
+    t0_monotonic_ns: Count
+    # CLOCK_REALTIME - CLOCK_MONOTONIC, the median of the reads (at the start and at each export); in µs: in ns it
+    # is ~1.8e18, beyond the 2**53 a record's number may be (validate.py MAX_ABS)
+    realtime_minus_monotonic_us: int
+    drift_ns: int  # how far the reads spread (an NTP step between them shows here)
+    read_bracket_ns: Count  # the widest bracket of one read: its uncertainty
+
+
+class TorchTrace(TypedDict, total=False):
+    """One Chrome trace torch.profiler exported while the job was profiled."""
+    path: str  # absolute, as exported (the job's file; never changed by the profiler)
+    by: str  # "job" (its own torch.profiler) | "profiler" (run --torch-profiler)
+    exported_s: Time
+
+
+class TorchTraces(TypedDict, total=False):
+    """torch.profiler traces seen during the run (instrument/torch_profiler_hooks.py) and the clocks to merge them."""
+    traces: list[TorchTrace]
+    clock: TorchTraceClock
+    error: str  # run --torch-profiler: why its own trace is missing
+
+
 class WhatIf(TypedDict, total=False):
     """Predicted samples/s for other settings, from this run alone (analysis/whatif.py)."""
     measured: dict[str, Any]
@@ -660,6 +686,7 @@ class Record(TypedDict, total=False):
     model_alone: ModelAlone | None
     main_process_samples: MainProcessSamples | None
     attach: Attach | None
+    torch_traces: TorchTraces | None
     throughput: Throughput
     stages: dict[str, StageStats]
     stall: Stall
@@ -693,5 +720,6 @@ SAME_LENGTH: dict[type, tuple[str, ...]] = {
 
 RAW_SECTIONS = ("schema_version", "tool", "created_utc", "partial", "partial_reason", "job", "config", "environment",
                 "compute_device", "window", "timeline", "samples", "dataset", "skipped", "storage", "memory",
-                "distributed", "model_alone", "main_process_samples", "attach")
+                "distributed", "model_alone", "main_process_samples", "attach",
+                "torch_traces")
 DERIVED_SECTIONS = ("throughput", "stages", "stall", "verdict", "findings", "ram", "whatif", "ceilings")

@@ -89,7 +89,12 @@ ATTACH: tuple[Renderer, ...] = (
     Renderer("attach_shares", "shares.png", "attach_html:render_shares"),
     Renderer("attach_html", "report.html", "attach_html:render"),
 )
-REGISTRIES: tuple[tuple[Renderer, ...], ...] = (REPORT, COMPARE, FIT, SWEEP, RANKS, ATTACH)
+# A run whose job exported torch.profiler traces (or run --torch-profiler), and `report RUN --torch-trace T.json`: the
+# merged kineto trace (render/kineto_merge.py); also writes <name>.profiler_merged.json beside each job's trace.
+TORCH_TRACE: tuple[Renderer, ...] = (
+    Renderer("torch_trace", "torch_trace.json", "kineto_merge:render", action="merge the torch.profiler trace"),
+)
+REGISTRIES: tuple[tuple[Renderer, ...], ...] = (REPORT, COMPARE, FIT, SWEEP, RANKS, ATTACH, TORCH_TRACE)
 
 REPORT_FILES = tuple(r.file for r in REPORT)
 PLOT_FILES = tuple(r.file for r in REPORT if r.file.endswith(".png"))
@@ -162,3 +167,12 @@ def write_ranks(view: dict[str, Any], recs: dict[int, Any], folder: str | Path, 
     report.html. ``recs``: rank -> its analyzed RunRecord (None where missing), for the trace. ranks.png or the trace
     failing costs only itself (said on stderr); ranks.json or the page failing propagates."""
     return render_all(RANKS if plots else RANKS[:1], view, folder, {"recs": recs})
+
+
+def write_torch_trace(rec: RunRecord, out_dir: str | Path, traces: list[str] | None = None) -> list[Path]:
+    """Merge the torch.profiler traces ``rec`` lists (or ``traces``) with it: torch_trace.json in the run's folder and
+    ``<name>.profiler_merged.json`` beside each of the job's own; returns the paths written. A failure is one line on
+    stderr (the record and reports are written already)."""
+    ctx: dict[str, Any] = {"torch_traces": traces} if traces else {}
+    render_all(TORCH_TRACE, rec, out_dir, ctx)
+    return list(ctx.get("torch_trace_files", []))

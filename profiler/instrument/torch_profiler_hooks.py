@@ -1,0 +1,232 @@
+"""torch.profiler (kineto) traces at collection time: where the job's traces go, and our own for ``--torch-profiler``.
+
+Two things happen here, nothing else (the merge itself is render/kineto_merge.py, a pure function of the record):
+
+1. **Where the job's traces go.** ``tensorboard_trace_handler``, a job's own ``on_trace_ready`` and a direct
+   ``prof.export_chrome_trace(path)`` all end in one method, ``torch.profiler.profiler._KinetoProfile
+   .export_chrome_trace``; :class:`TraceWatch` wraps it while the job runs, calls the original first with the job's
+   own arguments and only then notes the path (absolute: the job may ``chdir`` later). The job's file is never read
+   or changed here. The class is private torch detail: :func:`check` says when a torch release moves it
+   (tests/test_trace_merge.py fails loudly), and the watch is then left out with one line rather than guessing.
+2. **The clocks.** Our times are ``time.perf_counter_ns`` (CLOCK_MONOTONIC) relative to the run's ``t0``; kineto's are
+   CLOCK_REALTIME (its events are ``baseTimeNanoseconds + ts µs``: checked empirically on torch 2.14, a
+   ``ProfilerStep#N`` starts inside the ``prof.step()`` call that opened it). The watch reads the two clocks side by
+   side (the tightest of a few bracketed reads, ~1 µs) when it starts and at each export, so the merge can move our
+   spans onto the trace's time base from the record alone, and say how far the offset drifted.
+
+:class:`OwnProfiler` is ``run --torch-profiler`` / ``profile(torch_profiler=True)``: torch.profiler around the measured
+window itself (CPU, and CUDA when available), stepped at each batch the profiled loader hands over, with a schedule
+of the run's warm-up then its measured steps (+1, so the last measured step's compute is inside the trace), exported
+into the run's folder when the window closes.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+# What ``OwnProfiler`` writes into the run's folder: kineto's own trace (kept as it came, like a job's) beside the
+# merged torch_trace.json.
+OWN_TRACE_FILE = "torch_profiler.pt.trace.json"
+# At most this many exported traces are noted (a job exporting every few steps must not grow the record).
+MAX_TRACES = 64
+_CLOCK_READS = 7
+
+
+def clock_offset_ns() -> tuple[int, int]:
+    """(CLOCK_REALTIME - CLOCK_MONOTONIC in ns, the bracket's width in ns): the tightest of a few reads."""
+    best: tuple[int, int] | None = None
+    for _ in range(_CLOCK_READS):
+        a = time.perf_counter_ns()
+        r = time.time_ns()
+        b = time.perf_counter_ns()
+        if best is None or b - a < best[1]:
+            best = (r - (a + b) // 2, b - a)
+    assert best is not None
+    return best
+
+
+def _kineto_class() -> Any:
+    from torch.profiler import profiler as _p
+
+    return getattr(_p, "_KinetoProfile", None)
+
+
+def check() -> list[str]:
+    """What this torch lacks of the seam above (empty when torch.profiler exports where the watch expects)."""
+    import inspect
+
+    import torch.profiler
+
+    problems: list[str] = []
+    cls = _kineto_class()
+    if cls is None:
+        return ["torch.profiler.profiler._KinetoProfile is missing"]
+    fn = cls.__dict__.get("export_chrome_trace")
+    if not callable(fn):
+        problems.append("_KinetoProfile.export_chrome_trace is missing")
+    else:
+        params = list(inspect.signature(fn).parameters)
+        if params[:2] != ["self", "path"]:
+            problems.append(f"_KinetoProfile.export_chrome_trace's parameters changed: {params[:3]}")
+    if not issubclass(torch.profiler.profile, cls):
+        problems.append("torch.profiler.profile no longer derives from _KinetoProfile")
+    elif "export_chrome_trace" in torch.profiler.profile.__dict__:
+        problems.append("torch.profiler.profile overrides export_chrome_trace")
+    return problems
+
+
+class TraceWatch:
+    """Notes every chrome trace torch.profiler exports in this process while installed (see the module docstring).
+
+    ``section()`` is the record's ``torch_traces`` section: the traces (path, who wrote it, when, relative to the
+    run's ``t0``) and the clock pair that places our spans on their time base."""
+
+    def __init__(self, t0_ns: int):
+        self.t0_ns = t0_ns
+        self.traces: list[dict[str, Any]] = []
+        self.offsets: list[int] = []
+        self.bracket_ns = 0
+        self._orig: Callable[..., Any] | None = None
+        self._own: set[str] = set()
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self.note_clock()
+
+    def note_clock(self) -> None:
+        off, width = clock_offset_ns()
+        self.offsets.append(off)
+        self.bracket_ns = max(self.bracket_ns, width)
+
+    def install(self) -> bool:
+        """Wrap the export; False (with one line) when torch moved it: the job then runs without the merge."""
+        if self._orig is not None:
+            return True
+        try:
+            problems = check()
+        except Exception as e:  # noqa: BLE001 - torch.profiler not importable: no traces to merge, the job unchanged
+            problems = [f"{type(e).__name__}: {e}"]
+        if problems:
+            print(f"profiler: torch.profiler traces will not be merged ({problems[0]})", file=sys.stderr)
+            return False
+        cls = _kineto_class()
+        orig = cls.__dict__["export_chrome_trace"]
+        watch = self
+
+        @functools.wraps(orig)
+        def export_chrome_trace(prof: Any, path: str, *args: Any, **kwargs: Any) -> Any:
+            result = orig(prof, path, *args, **kwargs)  # the job's call, first and unchanged
+            try:
+                watch._noted(path)
+            except Exception:  # noqa: BLE001 - noting a path must never fail the job's export
+                pass
+            return result
+
+        self._orig = orig
+        cls.export_chrome_trace = export_chrome_trace
+        return True
+
+    def uninstall(self) -> None:
+        if self._orig is None:
+            return
+        cls = _kineto_class()
+        if cls is not None:
+            cls.export_chrome_trace = self._orig
+        self._orig = None
+
+    def own(self, path: str | os.PathLike[str]) -> None:
+        """``path`` is the profiler's own export (``--torch-profiler``), not the job's."""
+        self._own.add(os.path.abspath(os.fspath(path)))
+
+    def _noted(self, path: Any) -> None:
+        if os.getpid() != self._pid:
+            return  # a process the job forked: its traces are its own
+        p = os.path.abspath(os.fspath(path))
+        self.note_clock()
+        with self._lock:
+            if len(self.traces) >= MAX_TRACES:
+                return
+            self.traces.append({"path": p, "by": "profiler" if p in self._own else "job",
+                                "exported_s": round((time.perf_counter_ns() - self.t0_ns) / 1e9, 6)})
+
+    def section(self) -> dict[str, Any]:
+        """The record's ``torch_traces`` section: the clock pair always (``report --torch-trace`` can merge a trace
+        taken during this run later), the traces when any was exported."""
+        offs = sorted(self.offsets)
+        return {"traces": list(self.traces), "clock": {
+            "ours": "CLOCK_MONOTONIC", "theirs": "CLOCK_REALTIME", "t0_monotonic_ns": int(self.t0_ns),
+            "realtime_minus_monotonic_us": int(round(offs[len(offs) // 2] / 1e3)),
+            "drift_ns": int(offs[-1] - offs[0]), "read_bracket_ns": int(self.bracket_ns)}}
+
+
+class OwnProfiler:
+    """torch.profiler around the measured window (``--torch-profiler``): started with the session, stepped at each
+    batch handed over (so ``ProfilerStep#k`` holds the wait for batch k and the compute of batch k - 1), stopped when
+    the window closes; kineto's trace goes to ``out/torch_profiler.pt.trace.json`` through the watched export."""
+
+    def __init__(self, warmup: int, steps: int, out_dir: Path, watch: TraceWatch):
+        self.warmup, self.steps, self.out_dir, self.watch = warmup, steps, Path(out_dir), watch
+        self.prof: Any = None
+        self.error: str | None = None
+        self._stepped = 0
+
+    @property
+    def path(self) -> Path:
+        return self.out_dir / OWN_TRACE_FILE
+
+    def start(self) -> None:
+        try:
+            import torch
+            from torch.profiler import ProfilerActivity, profile, schedule
+
+            acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+            self.watch.own(self.path)
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            sched = schedule(wait=0, warmup=self.warmup, active=self.steps + 1, repeat=1)
+            self.prof = profile(activities=acts, schedule=sched,
+                                on_trace_ready=lambda p: p.export_chrome_trace(str(self.path)))
+            self.prof.start()
+        except Exception as e:  # noqa: BLE001 - the run goes on without the torch trace, said in one line
+            self.error = f"{type(e).__name__}: {e}"
+            self.prof = None
+            print(f"profiler: could not start torch.profiler ({self.error})", file=sys.stderr)
+
+    def on_step(self, measured: bool, wait_start_ns: int, wait_end_ns: int, n_samples: int) -> None:
+        """Session.on_step: a batch was handed over; one kineto step per batch of the window."""
+        if self.prof is None or self._stepped > self.warmup + self.steps:
+            return
+        self._stepped += 1
+        try:
+            self.prof.step()
+        except Exception as e:  # noqa: BLE001
+            self.error = f"{type(e).__name__}: {e}"
+            self.prof = None
+
+    def stop(self) -> None:
+        """Stop (and so export) once; idempotent: the window's close and the run's end may both call it."""
+        prof, self.prof = self.prof, None
+        if prof is None:
+            return
+        try:
+            prof.stop()
+        except Exception as e:  # noqa: BLE001
+            self.error = f"{type(e).__name__}: {e}"
+            print(f"profiler: torch.profiler did not stop cleanly ({self.error})", file=sys.stderr)
+
+
+def chain(*fns: Callable[..., None] | None) -> Callable[..., None] | None:
+    """One ``on_step`` callback that calls each given one in order (None where none is given)."""
+    given = [f for f in fns if f is not None]
+    if not given:
+        return None
+    if len(given) == 1:
+        return given[0]
+
+    def both(*args: Any) -> None:
+        for f in given:
+            f(*args)
+    return both
