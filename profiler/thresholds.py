@@ -85,6 +85,14 @@ COPY_ON_READ_MIN_MONOTONE_SHARE = 0.7
 # Share of the net growth that happens in the second half of the worker's readings. Steady growth puts ~50 % there;
 # a start-up ramp that levels off puts ~0 %. 20 % separates "still growing" from "grew once, at start".
 COPY_ON_READ_MIN_LATE_SHARE = 0.2
+# Copy-on-write copying turns pages the worker already had resident (shared with the parent) private: USS rises while
+# RSS stays. New allocations (decode buffers, a growing heap, malloc arenas) add pages: RSS rises with USS. Only the
+# USS growth RSS did not match is copying; at least this share of a worker's USS growth must be such, or the growth
+# is the heap's, not the dataset's objects' (the built-in pipeline's workers: USS +147 MiB with RSS +150 MiB).
+COPY_ON_READ_MIN_COPIED_SHARE = 0.5
+# What the built-in dataset's Python objects can hold per file (a path str, a label int and their list slots, ~200 B):
+# copies beyond files x this cannot be its objects.
+BUILTIN_OBJECT_BYTES_PER_FILE = 1024
 
 # When no worker was measured (a run with 0 workers), this private memory per worker is assumed: a forked worker
 # with torch imported privately holds ~50-150 MiB (heap pages it writes, decode buffers, prefetch_factor batches);
@@ -211,6 +219,20 @@ GAIN_CLAIMED_FROM = 0.05
 # timed read stage, or read from the device: below 4 KiB per sample, the bytes are the profiler's own /proc readings,
 # pipes and imports, not data (an in-memory dataset measured ~50 B per sample).
 READS_FILES_FROM_BYTES = 4096
+# More bytes from the device than read() asked for, by this factor: the reads went around read() (page faults on
+# memory-mapped files: np.memmap token files), so rchar cannot give a page-cache hit rate. Read-ahead alone rounds a
+# cold file up to pages and a 128 KiB window (a 100 KB JPEG read cold measured ~1.04x); 2x is well beyond that.
+DEVICE_BEYOND_RCHAR_FACTOR = 2.0
+
+# --- Worker -> main transfer: bytes or scheduling (analysis/recommend.py) -------------------------------------------
+# A batch reaches the main process through shared memory at well over 1 GB/s (its tensors are copied once into shared
+# memory; the pickle holds only handles). At this floor a batch's bytes would take under a quarter of its transfer
+# time, so the bytes are not what is slow: a 2 KB batch "taking 20 ms" is a process waiting for a core.
+TRANSFER_BYTES_FLOOR_B_PER_S = 200e6
+TRANSFER_BYTES_SHARE = 0.25
+# The main thread waited for a core this share of a batch's transfer time or more (its run-queue wait inside next(),
+# from /proc/thread-self/schedstat): scheduling explains the transfer, and compact batches would not shorten it.
+TRANSFER_RUNQ_SHARE = 0.25
 
 # --- Monitor (profiler/monitor/: the whole job as windows) ----------------------------------------------------------
 # Steps per window by default: at a light job's ~1-3 ms per step a window is a few seconds, long enough that the cut's

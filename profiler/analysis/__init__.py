@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from .attribution import attribute, extend_to_tail, has_kernel_accounting
 from .context import build_context
 from .findings import findings
-from .io import derive_storage, served_from_ram_note
+from .io import derive_storage, served_from_ram_note, summarize_storage
 from .memory import derive_memory
 from .patterns import pattern_findings
 from .ram import ram_section
@@ -50,6 +50,7 @@ def analyze(rec: RunRecord) -> RunRecord:
                        if timing == "cuda events"
                        else "main-thread wait for the next batch, split by what the producing worker was doing")
     ctx = build_context(rec, t, stages)
+    summarize_storage(rec, ctx.calls_items, ctx.calls_device_bytes, ctx.calls_rchar)
     verdict = decide(stall, ctx, (rec.memory or {}).get("oom"))
     ram_note = served_from_ram_note(rec)
     if ram_note:  # said once, in the summary (not again as a finding): it changes how to read the verdict

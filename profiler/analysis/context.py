@@ -47,15 +47,41 @@ class Context:
     page_cache_hit: float | None = None  # share of worker reads served from the page cache, when measured
     bytes_measured: bool = True  # the spans carry bytes read per sample (a record without them says nothing either way)
     timed_reads: bool = False  # a timed read stage (the built-in pipeline's file reads): those waits are storage reads
+    # Measured per sample in the window, from the dataset calls' own kernel accounting (None: not in the record).
+    # Why these and not the read stage: a user's script has no timed read stage; what was measured is how long its
+    # dataset calls were blocked and how many bytes the kernel fetched from the device for them (read_bytes, which
+    # counts page faults on memory-mapped files, unlike rchar).
+    sample_blocked_ms: float | None = None  # off a core and not waiting for one: I/O, page faults, sleeps, locks
+    sample_device_bytes: float | None = None  # bytes from the block device (the kernel's read_bytes)
+    sample_rchar: float | None = None  # bytes asked of read() (rchar; page faults never count here)
+    device_blocked_ms: float = 0.0  # per sample: blocked time of the calls that read from the device
+    calls_items: int = 0  # samples in the window's dataset calls (the totals below are over these)
+    calls_device_bytes: int | None = None  # Σ read_bytes of the window's dataset calls
+    calls_rchar: int | None = None  # Σ rchar of the window's dataset calls
+    main_runq_ms: float | None = None  # per step: the main thread's run-queue wait inside next() (schedstat)
+    batch_bytes: float | None = None  # per batch: bytes of the batch's tensors, where the record has them
 
     @property
     def reads_off_device(self) -> bool:
         """The workers read no byte from the storage device in the window (nothing asked, or every byte from the page
-        cache): time they spent blocked was then a sleep, a lock or the network, not storage."""
+        cache): time they spent blocked was then a sleep, a lock or the network, not storage.
+
+        The kernel's device count (read_bytes) decides when the record has it: a dataset reading through np.memmap
+        asks read() for nothing (rchar ~0) while its page faults fetch megabytes from the device."""
         if self.timed_reads:
             return False
+        if self.sample_device_bytes is not None:
+            return self.sample_device_bytes < th.READS_FILES_FROM_BYTES
         return ((self.bytes_measured and self.mean_file_bytes < th.READS_FILES_FROM_BYTES)
                 or (self.page_cache_hit is not None and self.page_cache_hit >= 1.0))
+
+    @property
+    def device_mb_s_per_worker(self) -> float:
+        """The device's rate as one reader saw it: bytes from the device over the time blocked in the calls that
+        read them (0 when nothing came from the device)."""
+        if not self.sample_device_bytes or self.device_blocked_ms <= 0:
+            return 0.0
+        return self.sample_device_bytes / 1e3 / self.device_blocked_ms
     # "builtin" (our options are the knobs: --workers ...) or the user's own job (the knobs are DataLoader arguments)
     job_kind: str = "builtin"
 
@@ -140,6 +166,7 @@ def build_context(rec: RunRecord, t: Tables, stages: dict[str, StageStats]) -> C
     nbytes = sp.get("rchar", sp.get("bytes"))
     mean_bytes = float(nbytes[sel].mean()) if sel is not None and sel.any() and nbytes is not None else 0.0
     mean_px = float(sp["pixels"][sel].mean()) if sel is not None and sel.any() and "pixels" in sp else 0.0
+    per_sample = _per_sample_io(sp, sel)
     read_total = stages.get("read", {}).get("total_s", 0.0)
     read_bytes = stages.get("read", {}).get("bytes", 0)
     cpu, ram_info = env.get("cpu") or {}, env.get("ram") or {}
@@ -170,4 +197,42 @@ def build_context(rec: RunRecord, t: Tables, stages: dict[str, StageStats]) -> C
         augment=str(cfg.get("augment", "")) if job_kind == "builtin" else "",
         image_size=int(cfg.get("image_size") or 224), job_kind=job_kind,
         page_cache_hit=(rec.storage or {}).get("page_cache_hit_fraction"),
+        main_runq_ms=(float(np.mean(t.steps["main_runq"])) * 1e3
+                      if t.steps.get("main_runq") is not None and t.steps["main_runq"].size else None),
+        batch_bytes=_batch_bytes(rec),
+        **per_sample,
     )
+
+
+def _batch_bytes(rec: RunRecord) -> float | None:
+    """Mean bytes of a batch's tensors (``job.loader.batch_bytes``), when the record has them."""
+    v = (rec.loader or {}).get("batch_bytes")
+    return float(v) if isinstance(v, (int, float)) and v >= 0 else None
+
+
+def _per_sample_io(sp: dict[str, np.ndarray], sel: np.ndarray | None) -> dict[str, Any]:
+    """Blocked time and bytes per sample over the window's dataset calls (Context's sample_* fields); a figure the
+    record does not hold stays None, so no sentence quotes it."""
+    out: dict[str, Any] = {}
+    if sel is None or not sel.any() or "start" not in sp or "end" not in sp:
+        return out
+    items = float(np.maximum(sp["items"][sel], 1).sum()) if "items" in sp else float(sel.sum())
+    out["calls_items"] = int(items)
+    wall = sp["end"][sel].astype(float) - sp["start"][sel].astype(float)
+    if "cpu" in sp and float(sp["cpu"][sel].max()) >= 0:
+        runq = sp["runq"][sel].astype(float) if "runq" in sp else np.zeros_like(wall)
+        blocked = np.clip(wall - sp["cpu"][sel].astype(float) - np.clip(runq, 0, None), 0, None)
+        out["sample_blocked_ms"] = float(blocked.sum()) / items * 1e3
+    else:
+        blocked = None
+    rb = sp.get("read_bytes")
+    if rb is not None and float(rb[sel].min()) >= 0:
+        out["sample_device_bytes"] = float(rb[sel].sum()) / items
+        out["calls_device_bytes"] = int(rb[sel].sum())
+        if blocked is not None:
+            out["device_blocked_ms"] = float(blocked[rb[sel] > 0].sum()) / items * 1e3
+    rc = sp.get("rchar")
+    if rc is not None and float(rc[sel].min()) >= 0:
+        out["sample_rchar"] = float(rc[sel].sum()) / items
+        out["calls_rchar"] = int(rc[sel].sum())
+    return out

@@ -28,7 +28,69 @@ def _reading_times(batches: BatchesTable) -> list[float] | None:
 
 
 def _hit(requested: int, from_device: int) -> float | None:
-    return round(max(0.0, 1.0 - from_device / requested), 4) if requested > 0 else None
+    """Share of the bytes asked of read() that the page cache served; None when it cannot be told: nothing asked, or
+    the device gave far more than read() asked for (page faults on memory-mapped files, which rchar never counts:
+    the hit rate of those accesses is not measured anywhere)."""
+    if requested <= 0 or from_device > th.DEVICE_BEYOND_RCHAR_FACTOR * requested:
+        return None
+    return round(max(0.0, 1.0 - from_device / requested), 4)
+
+
+def human_bytes(n: float) -> str:
+    """Decimal units (what disks are sold in), as the terminal prints them: 18157568 -> '18.2 MB'."""
+    v = float(n)
+    for unit in ("B", "kB", "MB", "GB"):
+        if abs(v) < 1000.0:
+            return f"{v:.0f} {unit}" if unit == "B" else f"{v:.1f} {unit}"
+        v /= 1000.0
+    return f"{v:.1f} TB"
+
+
+def storage_summary(from_device: int, requested: int, where: str) -> str:
+    """The one sentence about storage bytes, from the kernel's two counters, each named (design: the device-read
+    counter is the truth for "from the device", rchar is what read() asked for).
+
+    Why both: a dataset reading through np.memmap / np.load(mmap_mode="r") asks read() for nothing while its page
+    faults fetch megabytes from the device; "N of M from the device" with N > M then reads as nonsense."""
+    dev, req = human_bytes(from_device), human_bytes(requested)
+    if from_device <= 0:
+        if requested >= th.READS_FILES_FROM_BYTES:
+            return (f"Storage ({where}): no byte came from the storage device (the kernel's read_bytes); the {req} "
+                    "asked of read() (rchar) were all served from the page cache.")
+        return (f"Storage ({where}): no byte came from the storage device (the kernel's read_bytes): every read, "
+                f"through read() ({req} asked, rchar) or a memory map, was served from the page cache or memory.")
+    if from_device > th.DEVICE_BEYOND_RCHAR_FACTOR * requested:
+        return (f"Storage ({where}): {dev} came from the storage device (the kernel's read_bytes, page faults on "
+                f"memory-mapped files included), while read() was asked for {req} (rchar): the device bytes came "
+                "through memory-mapped pages (or read-ahead), so the page cache's hit rate is not measured.")
+    hit = _hit(requested, from_device)
+    served = f": {hit * 100:.0f} % served from the page cache" if hit is not None else ""
+    return (f"Storage ({where}): {dev} came from the storage device (the kernel's read_bytes) for {req} asked of "
+            f"read() (rchar){served}.")
+
+
+def summarize_storage(rec: RunRecord, items: int, calls_device: int | None, calls_rchar: int | None) -> None:
+    """``storage.dataset_calls`` and ``storage.summary``: the measured window's bytes as its dataset calls counted
+    them (per-thread kernel counters around each batch, the same figures the verdict quotes per sample), so every
+    sentence about storage uses one set of numbers. Falls back to ``storage.window`` or the whole run's totals."""
+    st: dict[str, Any] = dict(rec.storage or {})
+    st.pop("summary", None)
+    if not st and not (calls_device or 0) and (calls_rchar or 0) < th.READS_FILES_FROM_BYTES:
+        return  # an in-memory dataset with no storage facts: nothing to say about storage
+    if calls_device is not None and calls_rchar is not None and items > 0:
+        st["dataset_calls"] = {"bytes_from_device": int(calls_device), "bytes_requested": int(calls_rchar),
+                               "samples": int(items),
+                               "source": "the measured window's dataset calls (per-thread read_bytes and rchar)"}
+        dev, req, where = int(calls_device), int(calls_rchar), f"measured window, {items} samples"
+    elif st.get("window"):
+        dev, req = int(st["window"].get("bytes_from_device") or 0), int(st["window"].get("bytes_requested") or 0)
+        where = "measured window, the workers' processes"
+    elif st.get("io_source"):
+        dev, req, where = int(st.get("bytes_from_device") or 0), int(st.get("bytes_requested") or 0), "whole run"
+    else:
+        return
+    st["summary"] = storage_summary(dev, req, where)
+    rec.storage = st  # type: ignore[assignment]
 
 
 def _window_totals(batches: BatchesTable, start_s: float, end_s: float) -> dict[str, Any] | None:
@@ -82,9 +144,8 @@ def io_totals(rec: RunRecord) -> Storage:
     from_device = sum(v[1] for v in per_pid.values())
     out: Storage = {"io_source": source if per_pid else None, "worker_processes_with_io": len(per_pid),
                            "bytes_requested": int(requested), "bytes_from_device": int(from_device)}
-    hit = _hit(requested, from_device)
-    if hit is not None:
-        out["page_cache_hit_fraction"] = hit
+    # Always written (None when it cannot be told), so a recomputation replaces a stale figure.
+    out["page_cache_hit_fraction"] = _hit(requested, from_device)
     win = rec.window
     if batches["rchar"]:
         out["window"] = _window_totals(batches, float(win["start_s"]), float(win["end_s"]))

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..thresholds import (  # the judgment thresholds, with their reasons, live in one module
     ASSUMED_WORKER_PRIVATE_BYTES,
+    BUILTIN_OBJECT_BYTES_PER_FILE,
+    COPY_ON_READ_MIN_COPIED_SHARE,
     COPY_ON_READ_MIN_GROWTH_BYTES,
     COPY_ON_READ_MIN_LATE_SHARE,
     COPY_ON_READ_MIN_MONOTONE_SHARE,
@@ -78,8 +80,20 @@ def _value_at(s: _Series, when: float) -> float:
     return s.v[-1]
 
 
-def _worker_growth(proc: ProcessSeries) -> dict | None:
-    """The copy-on-read test for one worker; the figures when it matches, else None."""
+def _rss_at(proc: ProcessSeries, when: float) -> float | None:
+    """The worker's RSS at its reading nearest ``when`` (RSS is read at every tick, USS only at some)."""
+    pairs = [(abs(t - when), float(v)) for t, v in zip(proc.get("t_s") or [], proc.get("rss_bytes") or [])
+             if v is not None]
+    return min(pairs)[1] if pairs else None
+
+
+def _worker_growth(proc: ProcessSeries, object_bound: float | None = None) -> dict | None:
+    """The copy-on-read test for one worker; the figures when it matches, else None.
+
+    Copy-on-write copying is shared pages turning private: USS up while RSS stays (the page was resident, shared,
+    before). New allocations grow RSS with USS, and are the heap's, not the dataset's objects': only the USS growth
+    RSS did not match counts as copied, and it is bounded by what the worker shared at its first reading (RSS less
+    USS: no more can turn private) and by ``object_bound`` (what the dataset's objects could hold) where known."""
     s = _private_series(proc)
     if s is None or len(s.v) < COPY_ON_READ_MIN_READINGS or s.t[-1] <= s.t[0]:
         return None
@@ -90,8 +104,18 @@ def _worker_growth(proc: ProcessSeries) -> dict | None:
     if (slope <= 0 or growth < COPY_ON_READ_MIN_GROWTH_BYTES or rises <= 0
             or growth / rises < COPY_ON_READ_MIN_MONOTONE_SHARE or late / growth < COPY_ON_READ_MIN_LATE_SHARE):
         return None
+    rss0, rss1 = _rss_at(proc, s.t[0]), _rss_at(proc, s.t[-1])
+    rss_growth = max(0.0, rss1 - rss0) if rss0 is not None and rss1 is not None else 0.0
+    copied = growth - rss_growth
+    if rss0 is not None:
+        copied = min(copied, max(0.0, rss0 - s.v[0]))  # only what was shared can turn private
+    if object_bound is not None:
+        copied = min(copied, object_bound)
+    if copied < COPY_ON_READ_MIN_GROWTH_BYTES or copied < COPY_ON_READ_MIN_COPIED_SHARE * growth:
+        return None
     return {"pid": proc.get("pid"), "worker_id": proc.get("worker_id"), "basis": s.basis,
-            "growth_bytes": int(growth), "slope_bytes_per_s": slope, "duration_s": s.t[-1] - s.t[0],
+            "growth_bytes": int(growth), "copied_bytes": int(copied), "rss_growth_bytes": int(rss_growth),
+            "slope_bytes_per_s": slope, "duration_s": s.t[-1] - s.t[0],
             "start_bytes": int(s.v[0]), "end_bytes": int(s.v[-1])}
 
 
@@ -99,24 +123,30 @@ def _workers(samples: Samples) -> list[ProcessSeries]:
     return [p for p in samples.get("processes") or [] if p.get("role") == "worker"]
 
 
-def detect_copy_on_read(samples: Samples) -> dict | None:
-    """The pytorch#13246 finding when DataLoader workers' private memory grows steadily, else None.
+def detect_copy_on_read(samples: Samples, object_bound: float | None = None) -> dict | None:
+    """The pytorch#13246 finding when DataLoader workers' shared pages steadily turn private, else None.
 
     A worker matches when its USS (PSS when USS was not sampled) has a positive least-squares slope, grew by at least
-    ``COPY_ON_READ_MIN_GROWTH_BYTES``, grew mostly monotonically and was still growing in the second half of the run.
+    ``COPY_ON_READ_MIN_GROWTH_BYTES``, grew mostly monotonically and was still growing in the second half of the run,
+    and most of that growth was copying (USS up, RSS not: ``_worker_growth``). ``object_bound``: the bytes the
+    dataset's objects could hold, when known (the built-in dataset's), beyond which nothing is claimed.
     """
     workers = _workers(samples)
-    hits = [h for h in (_worker_growth(p) for p in workers) if h is not None]
+    hits = [h for h in (_worker_growth(p, object_bound) for p in workers) if h is not None]
     if not hits:
         return None
+    copied = sum(h["copied_bytes"] for h in hits) / len(hits)
     growth = sum(h["growth_bytes"] for h in hits) / len(hits)
+    rss = sum(h["rss_growth_bytes"] for h in hits) / len(hits)
     slope = sum(h["slope_bytes_per_s"] for h in hits) / len(hits)
     basis = hits[0]["basis"].upper()
-    message = (f"{len(hits)} of {len(workers)} DataLoader workers grew their private memory ({basis}) steadily, "
-               f"by {growth / MIB:.0f} MiB each on average ({slope / MIB:.1f} MiB/s): the dataset's Python objects "
-               "are being copied into every worker (copy-on-read, pytorch#13246), so RAM use grows with the number "
+    message = (f"{len(hits)} of {len(workers)} DataLoader workers turned pages shared with the main process private, "
+               f"steadily: ~{copied / MIB:.0f} MiB copied per worker ({basis} +{growth / MIB:.0f} MiB while RSS "
+               f"grew {rss / MIB:.0f} MiB, {slope / MIB:.1f} MiB/s): the dataset's Python objects are being copied "
+               "into every worker as it reads them (copy-on-read, pytorch#13246), so RAM use grows with the number "
                "of workers and the length of the epoch")
-    return {"kind": "copy_on_read", "workers": hits, "growth_bytes_per_worker": int(growth),
+    return {"kind": "copy_on_read", "workers": hits, "growth_bytes_per_worker": int(copied),
+            "private_growth_bytes_per_worker": int(growth), "rss_growth_bytes_per_worker": int(rss),
             "slope_bytes_per_s": slope, "message": message, "fix": COPY_ON_READ_FIX}
 
 
@@ -213,7 +243,13 @@ def project_ram(samples: Samples, workers_now: int, workers_target: list[int],
 def ram_section(rec: RunRecord, ctx: Context) -> Ram:
     """Host RAM: per-process peaks, /dev/shm, copy-on-read growth, and a projection for other worker counts."""
     s = rec.samples
-    cor = detect_copy_on_read(s)  # once: the projection and the finding both use this result
+    # The built-in dataset's only Python objects are its file list: its workers' growth is the heap's, never a copy
+    # of those (bounded by what they could hold). A script's objects are not measured: the RSS test alone decides.
+    bound = None
+    if rec.job_kind == "builtin":
+        files = int((rec.dataset or {}).get("files") or 0)
+        bound = float(files * BUILTIN_OBJECT_BYTES_PER_FILE)
+    cor = detect_copy_on_read(s, bound)  # once: the projection and the finding both use this result
     out: Ram = {"copy_on_read": cor}
     shm = [v for v in (s.get("shm_used_bytes") or []) if v is not None]
     out["shm_peak_bytes"] = max(shm) if shm else None
@@ -225,7 +261,42 @@ def ram_section(rec: RunRecord, ctx: Context) -> Ram:
     except Exception as e:  # a projection is advice; a record without enough samples must still render
         out["projection"] = []
         out["projection_error"] = f"{type(e).__name__}: {e}"
+    procs = out["processes"]
+    out["workers_at_once"] = w
+    out["worker_processes"] = sum(1 for p in procs if p.get("role") == "worker")
+    line = ram_line(procs, w, bool((rec.loader or {}).get("persistent_workers")))
+    if line:
+        out["summary"] = line
     return out
+
+
+def _mib(n: float) -> str:
+    return f"{n / MIB / 1024:.2f} GiB" if n >= 1024 * MIB else f"{n / MIB:.0f} MiB"
+
+
+def ram_line(procs: list[dict[str, Any]], workers_at_once: int, persistent: bool) -> str | None:
+    """The RAM sentence: the main process's peak and each worker's, with the workers counted as the loader line
+    counts them (at once), and the worker processes seen over the window beside it when more (a loader without
+    persistent_workers starts its workers again every epoch: 2 workers over three epochs are 6 processes, never 6
+    at once)."""
+    main = next((p for p in procs if p.get("role") == "main"), None)
+    if not main or not main.get("peak_rss_bytes"):
+        return None
+    workers = [p for p in procs if p.get("role") == "worker"]
+    uss = [p.get("peak_uss_bytes") or 0 for p in workers]
+    if workers and all(uss):
+        sizes, what = uss, "private (USS)"
+    else:
+        sizes, what = [p.get("peak_rss_bytes") or 0 for p in workers], "resident (RSS, shared pages included)"
+    line = f"Host RAM: main process peak {_mib(main['peak_rss_bytes'])} RSS"
+    if sizes:
+        n = workers_at_once or len(sizes)
+        line += f"; {n} worker{'s' if n != 1 else ''} at once"
+        if len(sizes) > n:
+            why = "" if persistent else ": the loader starts its workers again each epoch (no persistent_workers)"
+            line += f" ({len(sizes)} worker processes over the run{why})"
+        line += f", up to {_mib(max(sizes))} {what} each"
+    return line + "."
 
 
 def _process_peaks(p: ProcessSeries) -> dict[str, Any]:

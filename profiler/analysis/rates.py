@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .. import thresholds as th
 from .stats import Tables
 
 if TYPE_CHECKING:  # annotations only: analysis and renderers take the typed record
@@ -197,6 +198,22 @@ def measure(rec: RunRecord, t: Tables, stages: dict[str, Any], ctx: Context) -> 
         cpu, runq = max(wall - read, 0.0), 0.0
         notes.append(f"no per-thread CPU clock ({acc.get('cpu_clock', 'absent')}): CPU per sample = wall minus read")
     blocked = max(wall - cpu - runq, 0.0)
+    read_blocked = min(blocked, read)
+    if read <= 0 and sel is not None and sel.any() and "read_bytes" in sp and "cpu" in sp:
+        # No timed read stage (a user's script): the reads are the calls the kernel fetched device bytes for, and
+        # their blocked time is what a warm page cache would remove.
+        dev = sp["read_bytes"][sel] > 0
+        if dev.any():
+            w = sp["end"][sel][dev].astype(float) - sp["start"][sel][dev].astype(float)
+            q = np.clip(sp["runq"][sel][dev].astype(float), 0, None) if "runq" in sp else np.zeros_like(w)
+            read_blocked = min(blocked, float(np.clip(w - sp["cpu"][sel][dev].astype(float) - q, 0, None).sum()))
+    if rbytes > th.DEVICE_BEYOND_RCHAR_FACTOR * max(rchar, 0.0):
+        # Reads around read(): page faults on memory-mapped files (np.memmap token files) fetch bytes rchar never
+        # counts. The bytes a sample needs from storage are then the device's count.
+        notes.append(f"reads through memory maps: {rbytes / items / 1e3:.0f} kB per sample from the device (the "
+                     f"kernel's read_bytes) for {rchar / items / 1e3:.0f} kB asked of read(); bytes per sample taken "
+                     "from the device's count")
+        rchar = rbytes
     bsel = np.isin(bt["batch"], t.measured_batches) if bt.get("batch") is not None and bt["batch"].size else None
     collate_cpu = float(bt["collate_cpu"][bsel].sum()) if bsel is not None and "collate_cpu" in bt else 0.0
     collate_runq = float(bt["collate_runq"][bsel].sum()) if bsel is not None and "collate_runq" in bt else 0.0
@@ -235,7 +252,7 @@ def measure(rec: RunRecord, t: Tables, stages: dict[str, Any], ctx: Context) -> 
         samples_per_s=ctx.samples_per_s, workers=ctx.workers, batch=samples / steps,
         device_type=ctx.device_type, cores=max(ctx.usable_cores, 1.0),
         model_threads=int(torch_env.get("num_threads") or ctx.usable_cores or 1),
-        cpu_s=cpu_s, runq_s=runq_s, blocked_s=blocked * per, read_blocked_s=min(blocked, read) * per,
+        cpu_s=cpu_s, runq_s=runq_s, blocked_s=blocked * per, read_blocked_s=read_blocked * per,
         rchar=rchar * per, read_bytes=rbytes * per, cold_reads=cold * per,
         collate_s=collate_wall, transfer_s=stages.get("transfer", {}).get("mean_ms", 0.0) / 1e3 if ctx.workers else 0.0,
         compute_s=ctx.compute_ms / 1e3, h2d_s=ctx.h2d_ms / 1e3, loop_s=loop,

@@ -111,7 +111,15 @@ def _io_rules(ctx: Context, stall: Stall) -> list[Recommendation]:
             f"{io_s:.2f} s of the wait was workers blocked while the dataset read no bytes from the device; "
             "py-spy dump --pid of a worker shows the call it is blocked in.",
             f"removes up to {io_s:.2f} s of the wait", "io")]
-    rate = f"{ctx.read_mb_s_per_worker:.1f} MB/s per worker" if ctx.read_mb_s_per_worker else "a slow rate"
+    # The rate as measured: the timed read stage's (built-in pipeline), else the device bytes the kernel counted
+    # (read_bytes, memory-mapped page faults included) over the time blocked in the calls that fetched them.
+    if ctx.timed_reads and ctx.read_mb_s_per_worker:
+        rate = f"{ctx.read_mb_s_per_worker:.1f} MB/s per worker"
+    elif ctx.device_mb_s_per_worker:
+        rate = (f"{ctx.device_mb_s_per_worker:.1f} MB/s per worker from the device (the kernel's read_bytes over "
+                "the time blocked)")
+    else:
+        rate = "an unmeasured rate"
     ram = ctx.ram_available_bytes
     fits = fits_in_page_cache(ctx.dataset_bytes, ram)
     if fits and ram:  # fits is None without both sizes
@@ -132,9 +140,8 @@ def _io_rules(ctx: Context, stall: Stall) -> list[Recommendation]:
         target = max(ctx.workers * th.IO_WORKERS_GROWTH, ctx.workers + 2)
         out.append(_rec(
             f"Raise {ctx.knob('workers')} from {ctx.workers} to {target} to keep more reads in flight",
-            f"a worker blocked on a read uses no CPU; {ctx.sample_read_ms:.1f} ms per read dominates its "
-            f"{ctx.sample_read_ms + ctx.sample_cpu_ms:.1f} ms per sample, so more outstanding reads hide latency "
-            "until the device's own bandwidth is reached.",
+            f"a worker blocked on a read uses no CPU; {_blocked_words(ctx)}, so more outstanding reads hide "
+            "latency until the device's own bandwidth is reached.",
             _ceiling_gain(ctx, ctx.samples_per_s * target / ctx.workers), "io"))
     if 0 < ctx.mean_file_bytes < th.SMALL_FILE_BYTES:
         out.append(_rec(
@@ -143,6 +150,52 @@ def _io_rules(ctx: Context, stall: Stall) -> list[Recommendation]:
             "HDDs and network storage are limited by operations per second, not bandwidth.",
             "sequential reads at the device's bandwidth instead of its IOPS limit", "io"))
     return out
+
+
+def _bytes(n: float | None) -> str:
+    from .io import human_bytes
+
+    return human_bytes(n or 0)
+
+
+def _transfer_is_scheduling(ctx: Context) -> str | None:
+    """Why a batch's way to the main process is a wait for a core, not its bytes (the reason, or None).
+
+    Told apart before advising (thresholds.TRANSFER_*): bytes per batch, where recorded, that shared memory moves
+    in a fraction of the measured time cannot be the cause; the main thread's run-queue wait inside next() is a
+    direct measure of waiting for a core. A 2 KB batch on 2 busy cores was told to send compact batches because it
+    "took 20.7 ms": the main process was waiting for a core."""
+    t = ctx.transfer_ms
+    if t <= 0:
+        return None
+    runq = ctx.main_runq_ms or 0.0
+    tiny = (ctx.batch_bytes is not None
+            and ctx.batch_bytes / th.TRANSFER_BYTES_FLOOR_B_PER_S * 1e3 < th.TRANSFER_BYTES_SHARE * t)
+    queued = runq >= th.TRANSFER_RUNQ_SHARE * t
+    if not (tiny or queued):
+        return None
+    busy = (f"; the cores were {ctx.cpu_util * 100:.0f} % busy ({ctx.workers} workers and the main process on "
+            f"{ctx.usable_cores:g} cores)" if ctx.cpu_util is not None else "")
+    words = f"batches take {t:.1f} ms each to reach the main process, but "
+    if tiny:
+        words += (f"each is only {_bytes(ctx.batch_bytes)}, which shared memory moves in well under "
+                  f"{th.TRANSFER_BYTES_SHARE * t:.1f} ms")
+        if ctx.main_runq_ms is not None:
+            words += f", and the main thread waited {runq:.1f} ms per step for a core (its run queue)"
+    else:
+        words += (f"the main thread waited {runq:.1f} ms per step for a core (its run queue, /proc schedstat)"
+                  + ("" if ctx.batch_bytes is not None else "; bytes per batch were not recorded"))
+    return words + busy + "."
+
+
+def _blocked_words(ctx: Context) -> str:
+    """How much of a sample was spent waiting on reads, as measured: the timed read stage where there is one, else
+    the dataset calls' blocked time (a script has no read stage: its 0.0 ms would say reads cost nothing)."""
+    if ctx.timed_reads:
+        return (f"{ctx.sample_read_ms:.1f} ms per read of its {ctx.sample_read_ms + ctx.sample_cpu_ms:.1f} ms per "
+                "sample")
+    blocked = ctx.sample_blocked_ms or 0.0
+    return f"{blocked:.1f} ms blocked per sample (measured) of its {blocked + ctx.sample_cpu_ms:.1f} ms per sample"
 
 
 def _transfer_rules(ctx: Context, stall: Stall) -> list[Recommendation]:
@@ -155,10 +208,22 @@ def _transfer_rules(ctx: Context, stall: Stall) -> list[Recommendation]:
                         "pinned copies run at full PCIe bandwidth (commonly ~2x pageable); they overlap compute only "
                         "when issued ahead of the step or on a separate stream", "transfer"))
     if ctx.job_kind != "builtin":
+        sched = _transfer_is_scheduling(ctx)
+        if sched:
+            out.append(_rec(
+                "Give the main process a core: fewer workers or model threads (torch.set_num_threads), or more cores "
+                "(batches are not slow to send; the processes wait for a core)", sched,
+                "removes the wait for a core from each batch's way to the main process", "transfer"))
+            return out
+        size = (f"each batch is {_bytes(ctx.batch_bytes)} and takes {ctx.transfer_ms:.1f} ms to reach the main "
+                "process" if ctx.batch_bytes is not None else
+                f"batches take {ctx.transfer_ms:.1f} ms each to reach the main process (bytes per batch not recorded"
+                + (f"; the main thread waited {ctx.main_runq_ms:.1f} ms per step for a core, too little to explain it"
+                   if ctx.main_runq_ms is not None else "") + ")")
         out.append(_rec(
             "Send compact batches from the workers (uint8 / float16 instead of float32; decode-time tensors, not "
             "Python objects) and convert on the device",
-            f"batches take {ctx.transfer_ms:.1f} ms each to reach the main process (pickling and shared memory).",
+            f"{size} (pickling and shared memory).",
             "fewer bytes per batch through shared memory, pinning and PCIe", "transfer"))
         return out
     bytes_per_batch = ctx.batch_size * 3 * ctx.image_size ** 2 * 4

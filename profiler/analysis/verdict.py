@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 from .. import thresholds as th
 from .. import vocab
 from .context import Context
+from .io import human_bytes
 
 if TYPE_CHECKING:  # annotations only
     from ..record.schema import Ceilings, OutOfMemory, Stall, Verdict, WhatIf
@@ -27,6 +28,24 @@ def severity(fraction: float) -> str:
 
 def _pct(x: float) -> str:
     return f"{x * 100:.0f} %" if x >= 0.1 else f"{x * 100:.1f} %"
+
+
+def io_measured(ctx: Context) -> str:
+    """What was measured of the reads, per sample: a timed read stage's mean where there is one (the built-in
+    pipeline times its file reads), else the dataset calls' blocked time; and the bytes the kernel fetched from the
+    device for them (read_bytes: page faults on memory-mapped files count, which rchar never sees). Never a stage that
+    was not timed: a script has no read stage, and its mean of 0.0 ms read as "reads cost nothing"."""
+    if ctx.timed_reads:
+        words = f"{ctx.sample_read_ms:.1f} ms per file read"
+    elif ctx.sample_blocked_ms is not None:
+        words = f"{ctx.sample_blocked_ms:.1f} ms blocked per sample"
+    else:
+        words = "blocked time per sample not measured"
+    if ctx.sample_device_bytes is not None:
+        words += f", {human_bytes(ctx.sample_device_bytes)} per sample from the device (kernel's read_bytes)"
+    elif ctx.page_cache_hit is not None:
+        words += f", {_pct(1 - ctx.page_cache_hit)} of bytes from the device"
+    return words
 
 
 def decide(stall: Stall, ctx: Context, oom: OutOfMemory | None = None) -> Verdict:
@@ -67,11 +86,9 @@ def decide(stall: Stall, ctx: Context, oom: OutOfMemory | None = None) -> Verdic
         # Blocked while reading nothing: not storage. What blocks a worker without bytes is a sleep, a lock or the
         # network (docs/attribution.md), and storage advice would mislead.
         detail = (f"{_pct(share)} of that wait was {workers} blocked, not on the storage device: sleeps, locks, "
-                  "network (no byte came from the device)")
+                  "network (no byte came from the device, by the kernel's read_bytes)")
     elif cause == "io":
-        detail += f" in {workers}, {ctx.sample_read_ms:.1f} ms per file"
-        if ctx.page_cache_hit is not None:
-            detail += f", {_pct(1 - ctx.page_cache_hit)} of bytes from the device"
+        detail += f" in {workers}, {io_measured(ctx)}"
     summary = (f"Input-bound ({sev.split()[0]}): {dev} waited {_pct(frac)} of the measured time "
                f"({total:.2f} s of {ctx.window_s:.2f} s); {detail}.")
     other_share = float(by.get("other", 0.0)) / total if total > 0 else 0.0

@@ -7,7 +7,18 @@ does in between. Two ways to name the parts:
   costing one attribute check when nothing is being profiled.
 - Library calls that mean the same thing in every dataset, named automatically while profiling: PIL ``Image.open``
   and the lazy ``ImageFile.load`` (decode), torchvision v1 ``Compose`` and v2 transforms (augment),
-  ``torchvision.io`` decoders (decode) and ``read_file`` (read), ``torch.load`` and ``np.load`` (their own names).
+  ``torchvision.io`` decoders (decode) and ``read_file`` (read), ``torch.load`` and ``np.load`` (their own names);
+  OpenCV ``cv2.imread`` / ``cv2.imdecode`` (decode), albumentations ``Compose`` and every ``BasicTransform``, kornia
+  augmentations and MONAI transforms applied through ``Compose`` / ``apply_transform`` (augment), MONAI ``LoadImage``
+  (decode: it reads and decodes in one call, as PIL's ``Image.open`` + ``load`` do, so its time is decode).
+
+Not named: ``np.memmap`` slicing. Slicing a memory map makes a view and reads nothing; the bytes are fetched by page
+faults wherever the view's data is first touched (``.astype``, ``np.array``, ``torch.from_numpy(...)`` then a copy),
+which no call boundary we could wrap encloses, and a wrapper on ``memmap.__getitem__`` (every index, in every
+dataset) would time only the view's making. Those reads are not lost: the kernel counts the faults' device bytes
+(read_bytes, per thread, around each batch), so their blocked time is ``io`` (``blocked_device``) and the storage
+figures include them (analysis/io.py).
+
 
 Stages nest and are counted **exclusively** (self time): a lazy PIL decode triggered inside a transform is decode,
 the rest of the transform is augment. Whatever no stage claims is the dataset's own code — stage ``getitem`` in the
@@ -129,6 +140,11 @@ def _pixels_of_result(args: tuple, result: Any) -> int:
     return int(shape[-1]) * int(shape[-2]) if shape is not None and len(shape) >= 2 else 0
 
 
+def _pixels_of_hwc(args: tuple, result: Any) -> int:
+    shape = getattr(result, "shape", None)  # OpenCV: an (H, W[, C]) array, or None when it could not decode
+    return int(shape[0]) * int(shape[1]) if shape is not None and len(shape) >= 2 else 0
+
+
 def _named(name: str, fn: Callable, pixels: Callable[[tuple, Any], int] | None = None) -> Callable:
     """Wrap a library function so calls made inside a sample count as stage ``name``; behaviour is unchanged."""
     if getattr(fn, "__profiler_stage__", None):
@@ -169,10 +185,24 @@ LIBRARY_STAGES: tuple[tuple[str, str, str], ...] = (
     ("torchvision.io", "read_file", "read"),
     ("torch", "load", "torch.load"),
     ("numpy", "load", "np.load"),
+    # OpenCV: module functions (a builtin each), looked up on the module at every call as cv2.imread(...).
+    ("cv2", "imread", "decode"),
+    ("cv2", "imdecode", "decode"),
+    # albumentations: Compose (and ReplayCompose, which calls it) and every transform (none overrides __call__).
+    ("albumentations", "Compose.__call__", "augment"),
+    ("albumentations", "BasicTransform.__call__", "augment"),
+    # kornia: every augmentation's forward (nn.Module.__call__ looks forward up on the class).
+    ("kornia.augmentation.base", "_BasicAugmentationBase.forward", "augment"),
+    # MONAI: Compose, and the one function every transform goes through inside Compose and monai.data.Dataset
+    # (apply_transform looks _apply_transform up in its module at each call); LoadImage reads and decodes.
+    ("monai.transforms.compose", "Compose.__call__", "augment"),
+    ("monai.transforms.transform", "_apply_transform", "augment"),
+    ("monai.transforms.io.array", "LoadImage.__call__", "decode"),
 )
 # Which wrapped calls count decoded pixels, and how.
 _PIXELS = {"ImageFile.load": _pixels_of_self, "decode_image": _pixels_of_result, "decode_jpeg": _pixels_of_result,
-           "decode_png": _pixels_of_result, "read_image": _pixels_of_result}
+           "decode_png": _pixels_of_result, "read_image": _pixels_of_result, "imread": _pixels_of_hwc,
+           "imdecode": _pixels_of_hwc}
 _patched: list[tuple[Any, str, Any]] = []
 _lock = threading.Lock()
 

@@ -328,6 +328,9 @@ class Storage(TypedDict, total=False):
     learned_from: str  # a script run without --data: the storage facts are of the folder its workers read most
     files: Count  # a script run with --data: files listed under it
     total_bytes: Count
+    # The measured window's bytes as its dataset calls counted them (per-thread read_bytes / rchar; analysis/io.py)
+    dataset_calls: dict[str, Any]
+    summary: str  # the one sentence about storage bytes, each figure named by its counter (analysis/io.py)
 
 
 class OutOfMemory(TypedDict, total=False):
@@ -560,6 +563,9 @@ class Ram(TypedDict, total=False):
     processes: list[dict[str, Any]]
     projection: list[dict[str, Any]]
     projection_error: str
+    workers_at_once: Count  # the loader's num_workers (analysis/ram.py)
+    worker_processes: Count  # worker processes sampled over the run (more: workers restarted each epoch)
+    summary: str  # the RAM sentence, workers counted at once (analysis/ram.py)
 
 
 class Collectives(TypedDict, total=False):

@@ -144,7 +144,9 @@ def print_report(rec: RunRecord, console: Console | None = None, out_files: list
                   f"{markup(dev.get('timing'))}).  "
                   f"Throughput: [bold]{tp.get('samples_per_s', 0):.1f}[/] samples/s over {tp.get('steps', 0)} "
                   f"measured steps ({rec.window.get('warmup_steps', 0)} warm-up excluded).")
-    if rec.storage and rec.storage.get("page_cache_hit_fraction") is not None:
+    if rec.storage and rec.storage.get("summary"):  # analysis/io.py: each figure named by its kernel counter
+        console.print(printable(str(rec.storage["summary"])), markup=False, highlight=False)
+    elif rec.storage and rec.storage.get("page_cache_hit_fraction") is not None:
         st = rec.storage
         console.print(f"Storage: {pct(st['page_cache_hit_fraction'], 0)} of worker reads served from page cache "
                       f"({nbytes(st.get('bytes_from_device', 0))} of {nbytes(st.get('bytes_requested', 0))} "
@@ -158,7 +160,9 @@ def print_report(rec: RunRecord, console: Console | None = None, out_files: list
     procs = rec.ram.get("processes") or []
     workers = [p for p in procs if p.get("role") == "worker"]
     main = next((p for p in procs if p.get("role") == "main"), None)
-    if main and main.get("peak_rss_bytes"):
+    if rec.ram.get("summary"):  # analysis/ram.py: workers counted at once, processes over the run beside them
+        console.print(printable(str(rec.ram["summary"])), markup=False, highlight=False)
+    elif main and main.get("peak_rss_bytes"):
         uss = [p.get("peak_uss_bytes") or 0 for p in workers]
         if workers and all(uss):
             w, what = uss, "private (USS)"
