@@ -75,6 +75,7 @@ class ProfileRun:
         self.files: list[str] = []
         self._run: ExternalRun | None = None
         self._pid = os.getpid()
+        self._premade: list[int] = []  # batches next() gave from iterators made before the block (_watch_premade)
 
     @property
     def verdict(self) -> Verdict | None:
@@ -130,6 +131,8 @@ class ProfileRun:
             _say("profile(): this process is being profiled already (an outer profile() block or `python -m "
                  "profiler run`); this block is left out")
             return self
+        if self.record is not None or self.out is not None:
+            self._again()
         try:
             from .harness.external import ExternalRun, script_config
             from .harness.job import JobSpec
@@ -142,6 +145,8 @@ class ProfileRun:
             run = ExternalRun(JobSpec("api", None, [], then=self.then), self.warmup, self.steps, config,
                               on_window_closed=self._write, loader=self.loader,
                               torch_profiler_out=self.out if self.torch_profiler else None)
+            _own_thread(run.session)
+            self._premade = _watch_premade(run.session)
             run.sampler.start()
             run.start_torch_profiler()
             run.session.start()
@@ -150,6 +155,24 @@ class ProfileRun:
             _say("profile(): could not start profiling; the block runs unprofiled", e)
             self._stop_quietly()
         return self
+
+    def _again(self) -> None:
+        """The same ProfileRun entered again after a block it profiled: a new record, never silently dropped (was:
+        the second block's record was not written because the first had been). Into a new folder: the first block's
+        record stays where it is; with ``out``, beside it as ``<out>-2`` (said in one line)."""
+        from . import outdir
+        from .errors import UserError
+
+        first = self.out
+        self.record, self.files, self.out = None, [], None
+        if self._out_arg and first is not None:
+            try:
+                self.out = outdir.create_run_dir(first.parent, first.name, flag="out=")
+            except UserError as e:
+                _say(f"profile(): {e}")
+                return
+            _say(f"profile(): this ProfileRun already wrote {first / 'run.json'}; this block's record goes to "
+                 f"{self.out}")
 
     def _stop_quietly(self) -> None:
         run, self._run = self._run, None
@@ -205,6 +228,13 @@ class ProfileRun:
         if self.record is not None:
             return  # written when the window closed
         if not session.rows and session.loader is None:
+            if self._premade and self._premade[0]:
+                _say(f"profile(): the block iterated a DataLoader iterator made before it ({self._premade[0]} "
+                     "batches by next(it) on an `it = iter(loader)` from outside the block), and no loader was "
+                     "iterated from inside it; nothing recorded: the profiler measures a loader from its iter() on, "
+                     "so its workers and fetches were started unprofiled. Call iter(loader) (or `for b in loader`) "
+                     "inside the block")
+                return
             _say("profile(): no DataLoader was iterated inside the block; nothing recorded")
             return
         if exc is None or isinstance(exc, WindowClosed):
@@ -219,6 +249,41 @@ class ProfileRun:
         else:
             outcome = Outcome("failed", exc)
         self._write(run._build(outcome))
+
+
+def _own_thread(session: Any) -> None:
+    """The block's thread is the one whose loaders are profiled: a session follows the main thread by default (one
+    process, one record), so a profile() block in another thread recorded nothing and said no DataLoader was iterated
+    though one was. The block's thread owns it instead: its loaders are measured, the main thread's left alone."""
+    import threading
+
+    me = threading.current_thread()
+    if me is threading.main_thread():
+        return
+    if hasattr(session, "_owner_thread") and hasattr(session, "_main_thread"):
+        session._owner_thread = me.ident
+        session._main_thread = me
+
+
+def _watch_premade(session: Any) -> list[int]:
+    """Count the batches the block takes from DataLoader iterators made before it (``it = iter(loader)`` outside,
+    ``next(it)`` inside), which the session passes through unmeasured: their workers started before the hooks, so
+    nothing of them can be timed, and the block must say that rather than that no DataLoader was iterated. Only
+    iterators the session does not know (not the profiled one's, not another loader's) reach this wrapper, and only
+    until the session adopts a loader."""
+    seen = [0]
+    other_next = getattr(session, "_other_next", None)
+    iters = getattr(session, "_other_iters", None)
+    if other_next is None or iters is None:
+        return seen
+
+    def counted(it: Any, orig: Any) -> Any:
+        if getattr(session, "loader", None) is None and iters.get(it) is None:
+            seen[0] += 1
+        return other_next(it, orig)
+
+    session._other_next = counted
+    return seen
 
 
 @overload

@@ -259,3 +259,137 @@ def test_a_run_of_hard_to_count_batches_says_its_basis_and_reports(tmp_path, kin
     r = subprocess.run([sys.executable, "-m", "profiler", "report", str(out / "run.json"), "--out",
                         str(tmp_path / "rep")], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
+
+
+# -- 3. two torchrun jobs, one --out -----------------------------------------------------------------------------
+
+_CLAIMER = ("import os, sys, time; from pathlib import Path; from profiler.distributed import env, layout; "
+            "from profiler.errors import UserError\n"
+            "try:\n"
+            "    layout.claim_for_job(Path(sys.argv[1]), env.detect())\n"
+            "except UserError as e:\n"
+            "    print('REFUSED', e, flush=True); sys.exit(2)\n"
+            "print('HELD', flush=True); time.sleep(float(sys.argv[2]))\n")
+
+
+def _rank(folder: Path, port: int, rank: int, hold_s: float = 60.0) -> subprocess.Popen:
+    """A process with the environment torchrun gives rank ``rank`` of a 2-rank job at ``port``, claiming ``folder``."""
+    env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(port), "TORCHELASTIC_RUN_ID": "none"}
+    return subprocess.Popen([sys.executable, "-c", _CLAIMER, str(folder), str(hold_s)], stdout=subprocess.PIPE,
+                            text=True, env=env)
+
+
+def test_a_second_torchrun_job_into_the_same_out_is_refused_while_the_first_runs(tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    procs = []
+    try:
+        a0 = _rank(folder, 29601, 0)
+        procs.append(a0)
+        assert "HELD" in a0.stdout.readline()
+        a1 = _rank(folder, 29601, 1)  # the same job's other rank shares the folder
+        procs.append(a1)
+        assert "HELD" in a1.stdout.readline()
+        b0 = _rank(folder, 29602, 0, 0)  # another job (another port): refused, one line
+        procs.append(b0)
+        out, _ = b0.communicate(timeout=60)
+        assert b0.returncode == 2 and "another torchrun job (127.0.0.1:29601/none) is writing there" in out, out
+        a0.kill()
+        a1.kill()
+        a0.wait()
+        a1.wait()
+        b1 = _rank(folder, 29602, 1, 0)  # the first job is gone: its name is stale, the folder is taken over
+        procs.append(b1)
+        out, _ = b1.communicate(timeout=60)
+        assert b1.returncode == 0 and "HELD" in out
+        assert (folder / ".profiler-job").read_text().strip() == "127.0.0.1:29602/none"
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+@pytest.mark.slow
+def test_two_real_torchrun_jobs_into_one_out_do_not_mix(tmp_path):
+    """Two `profiler run` torchrun jobs (different ports) into one --out at once: one writes its ranks, the other
+    fails with one line naming the folder; no rank folder holds files of both."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from _util import free_port, repo_env, torchrun_profiler
+
+    folder = tmp_path / "run"
+    job_script = JOBS / "h4_cpu.py"
+    cmds = [torchrun_profiler(["--nproc-per-node", "2", "--master-port", str(free_port())], folder, str(job_script),
+                              "20") for _ in range(2)]
+    ps = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                           env=repo_env()) for c in cmds]
+    res = [p.communicate(timeout=600) for p in ps]
+    codes = sorted(p.returncode for p in ps)
+    assert codes[0] == 0 and codes[1] != 0, [r[1][-2000:] for r in res]
+    loser = res[[p.returncode for p in ps].index(codes[1])][1]
+    assert "another torchrun job" in loser
+    pids = {json.loads((folder / f"rank{r}" / "rank.json").read_text())["pid"] for r in (0, 1)}
+    recs = [json.loads((folder / f"rank{r}" / "run.json").read_text()) for r in (0, 1)]
+    assert len(pids) == 2 and all(not r["partial"] for r in recs)
+
+
+# -- 4. the API at its edges ---------------------------------------------------------------------------------------
+
+def _loader(workers: int = 0):
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    return DataLoader(TensorDataset(torch.randn(256, 8)), batch_size=8, num_workers=workers)
+
+
+def test_profile_in_a_thread_profiles_that_threads_loader(tmp_path):
+    import threading
+
+    import profiler
+
+    got = {}
+
+    def body():
+        with profiler.profile(out=str(tmp_path / "t"), warmup=1, steps=5, plots=False, quiet=True) as run:
+            for _ in _loader(1):
+                pass
+        got["run"] = run
+
+    t = threading.Thread(target=body)
+    t.start()
+    t.join(timeout=300)
+    run = got["run"]
+    assert run.record is not None and run.files, "a profile() block in a thread recorded nothing"
+    rec = json.loads((tmp_path / "t" / "run.json").read_text())
+    assert rec["throughput"]["steps"] == 5 and rec["throughput"]["samples"] == 40
+
+
+def test_the_same_profile_run_entered_twice_writes_two_records(tmp_path, capsys):
+    import profiler
+
+    run = profiler.profile(out=str(tmp_path / "a"), warmup=1, steps=3, plots=False, quiet=True)
+    with run:
+        for _ in _loader():
+            pass
+    first = Path(run.files[0])
+    with run:
+        for _ in _loader():
+            pass
+    second = Path(run.files[0])
+    assert first == tmp_path / "a" / "run.json" and second == tmp_path / "a-2" / "run.json"
+    assert json.loads(second.read_text())["throughput"]["steps"] == 3 and first.exists()
+    assert "already wrote" in capsys.readouterr().err
+
+
+def test_an_iterator_made_before_the_block_is_named_not_called_no_loader(capsys):
+    import profiler
+
+    it = iter(_loader(1))
+    with profiler.profile(warmup=1, steps=3, plots=False, quiet=True) as run:
+        for _ in range(6):
+            next(it)
+    err = capsys.readouterr().err
+    assert run.record is None
+    assert "iterator made before it (6 batches" in err and "no DataLoader was iterated" not in err
+    assert len(err.strip().splitlines()) == 1

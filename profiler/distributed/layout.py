@@ -44,8 +44,98 @@ def _store(denv: RankEnv, timeout_s: float) -> Any | None:
     return connect(denv, timeout_s, prefix=STORE_KEY)
 
 
+#: The run folder's owner: the job whose ranks write there (see ``claim_for_job``).
+JOB_FILE = ".profiler-job"
+#: Tries of ``claim_for_job`` while a sibling rank takes the folder over (it holds it exclusively for an instant).
+CLAIM_TRIES = 50
+CLAIM_PAUSE_S = 0.05
+# Run folders this process holds (the descriptor keeps the shared lock until the process ends).
+_held: dict[Path, int] = {}
+
+
+def job_identity(denv: RankEnv) -> str:
+    """What every rank of one torchrun job shares and two jobs running at once do not: the rendezvous address (two
+    jobs on one host cannot listen on one port) and the run id. The restart count is left out: a restarted job is
+    the same job, and its earlier ranks are gone."""
+    return f"{denv.master_addr}:{denv.master_port}/{denv.run_id}"
+
+
+def _read_owner(folder: Path) -> str | None:
+    try:
+        return (folder / JOB_FILE).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def claim_for_job(folder: Path, denv: RankEnv) -> Path:
+    """Hold ``folder`` for this torchrun job: every rank of the job shares it, a second job is refused (UserError, one
+    line) while a rank of the first is still running.
+
+    Why: two torchrun jobs given one --out (different ports) all exited 0 and left a mixed folder (rank0/rank.json
+    from one job, rank0/run.json from the other). ``outdir.claim``'s exclusive lock cannot serve: the ranks of one
+    job share the folder. So each rank takes a shared ``flock`` on the folder (the kernel drops it when the rank ends,
+    however it ends) and the folder names its job in ``.profiler-job``. A rank finding another job named there takes
+    the folder over only if it can lock it exclusively for an instant (no rank of that job is left running); a stale
+    name from a finished job is replaced, a live one is refused. Where flock is not supported (some network mounts)
+    the folder is used unlocked, as ``outdir.claim`` does."""
+    import fcntl
+
+    folder = Path(folder)
+    if folder in _held:
+        return folder
+    mine = job_identity(denv)
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as e:
+        raise UserError(f"--out {folder}: cannot open it ({e.strerror or e})") from None
+    try:
+        for _ in range(CLAIM_TRIES):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:  # a rank taking it over holds it exclusively for an instant
+                time.sleep(CLAIM_PAUSE_S)
+                continue
+            owner = _read_owner(folder)
+            if owner is None:
+                try:  # the first rank of the first job names it; O_EXCL: one of two jobs arriving together wins
+                    fd2 = os.open(folder / JOB_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+                except FileExistsError:
+                    continue
+                with os.fdopen(fd2, "w") as f:
+                    f.write(mine + "\n")
+                owner = mine
+            if owner == mine:
+                _held[folder] = fd
+                return folder
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # held by ranks: of the other job, or of ours that took it over meanwhile
+                if _read_owner(folder) == mine:
+                    continue
+                raise UserError(f"--out {folder}: another torchrun job ({owner}) is writing there now; wait for it "
+                                "or give this job another --out") from None
+            atomic_write_bytes(folder / JOB_FILE, (mine + "\n").encode())  # the other job's ranks are all gone
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            _held[folder] = fd
+            return folder
+    except OSError:
+        pass  # a filesystem without flock: run unlocked rather than not at all
+    except BaseException:
+        os.close(fd)
+        raise
+    if folder not in _held:
+        os.close(fd)
+    return folder
+
+
 def agree_run_folder(denv: RankEnv, out: str | None, base: str, name: str, timeout_s: float = RANK_WAIT_S) -> Path:
-    """The run folder every rank of this job uses (created); see the module doc for how they agree."""
+    """The run folder every rank of this job uses (created and held for this job: ``claim_for_job``); see the module
+    doc for how they agree."""
+    return claim_for_job(_agree_run_folder(denv, out, base, name, timeout_s), denv)
+
+
+def _agree_run_folder(denv: RankEnv, out: str | None, base: str, name: str, timeout_s: float) -> Path:
     if out is not None:
         return outdir.prepare_out(out)
     store = _store(denv, timeout_s)
