@@ -109,10 +109,13 @@ class Detector:
 
     def _cause(self, w: WindowSummary) -> ChangePoint | None:
         lab = label(w)
-        if self.regime is None:  # the first regime: the first label that holds k windows (start-up is not a change)
-            self.pending = [p for p in self.pending if label(p) == lab] + [w]
-            if len(self.pending) >= self.k:
-                self.regime, self.base = lab, deque(self.pending, maxlen=th.MONITOR_BASELINE_WINDOWS)
+        if self.regime is None:
+            # The first regime: the first label seen in k windows (not necessarily in a row: a start-up window or one
+            # odd window between two of the job's first is not a regime of its own). Start-up is not a change.
+            self.pending = (self.pending + [w])[-4 * self.k:]
+            same = [p for p in self.pending if label(p) == lab]
+            if len(same) >= self.k:
+                self.regime, self.base = lab, deque(same, maxlen=th.MONITOR_BASELINE_WINDOWS)
                 self.pending = []
             return None
         if lab == self.regime:

@@ -12,8 +12,8 @@ PATH = sys.argv[1]
 PHASE = int(sys.argv[2])
 WORKERS = int(sys.argv[3]) if len(sys.argv) > 3 else 2
 BATCH = int(sys.argv[4]) if len(sys.argv) > 4 else 4
-SPIN_S = 0.004  # per sample, on a core
-BLOCK_S = 0.006  # per sample, off the core
+SPIN_S = 0.010  # per sample, on a core
+BLOCK_S = 0.012  # per sample, off the core
 
 
 class Phased(Dataset):
@@ -39,6 +39,9 @@ class Phased(Dataset):
 
 
 if __name__ == "__main__":
+    raise_at = int(os.environ.get("MON_PHASES_RAISE_AT") or -1)  # a crash at this step (the record must survive it)
     loader = DataLoader(Phased(), batch_size=BATCH, num_workers=WORKERS)
-    for x in loader:
+    for step, x in enumerate(loader):
+        if step == raise_at:
+            raise RuntimeError(f"the job's own failure at step {step}")
         time.sleep(0.0005)  # the model's step: short, so input sets the pace

@@ -1,0 +1,325 @@
+"""``profiler monitor``: a job whose cause changes mid-run is watched to its end and both changes are named, each
+within one window of where the job changed, with the right cause on each side; the TensorBoard files hold the
+scalars (read back with tensorboard's own reader); W&B (offline) and MLflow (file store) get the same windows; the
+record stays bounded; Ctrl-C/SIGTERM and a crash still write it; ``report`` renders the folder.
+
+The windows the exporter and folding tests use are the real ones of the module's monitored runs (no synthetic
+attribution): the change detector's own tests build sequences from them, with the noise and spikes stated.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from profiler import thresholds as th
+from profiler.monitor.changes import Detector
+from profiler.monitor.fold import WindowLog
+from profiler.monitor.record import MonitorRecord, load
+from profiler.monitor.windows import WindowSummary
+
+pytestmark = pytest.mark.xdist_group("test_monitor")  # the module's monitored runs are made once, on one worker
+
+ROOT = Path(__file__).resolve().parents[1]
+JOB = ROOT / "tests" / "jobs" / "mon_phases.py"
+PHASE = 60  # steps per phase: cpu [0, 60), io [60, 120), cpu [120, 180)
+WINDOW = 20
+
+
+def _monitor(args: list[str], timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, "-m", "profiler", "monitor", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=str(ROOT))
+
+
+@pytest.fixture(scope="module")
+def data_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    p = tmp_path_factory.mktemp("mon_data") / "data.bin"
+    p.write_bytes(os.urandom(1 << 21))
+    return p
+
+
+@pytest.fixture(scope="module", params=[0, pytest.param(2, marks=pytest.mark.slow)], ids=["workers0", "workers2"])
+def phased(request: pytest.FixtureRequest, data_file: Path, tmp_path_factory: pytest.TempPathFactory
+           ) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """The phased job monitored to its end (windows of 20 steps, 8 of them in detail), TensorBoard on."""
+    workers = request.param
+    out = tmp_path_factory.mktemp(f"mon_w{workers}")
+    r = _monitor(["--window", str(WINDOW), "--detail", "8", "--out", str(out / "rec"), "--no-status",
+                  "--tensorboard", str(out / "tb"), str(JOB), str(data_file), str(PHASE), str(workers), "4"])
+    assert r.returncode == 0, r.stderr[-3000:]
+    return out, r
+
+
+def test_both_changes_named_with_the_right_causes(phased: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    out, r = phased
+    rec = load(out / "rec")
+    assert rec.status == "ended"
+    assert rec.steps_total == 3 * PHASE
+    causes = [c for c in rec.changes if c.kind == "cause"]
+    assert [(c.before, c.after) for c in causes] == [("cpu", "io"), ("io", "cpu")], [c.summary for c in causes]
+    for c, at in zip(causes, (PHASE, 2 * PHASE)):
+        assert abs(c.step - at) <= WINDOW, (c.step, at)
+        assert c.statistic and "MAD" in c.statistic
+        assert c.window_before["bottleneck"] == c.before and c.window_after["bottleneck"] == c.after
+    # every window is summarised: steps add up and join end to end; the detail is what was asked
+    ws = rec.windows
+    assert sum(w.steps for w in ws) == 3 * PHASE
+    assert all(b.step_first == a.step_last + 1 for a, b in zip(ws, ws[1:]))
+    assert all(w.detail_steps <= 8 + 1 for w in ws)
+    assert all(abs(sum(w.idle_by_cause_s.values()) - w.idle_s) < 1e-3 for w in ws)
+    assert all(w.rss_bytes > 0 and w.processes >= 1 for w in ws)
+    io_windows = [w for w in ws if PHASE + WINDOW <= w.step_first < 2 * PHASE - WINDOW]
+    assert io_windows and all(w.rchar > 0 for w in io_windows)  # the io phase's reads are counted
+    assert "change (cause) at step" in r.stdout
+    assert (out / "rec" / "monitor.html").is_file() and (out / "rec" / "monitor.png").is_file()
+
+
+def test_tensorboard_event_files_hold_the_scalars(phased: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out, _ = phased
+    rec = load(out / "rec")
+    acc = EventAccumulator(str(out / "tb"), size_guidance={"scalars": 0, "tensors": 0})
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    need = {f"profiler/{k}" for k in ("wait_share", "samples_per_s", "idle_io", "idle_cpu", "idle_transfer",
+                                      "idle_other")}
+    assert need <= tags, need - tags
+    assert any(t.startswith("profiler/stage_ms/") for t in tags)
+    assert "profiler/stage_ms/getitem" in tags
+    steps = [e.step for e in acc.Scalars("profiler/wait_share")]
+    assert steps == [w.step_last for w in rec.windows]  # one point per window, x = the job's step
+    io = {e.step: e.value for e in acc.Scalars("profiler/idle_io")}
+    assert max(io.values()) > 0.2 and io[steps[0]] < 0.05
+    texts = [t for t in acc.Tags().get("tensors", []) if "change_points" in t]
+    assert texts, acc.Tags()
+    events = acc.Tensors(texts[0])
+    assert len(events) == len(rec.changes)
+    assert b"cause change at step" in events[0].tensor_proto.string_val[0]
+
+
+def test_report_renders_the_folder(phased: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path) -> None:
+    out, _ = phased
+    r = subprocess.run([sys.executable, "-m", "profiler", "report", str(out / "rec"), "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=120, cwd=str(ROOT))
+    assert r.returncode == 0, r.stderr
+    html = (tmp_path / "monitor.html").read_text()
+    assert "change point" in html and "step" in html
+    assert (tmp_path / "monitor.png").stat().st_size > 1000
+
+
+def _real_windows(phased_out: Path) -> list[WindowSummary]:
+    return load(phased_out / "rec").windows
+
+
+def test_wandb_offline_and_its_own_run(phased: tuple[Path, subprocess.CompletedProcess[str]],
+                                       tmp_path: Path) -> None:
+    """In a child interpreter (wandb starts a service process and patches stdout): the job's own active run is
+    used; without one, the exporter's own offline run holds the scalars."""
+    out, _ = phased
+    code = f"""
+import json, sys, wandb
+from profiler.monitor.record import load
+from profiler.monitor.exporters.wandb import WandbExporter
+rec = load({str(out / 'rec')!r})
+for mode in ("mine", "own"):
+    own = wandb.init(project="job", dir={str(tmp_path)!r}) if mode == "own" else None
+    e = WandbExporter(None, {str(tmp_path)!r})
+    for w in rec.windows:
+        e.window(w)
+    for c in rec.changes:
+        e.change(c)
+    e.close()
+    print(json.dumps({{"mode": mode, "own": e.own, "same": e.run is own, "id": e.run.id}}))
+    if own is not None:
+        own.finish()
+"""
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path), "WANDB_SILENT": "true"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    for line in r.stdout.strip().splitlines()[-2:]:
+        got = json.loads(line)
+        mode = got["mode"]
+        assert got["own"] is (mode == "mine") and got["same"] is (mode == "own")
+        files = list(tmp_path.rglob(f"run-{got['id']}.wandb"))
+        assert files, list(tmp_path.rglob("*"))[:20]
+        blob = files[0].read_bytes()
+        assert b"profiler/wait_share" in blob and b"profiler/idle_io" in blob
+
+
+def test_mlflow_file_store(phased: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path,
+                           monkeypatch: pytest.MonkeyPatch) -> None:
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    from profiler.monitor.exporters.mlflow import MlflowExporter
+
+    out, _ = phased
+    rec = load(out / "rec")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 keeps its file store behind this switch
+    uri = (tmp_path / "mlruns").as_uri()
+    e = MlflowExporter(uri)
+    try:
+        for w in rec.windows:
+            e.window(w)
+        for c in rec.changes:
+            e.change(c)
+    finally:
+        e.close()
+    assert e.own and mlflow.active_run() is None
+    client = MlflowClient(tracking_uri=uri)
+    hist = client.get_metric_history(e.run.info.run_id, "profiler/wait_share")
+    assert [m.step for m in hist] == [w.step_last for w in rec.windows]
+    assert client.get_metric_history(e.run.info.run_id, "profiler/idle_cpu")
+    arts = [a.path for a in client.list_artifacts(e.run.info.run_id, "profiler")]
+    assert "profiler/change_points.md" in arts
+
+
+def test_missing_package_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from profiler.monitor.exporters import MissingPackage, make
+
+    for name, mod in (("wandb", "wandb"), ("mlflow", "mlflow"), ("tensorboard", "tensorboard")):
+        monkeypatch.setitem(sys.modules, mod, None)  # import raises ImportError, as for a package not installed
+        with pytest.raises(MissingPackage) as ei:
+            make(name, None, str(tmp_path))
+        assert "\n" not in str(ei.value) and f"pip install {mod}" in str(ei.value)
+
+
+def test_bad_window_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from profiler.cli import main
+
+    for bad in (["--window", "soon"], ["--window", "0"], ["--detail", "-1"]):
+        rc = main(["monitor", *bad, "--out", str(tmp_path / "o"), str(JOB), "x", "1"])
+        err = capsys.readouterr().err
+        assert rc == 2 and err.strip().count("\n") == 0 and bad[0] in err, err
+    assert not (tmp_path / "o").exists()
+    assert main(["monitor", "--out", str(tmp_path / "o")]) == 2  # no script
+    assert "needs a script" in capsys.readouterr().err
+
+
+def test_folding_keeps_the_record_bounded(phased: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    """10,000 windows (the real ones repeated along the job) fold into at most max_windows; every step is still
+    counted, the windows still join end to end, the newest stay at full resolution, kept ones survive."""
+    base = _real_windows(phased[0])
+    log = WindowLog(max_windows=40, full=10)
+    step, total_steps, total_idle = 0, 0, 0.0
+    for i in range(10_000):
+        w = base[i % len(base)]
+        n = w.step_last - w.step_first + 1
+        w = replace(w, index=i, step_first=step, step_last=step + n - 1, keep=False)
+        step += n
+        total_steps += w.steps
+        total_idle += w.idle_s
+        log.add(w)
+        if i == 5000:
+            log.mark_keep(i)
+    ws = log.windows
+    assert len(ws) <= 40
+    assert sum(w.steps for w in ws) == total_steps and abs(sum(w.idle_s for w in ws) - total_idle) < 1e-3
+    assert all(b.step_first == a.step_last + 1 for a, b in zip(ws, ws[1:]))
+    assert all(w.span == 1 for w in ws[-10:])
+    assert any(w.keep and w.index <= 5000 < w.index + w.span and w.span <= 2 for w in ws)
+    rec = MonitorRecord(log=log)
+    assert len(json.dumps(rec.to_dict())) < 200_000
+
+
+def _steady(ws: list[WindowSummary], n: int, jitter: float = 0.02, share: float = 0.3) -> list[WindowSummary]:
+    """n windows like the job's first cpu-bound one in a row (their steps moved along), waiting ``share`` of the time
+    (its causes in the measured proportions), jittered by +-jitter (relative) deterministically."""
+    out, w0 = [], next(w for w in ws if w.bottleneck == "cpu")
+    span = w0.step_last - w0.step_first + 1
+    scale = share * w0.seconds / w0.idle_s
+    for i in range(n):
+        f = scale * (1.0 + jitter * (1 if i % 3 == 0 else -1 if i % 3 == 1 else 0))
+        out.append(replace(w0, index=i, step_first=i * span, step_last=(i + 1) * span - 1,
+                           idle_s=w0.idle_s * f, idle_by_cause_s={k: v * f for k, v in w0.idle_by_cause_s.items()},
+                           start_s=i * w0.seconds, end_s=(i + 1) * w0.seconds))
+    return out
+
+
+def test_noise_is_not_a_change_and_one_odd_window_is_not_either(
+        phased: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    base = _real_windows(phased[0])
+    seq = _steady(base, 40)
+    odd = next(w for w in base if w.bottleneck == "io")
+    seq[20] = replace(odd, index=20, step_first=seq[20].step_first, step_last=seq[20].step_last,
+                      start_s=seq[20].start_s, end_s=seq[20].end_s)  # one io window inside a cpu regime
+    d = Detector()
+    for w in seq:
+        d.feed(w)
+    assert [c for c in d.changes if c.kind in ("cause", "throughput")] == []
+
+
+def test_throughput_drop_memory_growth_and_periodic_stalls(
+        phased: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    base = _real_windows(phased[0])
+    seq = _steady(base, 60, jitter=0.0)
+    for i in range(30, 60):  # the same cause, half the samples per window: a throughput drop at window 30
+        seq[i] = replace(seq[i], samples=seq[i].samples // 2)
+    for i in range(45, 60):  # memory grows by 1 GB from window 45
+        seq[i] = replace(seq[i], rss_bytes=seq[i].rss_bytes + (1 << 30))
+    for i in (8, 16, 24):  # a stall every 8 windows (a checkpoint): one window waits far longer, for "other"
+        extra = seq[i].seconds * 0.4
+        seq[i] = replace(seq[i], idle_s=seq[i].idle_s + extra,
+                         idle_by_cause_s={**seq[i].idle_by_cause_s,
+                                          "other": seq[i].idle_by_cause_s.get("other", 0.0) + extra})
+    d = Detector()
+    for w in seq:
+        d.feed(w)
+    kinds = {c.kind: c for c in d.changes}
+    assert kinds["throughput"].window == 30 and "MAD" in kinds["throughput"].statistic
+    assert kinds["memory"].window == 45
+    assert kinds["periodic"].after == f"every ~{8 * (seq[0].step_last + 1)} steps"
+    assert "cause" not in kinds
+
+
+@pytest.mark.parametrize("how", ["sigterm", "crash"])
+def test_sigterm_and_crash_write_the_record(how: str, data_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "rec"
+    args = ["--window", "10", "--detail", "4", "--out", str(out), "--no-status", "--no-plots", str(JOB),
+            str(data_file), "100000" if how == "sigterm" else "15", "0", "4"]
+    env = {**os.environ, "MON_PHASES_RAISE_AT": "25" if how == "crash" else ""}
+    p = subprocess.Popen([sys.executable, "-m", "profiler", "monitor", *args], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env, cwd=str(ROOT))
+    if how == "sigterm":
+        deadline = time.monotonic() + 120
+        while not (out / "monitor.json").exists() and time.monotonic() < deadline and p.poll() is None:
+            time.sleep(0.2)
+        assert (out / "monitor.json").exists()
+        p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=120)
+    rec = load(out)
+    if how == "sigterm":
+        assert p.returncode == 128 + signal.SIGTERM, err[-2000:]
+        assert rec.status == "interrupted"
+    else:
+        assert p.returncode == 1 and "RuntimeError" in err
+        assert rec.status == "failed" and rec.steps_total >= 20
+    assert rec.windows and rec.windows[-1].step_last + 1 == rec.steps_total
+
+
+def test_api_monitor_block(data_file: Path, tmp_path: Path) -> None:
+    code = f"""
+import sys, runpy
+import profiler
+sys.argv = ["job", {str(data_file)!r}, "20", "0", "4"]
+with profiler.profile(out={str(tmp_path / 'api')!r}, monitor=True, window=10, detail=4, quiet=True) as mon:
+    runpy.run_path({str(JOB)!r}, run_name="__main__")
+print(mon.files)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rec = load(tmp_path / "api")
+    assert rec.status == "ended" and rec.steps_total == 60 and rec.job["kind"] == "api"
+    assert len(rec.windows) == 6 and rec.windows[-1].step_last == 59
+    assert {w.bottleneck for w in rec.windows[2:4]} == {"io"}  # the io phase, steps 20-39
+    assert (tmp_path / "api" / "monitor.html").is_file()
+    assert th.MONITOR_PERSIST_WINDOWS >= 2  # the tests above rely on a single odd window never being a change
