@@ -351,12 +351,12 @@ def test_a_lean_stretch_is_checked_as_a_whole_and_a_failed_check_is_counted() ->
     assert unchecked_since(c, at_open) == {"stretches": 2, "batches": 19, "off_core_s": 5e-05}
 
 
-def _count_clock_reads(module: Any, loader: DataLoader, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, warmup: int,
-                       steps: int, before: int, counted: int = 256) -> tuple[Any, int]:
-    """Profile ``loader`` to its end, counting the reads of ``module._cpu`` (the on-CPU clock) in the ``counted``
-    batches after the first ``before``: (the record, the reads)."""
+def _count_clock_reads(modules: tuple[Any, ...], loader: DataLoader, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                       warmup: int, steps: int, before: int, counted: int = 256) -> tuple[Any, int]:
+    """Profile ``loader`` to its end, counting the reads of each module's ``_cpu`` (the on-CPU clock) in the
+    ``counted`` batches after the first ``before``: (the record, the reads)."""
     reads = [0]
-    real = module._cpu
+    real = time.thread_time_ns
 
     def counting() -> int:
         reads[0] += 1
@@ -366,7 +366,8 @@ def _count_clock_reads(module: Any, loader: DataLoader, tmp_path: Path, monkeypa
         it = iter(loader)
         for _ in range(before):
             next(it)
-        monkeypatch.setattr(module, "_cpu", counting)
+        for module in modules:
+            monkeypatch.setattr(module, "_cpu", counting)
         for _ in range(counted):
             next(it)
         monkeypatch.undo()
@@ -381,12 +382,13 @@ def test_lean_fetches_after_a_clean_stretch_read_no_on_cpu_clock(tmp_path: Path,
     """workers=0 over tensors in memory: once a stretch was checked on its core fetch by fetch, the lean fetches read
     no on-CPU clock of their own (their stretch is checked at its end); the record says how many were left unchecked
     (a loaded machine may preempt a stretch: then the next ones check each fetch again, so counts stay small)."""
-    from profiler.instrument import worker
+    from profiler.instrument import fetch, inline_fetch, proxies, worker
 
     ds = TensorDataset(torch.randn(8 * 400, 4), torch.zeros(8 * 400))
     loader = DataLoader(ds, batch_size=8, num_workers=0)
     # after 80 batches: quiet, and a clean stretch checked fetch by fetch
-    rec, reads = _count_clock_reads(worker, loader, tmp_path, monkeypatch, warmup=5, steps=380, before=80)
+    rec, reads = _count_clock_reads((inline_fetch, fetch, proxies), loader, tmp_path, monkeypatch, warmup=5, steps=380,
+                                    before=80)
     # Per-fetch checks read the clock twice in each lean fetch (512 here); by stretch, only the full fetch of each
     # stretch reads it (a few reads, 16 stretches), and a stretch that failed its check costs one checked stretch
     assert reads < 256, reads
@@ -415,7 +417,7 @@ def test_a_wait_found_off_its_core_once_is_probed_again_after_calm_steps(tmp_pat
     ds = TensorDataset(torch.randn(4 * 400, 4), torch.zeros(4 * 400))
     loader = DataLoader(ds, batch_sampler=SleepsOnce(4 * 400, 4), num_workers=0)
     # after 100 batches: the sleeps, and the calm steps after them
-    rec, reads = _count_clock_reads(session, loader, tmp_path, monkeypatch, warmup=2, steps=390, before=100)
+    rec, reads = _count_clock_reads((session,), loader, tmp_path, monkeypatch, warmup=2, steps=390, before=100)
     st = rec.timeline["steps"]
     off = [st["main_cpu"][st["step"].index(k)] <= st["wait_end"][st["step"].index(k)] -
            st["wait_start"][st["step"].index(k)] - 0.0025 for k in range(30, 50)]

@@ -1,8 +1,8 @@
-"""Steps kept flat in the steady state of a ``num_workers=0`` loader (session.FAST_STEPS) end up in the record exactly
-as every other step does: the same rows, batches and sample counts as the same loop recorded step by step, the steps
-joined end to end, an epoch's last step ended where the next ``next()`` began, an h2d stage and an interruption
-handled. Real DataLoaders over in-memory tensors; the flat path is switched off for the comparison by keeping the
-window from taking flat steps (``Session._fast``), nothing else."""
+"""Steps kept flat in the steady state of a ``num_workers=0`` loader (NOTE [ Flat steps ], flat_steps.py) end up in
+the record exactly as every other step does: the same rows, batches and sample counts as the same loop recorded step
+by step, the steps joined end to end, an epoch's last step ended where the next ``next()`` began, an h2d stage and an
+interruption handled. Real DataLoaders over in-memory tensors; the flat path is switched off for the comparison by
+keeping the window from taking flat steps (``Session._fast``), nothing else."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,6 +13,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import profiler
+from profiler.instrument import flat_steps as flat_steps_mod
 from profiler.instrument import session as session_mod
 
 pytestmark = pytest.mark.xdist_group("flat_steps")
@@ -171,7 +172,7 @@ def test_an_interrupt_inside_the_flat_steps_pass_loses_none_of_them(tmp_path: Pa
     """Ctrl-C (or SIGTERM under ``profiler run``) can land while the window's close makes the flat steps' rows: the
     run stops, and the close, called again, goes on from where it was, with every step recorded once."""
     kept = _count_flat(monkeypatch)
-    lean_meta, materialize = session_mod.lean_meta, session_mod.Session._materialize
+    lean_meta, materialize = flat_steps_mod.lean_meta, session_mod.Session._materialize
     calls = {"inside": False, "made": 0, "raised": False}
 
     def interrupted(out: Any, pid: int) -> Any:
@@ -189,7 +190,7 @@ def test_an_interrupt_inside_the_flat_steps_pass_loses_none_of_them(tmp_path: Pa
         finally:
             calls["inside"] = False
 
-    monkeypatch.setattr(session_mod, "lean_meta", interrupted)
+    monkeypatch.setattr(flat_steps_mod, "lean_meta", interrupted)  # the flat steps' records (_flat_row)
     monkeypatch.setattr(session_mod.Session, "_materialize", watched)
     loader = _loader()
     with pytest.raises(KeyboardInterrupt):

@@ -5,7 +5,7 @@ previous batch, and the main process has a pin-memory thread; process-wide count
 per-thread figures. Two tiers, by cost:
 
 - per dataset call and per collate, wall clock and on-CPU time only (``perf_counter_ns`` and ``thread_time_ns``
-  read inline by worker.py's proxies, ~0.3 µs together); the rest of the call is off-CPU;
+  read inline by proxies.py's proxies, ~0.3 µs together); the rest of the call is off-CPU;
 - per batch, :func:`fetch_start` and :func:`fetch_end` add the run-queue wait and bytes read (asked for, and from
   the block device), which the batch then shares out over its calls and its collate; per step (main side)
   :func:`sched_snapshot` reads the run-queue wait without the byte counts. Both read /proc as seldom as exactness
@@ -150,6 +150,8 @@ def _read_io(st: _Thread, fd: int) -> tuple[bytes, int]:
     return buf, own
 
 
+# A fetch's counters, in this order (fetch_start says what each is); read them by unpacking
+# (``runq, read_bytes, io, own, switches = c``), never by a bare index.
 Counters = tuple[int, int, bytes, int, int]
 
 
@@ -220,7 +222,7 @@ def quiet() -> bool:
     whose rchar did not move)? Then a fetch that stays on its core needs no counters at all: on its core it waited for
     no core and blocked on no read, and rchar's probe at the next stretch's end finds any bytes it asked for. The
     written-out fetch on the main thread (``num_workers=0``) uses this to skip both getrusage calls of a batch in all
-    but one of every LEAN_STRETCH batches (worker.inline_map_fetch, LEAN_STRETCH)."""
+    but one of every LEAN_STRETCH batches (inline_fetch.inline_map_fetch, LEAN_STRETCH)."""
     st: _Thread | None = getattr(_local, "state", None)
     return st is not None and st.generation == _generation and st.io is not None and not st.exact \
         and st.zero_run >= QUIET_AFTER
@@ -228,7 +230,7 @@ def quiet() -> bool:
 
 def since_last_fetch_end() -> Counters:
     """The counters as the calling thread's last :func:`fetch_end` left them, as a start for a fetch that read none of
-    its own at its start (a lean one that turned out to leave its core: worker.inline_map_fetch)."""
+    its own at its start (a lean one that turned out to leave its core: inline_fetch.inline_map_fetch)."""
     st = _state()
     return st.runq, st.inblock * 512, st.io_raw, st.own_at_raw, st.csw
 
@@ -285,8 +287,9 @@ def accounting() -> dict:
 
 
 def sched_snapshot(end: bool = False) -> tuple[int, int, int]:
-    """``(wall_ns, cpu_ns, runq_ns)`` of the calling thread: :func:`snapshot` without the io counters, for the main
-    thread's per-step reads (which use no byte counts)."""
+    """``(wall_ns, cpu_ns, runq_ns)`` of the calling thread, for the main thread's per-step reads (no byte counts).
+    ``end``: the reading that ends a span, taken in the opposite order, so that the wall interval contains the on-CPU
+    one: NOTE [ Wall clock outside, on-CPU clock inside ] (derived.py)."""
     wall = 0 if end else time.perf_counter_ns()
     cpu = time.thread_time_ns()
     runq = runq_now()

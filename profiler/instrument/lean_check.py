@@ -1,6 +1,6 @@
 """Checking that a lean stretch's fetches stayed on their core, once for the whole stretch (``num_workers=0``).
 
-A lean fetch (worker.LEAN_STRETCH: the main thread's fetches of a quiet, in-memory loader, 15 of every 16) is
+A lean fetch (inline_fetch.LEAN_STRETCH: the main thread's fetches of a quiet, in-memory loader, 15 of every 16) is
 recorded as having run on its core throughout: no wait for a core, no blocking read, its on-CPU time its wall time.
 That must be checked. Reading the thread's on-CPU clock at both ends of every lean fetch checks each one, but each
 read is a system call, and two per batch were 6 µs of a light batch's ~50 µs profiler cost on the 2-core VM this was
@@ -39,8 +39,8 @@ _cpu = time.thread_time_ns
 class StretchCheck:
     """The main thread's lean-stretch check (one per process: forked workers never start one)."""
 
-    off_limit_ns: int  # worker.CLOSE_TIMING_FROM_OFF_NS: off the core this long or longer in all, the check fails
-    full: int  # lean fetches in a whole stretch (worker.LEAN_STRETCH - 1)
+    off_limit_ns: int  # derived.CLOSE_TIMING_FROM_OFF_NS: off the core this long or longer in all, the check fails
+    full: int  # lean fetches in a whole stretch (inline_fetch.LEAN_STRETCH - 1)
     # Lean fetches read no clock (True) or each reads its own (False): at first, and after a failed check, until a
     # whole stretch checked fetch by fetch is found on its core (a job whose fetches leave their core never has one)
     by_stretch: bool = False

@@ -23,22 +23,22 @@ import weakref
 from typing import Any, Callable
 
 from . import clocks, substages, torch_hooks
+from .batch import M_RUNQ, BatchMeta, Instrumented, fetch_off_core_ns, lean_meta
+from .derived import CLOSE_TIMING_FROM_OFF_NS
+from .flat_steps import F_END, F_REST_END, FLAT_FOLD_EVERY, FlatSteps
+from .inline_fetch import LEAN_CHECK, inline_call_costs
 from .lean_check import unchecked_since
 from .loaders import (
     BASIS_CALLS,
     BASIS_STEP,
     LoaderSelector,
-    call_sites,
     count_samples,
-    epoch_length,
     is_data_folder,
 )
+from .proxies import call_cost_ns
 from .steps import (
     DETAIL_STEPS,
     MAX_TAIL_SKIPPED,
-    ROLE_ENDED_EARLY,
-    ROLE_NOT_NAMED,
-    ROLE_OTHER,
     CudaTimeline,
     EpochRow,
     LoaderInfo,
@@ -46,20 +46,8 @@ from .steps import (
     OtherLoader,
     StepRow,
     Tail,
-    fetch_off_core_ns,
-    loader_info,
-    qualified_name,
-    step_of,
 )
-from .worker import (
-    CLOSE_TIMING_FROM_OFF_NS,
-    LEAN_CHECK,
-    BatchMeta,
-    Instrumented,
-    call_cost_ns,
-    inline_call_costs,
-    lean_meta,
-)
+from .tracking import LoaderTracking
 
 _perf = time.perf_counter_ns
 _cpu = time.thread_time_ns
@@ -67,7 +55,7 @@ _get_ident = threading.get_ident
 
 # Resolve completed CUDA events every this many steps: bounds live events on long runs without a synchronize.
 RESOLVE_EVERY = 32
-# With num_workers=0 the wait's on-CPU time (StepRow.main_cpu_ns) is the fetch's (read at its ends, worker.py) plus
+# With num_workers=0 the wait's on-CPU time (StepRow.main_cpu_ns) is the fetch's (read at its ends, inline_fetch) plus
 # the DataLoader's own code around it (its __next__, the sampler): straight-line code that is on its core, so the
 # wait's on-CPU time is its wall time less the fetch's time off the core. Every WAIT_CPU_PROBE-th step reads the
 # on-CPU clock around the wait to check that, and once a step finds the wait off its core outside the fetch for
@@ -83,16 +71,6 @@ WAIT_CPU_PROBE = 16
 WAIT_CPU_CALM = WAIT_CPU_PROBE
 # Distinct folders the record names as where the data was read from (the most-opened are kept).
 MAX_FOLDERS = 256
-# FAST_STEPS: in the steady state of a num_workers=0 loader (the window open on host clocks, not its last step, the
-# wait's on-CPU clock derived from the fetch's) a step whose batch came from a lean fetch on its core (worker.LeanOut)
-# is kept as one flat list of ints, and its StepRow and BatchMeta are made when the window closes, in one pass. Why:
-# on a light loop the step row, the batch's record and its envelope, made between two steps of the job's model (whose
-# code and data then fill the caches), cost ~18 µs of its ~45 µs per batch on the 2-core VM, where the same figures
-# kept flat cost a few (scripts/bench_overhead_light.py, alternated in one process). Every other step, and every step
-# on CUDA, is recorded as it happens.
-# In the tail (beyond DETAIL_STEPS), flat steps are folded into its totals every this many: a long run's memory stays
-# bounded (a flat step is ~300 bytes) and the fold, a few ms, is a fraction of a per cent of the steps it folds.
-FLAT_FOLD_EVERY = 1024
 _NOT_INTHREAD: Any = object()  # Session._inthread's answer for an iterator with workers (or not profiled)
 
 
@@ -103,8 +81,10 @@ class WindowClosed(BaseException):
     """
 
 
-class Session:
-    """One profiling session in this process: hooks installed from ``start()`` to ``stop()``."""
+class Session(LoaderTracking, FlatSteps):
+    """One profiling session in this process: hooks installed from ``start()`` to ``stop()``. Its halves: which loader
+    is profiled (tracking.LoaderTracking), the flat steps' rows (flat_steps.FlatSteps); here, the steps and the
+    window."""
 
     def __init__(self, warmup: int, steps: int, then: str = "exit",
                  on_step: Callable[[bool, int, int, int], None] | None = None,
@@ -147,9 +127,8 @@ class Session:
         self._basis: dict[str, int] = {}  # samples basis -> steps counted on it
         self.restarts = 0  # times the window restarted on another loader
         self._open_row: StepRow | None = None
-        # FAST_STEPS: the steps kept flat until the window closes, [step, epoch, wait start, wait end, count_samples'
-        # answer, the fetch's LeanOut, the end of the step's bookkeeping, its end (0: open)]; the open one; whether
-        # the open window takes them (host clocks).
+        # NOTE [ Flat steps ] (flat_steps.py): the steps kept flat until the window closes (FLAT_FIELDS each); the
+        # open one; whether the open window takes them (host clocks).
         self._flat: list[list[Any]] = []
         self._flat_done = 0  # of _flat, the entries already recorded (_materialize)
         self._rows_unsorted = False  # rows appended out of step order (_materialize)
@@ -183,12 +162,6 @@ class Session:
         substages.main_hook = self
         torch_hooks.watch_loader_creation(self._loader_created)
         return self
-
-    def _loader_created(self, loader: Any) -> None:
-        try:
-            self._created[loader] = call_sites(2)
-        except TypeError:  # not weak-referenceable (a DataLoader subclass with __slots__): no creation site
-            pass
 
     def stop(self) -> None:
         """End profiling: the open step ends now, the window closes if it has not, the hooks come out."""
@@ -241,161 +214,7 @@ class Session:
         if self.cuda is not None and row.measured:
             self.cuda.mark(row, "h2d_end_ns")
 
-    # --- hooks ----------------------------------------------------------------------------------------------------
-    def _on_iter(self, loader: Any, orig: Callable[[Any], Any]) -> Any:
-        if os.getpid() != self._owner_pid or threading.get_ident() != self._owner_thread:
-            return orig(loader)  # another thread, or a process the job forked: left alone (one process, one record)
-        adopt = self._loader_ref is None and not self.closed and loader not in self._other_entry
-        eligible = self.select is None or self.select.matches(qualified_name(loader.dataset),
-                                                             self._created.get(loader, (None, None)))
-        overridden = None
-        if self.override and adopt and eligible:  # the profiled loader, before it starts
-            overridden = torch_hooks.override_loader(loader, **self.override)
-        sites = call_sites(1)
-        t0 = time.perf_counter_ns()
-        it = orig(loader)
-        t1 = time.perf_counter_ns()
-        if self.closed:
-            return it
-        if adopt and eligible:
-            self._adopt(loader, it, sites, t0, t1, "the first loader the job iterated" if self.select is None
-                        else f"named by --loader {self.select}")
-            self.loader.overridden = overridden or None  # type: ignore[union-attr]
-        elif self._loader_ref is not None and (self._loader_ref() is loader or self._remade(loader, eligible)):
-            if self._loader_ref() is not loader:  # the same loader made afresh for this epoch: the window goes on
-                self._loader_ref = weakref.ref(loader)
-                self.loader.recreated += 1  # type: ignore[union-attr]
-            self._iters.add(id(it))
-            if loader.num_workers == 0:
-                self._inthread[id(it)] = torch_hooks.lean_out_of(it)
-            self.epochs.append(EpochRow(len(self.epochs), t0, t1))
-            self._new_epoch(it)
-        else:
-            self._iters.discard(id(it))  # a dropped profiled iterator's id, reused by this one's
-            self._inthread.pop(id(it), None)
-            entry = self._other_entry.get(loader)
-            if entry is None:
-                entry = OtherLoader(qualified_name(loader.dataset), self._created.get(loader, (None, None))[0],
-                                    int(loader.num_workers), loader.batch_size,
-                                    ROLE_OTHER if eligible else ROLE_NOT_NAMED, iterated_at=sites[0], first_ns=t0)
-                self._other_entry[loader] = entry
-                self.others.append(entry)
-            entry.epochs += 1
-            try:
-                self._other_iters[it] = OtherIter(entry, weakref.ref(loader), t0, eligible, sites)
-            except TypeError:
-                pass
-        return it
-
-    def _remade(self, loader: Any, eligible: bool) -> bool:
-        """Is ``loader`` the profiled one made afresh, as a loop that writes ``for b in DataLoader(...)`` inside its
-        epoch loop does? Made on the same line, over the same dataset class, with the same workers and batch size,
-        and iterated once the profiled loader's epoch is over (or the loader is gone): then it is that loader's next
-        epoch, and the window goes on over it, instead of the run ending as partial when the first one stops."""
-        li, old = self.loader, self._loader_ref() if self._loader_ref is not None else None
-        if li is None or not eligible or loader in self._other_entry or not (old is None or self._epoch_done):
-            return False
-        created = self._created.get(loader, (None, None))[0]
-        return created is not None and created == li.created_at and qualified_name(loader.dataset) == li.dataset_class \
-            and int(loader.num_workers) == li.num_workers and loader.batch_size == li.batch_size
-
-    def _adopt(self, loader: Any, it: Any, sites: tuple[str | None, str | None], t0: int, t1: int,
-               why: str) -> None:
-        self._loader_ref = weakref.ref(loader)
-        self.loader = loader_info(loader, self._created.get(loader), sites)
-        self.loader.chosen = why
-        self._iters = {id(it)}
-        self._inthread = {id(it): torch_hooks.lean_out_of(it)} if loader.num_workers == 0 else {}
-        self.epochs = [EpochRow(0, t0, t1)]
-        self._new_epoch(it)
-
-    def _new_epoch(self, it: Any) -> None:
-        self._epoch_batches, self._epoch_done = 0, False
-        try:
-            self._live_iter = weakref.ref(it)
-        except TypeError:
-            self._live_iter = None
-
-    def _takes_over(self, o: OtherIter) -> bool:
-        """Does the window move to this other loader? Only when the profiled one has delivered nothing since this
-        one was iterated (it stopped or was dropped, not interleaved with it) and this one's epoch promises more
-        batches than the profiled one delivered in its last epoch (a sanity check, a shape probe)."""
-        if not o.eligible or self.closed or self._last_next_ns > o.iter_ns:
-            return False
-        loader = o.loader()
-        if loader is None:
-            return False
-        ahead = epoch_length(loader)
-        if ahead is None and o.entry.steps:  # a loader seen before: the longest epoch it ran
-            ahead = o.entry.steps // max(o.entry.epochs - 1, 1)
-        mine = self._epoch_batches
-        profiled = self._loader_ref() if self._loader_ref is not None else None
-        if not self._epoch_done and self._live_iter is not None and self._live_iter() is not None \
-                and profiled is not None:
-            # Its epoch is unfinished and its iterator still held: a validation pass in the middle of a training
-            # epoch, which returns to it. The rest of its epoch counts, so only a longer loader takes the window.
-            mine = max(mine, epoch_length(profiled) or 0)
-        return ahead is None or mine < ahead
-
-    def _restart_on(self, o: OtherIter, it: Any) -> None:
-        """The profiled loader stopped early: keep its short figures as an other loader, start afresh on ``o``."""
-        old = self._loader_ref() if self._loader_ref is not None else None
-        loader = o.loader()
-        if loader is None:  # checked by _takes_over a moment ago; kept safe all the same
-            return
-        self._materialize()
-        if self.loader is not None:
-            li = self.loader
-            measured = [r for r in self.rows if r.wait_end_ns]
-            entry = OtherLoader(li.dataset_class, li.created_at, li.num_workers, li.batch_size, ROLE_ENDED_EARLY,
-                                iterated_at=li.iterated_at, epochs=len(self.epochs),
-                                steps=len(measured) + self.tail.steps,
-                                samples=sum(r.n_samples for r in measured) + self.tail.samples,
-                                wait_ns=sum(r.wait_end_ns - r.wait_start_ns for r in measured) + self.tail.wait_ns,
-                                first_ns=self.epochs[0].iter_start_ns if self.epochs else 0,
-                                last_ns=max([r.wait_end_ns for r in measured] or [0]))
-            self.others.append(entry)
-            if old is not None:
-                self._other_entry[old] = entry
-        self.others.remove(o.entry)
-        del self._other_entry[loader]
-        self.rows, self.metas, self.tail, self.tail_skipped, self.read_from = [], [], Tail(), [], {}
-        self._n_steps = self._measured_done = 0
-        self._open_row, self.cuda, self.window_start_ns = None, None, 0
-        self._flat, self._flat_done, self._rows_unsorted, self._open_flat, self._fast = [], 0, False, None, False
-        self._basis = {}
-        self.restarts += 1
-        self._adopt(loader, it, o.sites, o.iter_ns, o.iter_ns,
-                    f"the job went on with it after {self._restarted_from(old)} stopped early")
-        self._epoch_batches = o.entry.steps if o.entry.epochs == 1 else 0  # what it already delivered this epoch
-        if self.override and self.loader is not None:  # applied when the first loader started; too late for this one
-            self.loader.chosen += " (--override-* changed the first loader, not this one: name it with --loader)"
-
-    @staticmethod
-    def _restarted_from(old: Any) -> str:
-        return f"the {qualified_name(old.dataset).rsplit('.', 1)[-1]} loader" if old is not None else "the first loader"
-
-    def _other_next(self, it: Any, orig: Callable[[Any], Any]) -> Any:
-        """next() of a loader that is not profiled: counted, or taking the window over (see _takes_over)."""
-        o = self._other_iters.get(it)
-        if o is None:
-            return torch_hooks.unwrap(orig(it))
-        if not o.checked:
-            o.checked = True
-            if self._takes_over(o):
-                self._restart_on(o, it)
-                return self._on_next(it, orig)
-        t0 = time.perf_counter_ns()
-        batch = torch_hooks.unwrap(orig(it))
-        t1 = time.perf_counter_ns()
-        e = o.entry
-        e.steps += 1
-        e.wait_ns += t1 - t0
-        e.last_ns = t1
-        n = count_samples(batch, e.batch_size)
-        e.samples += n[0] if n is not None else (e.batch_size or 1)
-        return batch
-
+    # --- hooks (the loaders' half: tracking.py) -------------------------------------------------------------------
     def _on_next(self, it: Any, orig: Callable[[Any], Any]) -> Any:
         # Once per batch of the profiled loader, on the job's critical path: written for few bytecodes (locals, no
         # helper frames, no temporaries), measured by scripts/bench_overhead_light.py.
@@ -408,8 +227,8 @@ class Session:
         step = self._n_steps
         if self._fast and holder.__class__ is list and self._wait_cpu_probe > 0 \
                 and self._measured_done + 1 < self.steps:
-            # The steady state of a num_workers=0 loader (FAST_STEPS): the window open, host clocks, not its last
-            # step, the wait's on-CPU clock derived from the fetch's (WAIT_CPU_PROBE).
+            # The steady state of a num_workers=0 loader (NOTE [ Flat steps ], flat_steps.py): the window open, host
+            # clocks, not its last step, the wait's on-CPU clock derived from the fetch's (WAIT_CPU_PROBE).
             self._wait_cpu_probe -= 1
             t0 = _perf()
             try:
@@ -419,13 +238,13 @@ class Session:
                 raise
             t1 = _perf()
             lean = holder[0]
-            if data.__class__ is Instrumented or lean is None or lean[0] < t0:  # not a lean batch: a row, as below
+            if data.__class__ is Instrumented or lean is None or lean.w_entry < t0:  # not a lean batch: a row, as below
                 row = StepRow(step, len(self.epochs) - 1, -1, self._pid, 0, t0, 0, 0, 0, True,
                               tail=step - self.warmup >= self.detail_steps)
                 return self._after_wait(row, data, holder, t0, t1, -1, -1, 0, 0)
             f = self._open_flat
             if f is not None:  # the previous step ends here (_end_step's flat case, written out)
-                f[7] = t0
+                f[F_END] = t0
                 self._open_flat = None
                 self._measured_done += 1
             elif self._open_row is not None:
@@ -444,12 +263,12 @@ class Session:
                 # bookkeeping time, which is measured (own_rest_ns).
                 self._materialize()
                 flat = self._flat
-            f = [step, len(epochs) - 1, t0, t1, n, lean, 0, 0]
+            f = [step, len(epochs) - 1, t0, t1, n, lean, 0, 0]  # FLAT_FIELDS
             flat.append(f)
             self._open_flat = f  # after the append: an interrupt in between leaves it an unended step, not counted
             if self.on_step is not None:
-                self.on_step(True, t0, t1, n[0] if n is not None else lean[5] or 1)
-            f[6] = _perf()  # the end of its bookkeeping (own_rest_ns)
+                self.on_step(True, t0, t1, n[0] if n is not None else lean.n or 1)
+            f[F_REST_END] = _perf()  # the end of its bookkeeping (own_rest_ns)
             return data
         # num_workers=0: the batch is made in this thread, and its fetch reads the run-queue wait itself (shared below);
         # reading it here too would only cost the step twice.
@@ -501,7 +320,7 @@ class Session:
         except BaseException as e:
             self._wait_raised(e, t0)
             raise
-        if inthread:  # the end's clocks in the opposite order (clocks.snapshot says why)
+        if inthread:  # the end's clocks in the opposite order: NOTE [ Wall clock outside, on-CPU clock inside ]
             c1 = _cpu() if c0 >= 0 else -1
             t1 = _perf()
             q1 = 0
@@ -540,8 +359,8 @@ class Session:
         else:
             batch = data
             lean = holder[0] if holder.__class__ is list else None
-            # A lean fetch's clocks, handed over beside the batch (worker.LeanOut): its BatchMeta, made now.
-            meta = lean_meta(lean, self._pid) if lean is not None and lean[0] >= t0 else None
+            # A lean fetch's clocks, handed over beside the batch (batch.LeanOut): its BatchMeta, made now.
+            meta = lean_meta(lean, self._pid) if lean is not None and lean.w_entry >= t0 else None
         # The step's samples: what the batch holds; else what the dataset calls returned; else one per step.
         li = self.loader
         n = count_samples(batch, li.batch_size if li is not None else None)
@@ -559,7 +378,7 @@ class Session:
             if meta.worker_id < 0:  # fetched in this thread, inside the wait: its instrumentation's time is ours
                 row.own_wait_ns += meta.own_ns
                 if inthread:
-                    row.main_runq_ns = meta.marks[4]  # the fetch's run-queue wait (its byte counts wait unparsed)
+                    row.main_runq_ns = meta.marks[M_RUNQ]  # the fetch's run-queue wait (its byte counts wait unparsed)
                     off = fetch_off_core_ns(meta.marks)
                     if c0 < 0:
                         row.main_cpu_ns = (t1 - t0) - off
@@ -604,82 +423,6 @@ class Session:
         row.own_rest_ns = _perf() - t1
         return batch
 
-    def _materialize(self) -> None:
-        """The flat steps (FAST_STEPS) as the step rows and BatchMetas every other step has, in step order: at the
-        window's close, every FLAT_FOLD_EVERY flat steps in the tail, or before a restart on another loader. A step
-        beyond the detail (DETAIL_STEPS) goes into the tail's totals, as it would have at its end (its row and record
-        are not kept).
-
-        Resumable: a signal (Ctrl-C, SIGTERM under ``profiler run``) can land anywhere in it, and the run then stops
-        and calls it again from the window's close. ``_flat_done`` counts the entries already recorded, and each one
-        is counted done before it is recorded, so an interrupted pass loses at most the step in flight, as a step
-        recorded on the way can be lost, and never records one twice; the rows are sorted once they all are."""
-        flat = self._flat
-        for i in range(self._flat_done, len(flat)):
-            made = self._flat_row(flat[i])
-            self._flat_done = i + 1
-            self._keep_flat_row(flat[i], *made)
-        self._flat, self._flat_done = [], 0
-        if self._rows_unsorted:
-            self._sort_rows()
-
-    def _materialize_open(self) -> None:
-        """The open flat step as a row now (its h2d stage needs one); the other flat steps stay flat."""
-        f, flat = self._open_flat, self._flat
-        if f is None or not flat or flat[-1] is not f or len(flat) <= self._flat_done:
-            self._materialize()
-            return
-        made = self._flat_row(f)
-        flat.pop()
-        self._keep_flat_row(f, *made)
-
-    def _flat_row(self, f: list[Any]) -> tuple[StepRow, BatchMeta, str]:
-        """A flat step's row, its batch's BatchMeta and its samples' basis (nothing recorded yet)."""
-        step, epoch, t0, t1, n, lean, rest_end, end = f
-        meta = lean_meta(lean, self._pid)
-        if n is not None:
-            k, basis = n
-        elif lean[5]:
-            k, basis = lean[5], BASIS_CALLS
-        else:
-            k, basis = 1, BASIS_STEP
-        tail = step >= self.warmup + self.detail_steps
-        row = StepRow(step, epoch, -1, self._pid, k, t0, t1, (t1 - t0) - fetch_off_core_ns(meta.marks), 0, True,
-                      compute_end_ns=end, batch=-1 if tail else len(self.metas), tail=tail,
-                      own_wait_ns=meta.own_ns, own_rest_ns=max(0, rest_end - t1))
-        if end:  # ended (_end_step's rule); an open one gets its h2d when it ends
-            row.h2d_start_ns = row.h2d_end_ns = t1
-        return row, meta, basis
-
-    def _keep_flat_row(self, f: list[Any], row: StepRow, meta: BatchMeta, basis: str) -> None:
-        """Record a flat step made a row: its basis counted, the row kept (or, in the tail, folded into the totals
-        once ended), the open one made the open row."""
-        self._basis[basis] = self._basis.get(basis, 0) + 1
-        self._pids.add(self._pid)
-        if f is self._open_flat:
-            self._open_row, self._open_flat = row, None
-        elif row.tail:  # _end_step's fold, for a step that ended flat
-            row.idle_ns = row.wait_end_ns - row.wait_start_ns
-            self.tail.add(row)
-        if not row.tail:
-            rows = self.rows
-            if rows and rows[-1].step > row.step:
-                self._rows_unsorted = True
-            self.metas.append(meta)
-            rows.append(row)
-
-    def _sort_rows(self) -> None:
-        """Rows in step order, and their batches numbered in that order, as they arrived. Rows made on the way for
-        steps after a flat one (the full fetches) are out of order until the flat ones are made; a step made a row by
-        its h2d stage comes after all the others (no sort, which would be once per step)."""
-        self.rows.sort(key=step_of)
-        metas = self.metas
-        order = [r.batch for r in self.rows if r.batch >= 0]
-        self.metas = [metas[b] for b in order]
-        for i, r in enumerate(r for r in self.rows if r.batch >= 0):
-            r.batch = i
-        self._rows_unsorted = False
-
     # --- window ---------------------------------------------------------------------------------------------------
     def _open_window(self, t0_ns: int) -> None:
         """Open the measured window at the first measured step's wait start ``t0_ns`` (host timing), or after the
@@ -696,13 +439,13 @@ class Session:
             self.window_start_ns = time.perf_counter_ns()
         else:
             self.window_start_ns = t0_ns
-            self._fast = True  # host clocks: its num_workers=0 steps may be kept flat (FAST_STEPS)
+            self._fast = True  # host clocks: its num_workers=0 steps may be kept flat (NOTE [ Flat steps ])
 
     def _end_step(self, t_ns: int) -> None:
         f = self._open_flat
-        if f is not None:  # a flat step (FAST_STEPS): measured, host clocks; made a row by _materialize
+        if f is not None:  # a flat step (NOTE [ Flat steps ]): measured, host clocks; made a row by _materialize
             self._open_flat = None
-            f[7] = t_ns
+            f[F_END] = t_ns
             self._measured_done += 1
             return
         row = self._open_row

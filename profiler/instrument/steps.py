@@ -237,8 +237,3 @@ class CudaTimeline:
 def step_of(r: StepRow) -> int:
     return r.step
 
-
-def fetch_off_core_ns(m: tuple[int, ...]) -> int:
-    """A main-thread fetch's time off its core, from its BatchMeta.marks: its calls' and its collate's
-    (worker._derive_cpu); the wait's on-CPU time, where not read, is its wall time less this."""
-    return (m[2] - m[0]) - (m[3] - m[1]) + (m[8] - m[7]) - m[9]

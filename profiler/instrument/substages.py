@@ -23,7 +23,8 @@ figures include them (analysis/io.py).
 Stages nest and are counted **exclusively** (self time): a lazy PIL decode triggered inside a transform is decode,
 the rest of the transform is augment. Whatever no stage claims is the dataset's own code — stage ``getitem`` in the
 record, never hidden. The kernel's view of the same time (on a core, waiting for a core, blocked) is measured for the
-whole sample by ``clocks.snapshot``; sub-stages say *where*, the kernel split says *what kind*.
+whole sample by the clocks read around it (proxies.py, clocks.py); sub-stages say *where*, the kernel split says *what
+kind*.
 """
 from __future__ import annotations
 
@@ -54,14 +55,14 @@ class SampleStages:
     __slots__ = ("calls", "width", "stack", "events", "pixels")
 
     def __init__(self, calls: list[Any], width: int = 1) -> None:
-        self.calls = calls  # the batch's recorded calls (worker.py): their count is the open call's row
+        self.calls = calls  # the batch's recorded calls (proxies.Recorder): their count is the open call's row
         self.width = width  # list items per call
         self.stack: list[list[Any]] = []  # open stages: [name, start ns, children's ns]
         self.events: list[tuple[int, str, int]] = []  # (row, stage, self ns)
         self.pixels: list[tuple[int, int]] = []  # (row, decoded pixels)
 
     def row(self) -> int:
-        """The open call's row: how many calls are already recorded (worker.CALL_FIELDS ints each)."""
+        """The open call's row: how many calls are already recorded (batch.CALL_FIELDS ints each)."""
         return len(self.calls) // self.width
 
     def close_open(self) -> None:
@@ -230,7 +231,7 @@ def install_library_stages() -> list[str]:
 
 
 def wrap_imported() -> list[str]:
-    """Wrap the waiting library calls whose module the process has imported by now (worker.py calls it once per batch
+    """Wrap the waiting library calls whose module the process has imported by now (fetch.py calls it once per batch
     while some wait and ``len(sys.modules)`` has changed since the last look)."""
     global _modules_seen
     missing: list[str] = []

@@ -8,7 +8,7 @@ Profiling a user's DataLoader unchanged needs these seams. Public API offers non
    :func:`profiled_worker_loop` first. Under ``spawn`` / ``forkserver`` the target is pickled *by reference*, so the
    child imports this module, installs the in-worker hooks itself, then calls torch's loop with the same arguments.
 2. ``torch.utils.data.dataloader._DatasetKind.create_fetcher`` — called in the worker loop (and by the
-   single-process iterator) to build the fetcher; wrapped so every fetcher is instrumented (worker.py).
+   single-process iterator) to build the fetcher; wrapped so every fetcher is instrumented (fetch.py, proxies.py).
 3. ``torch.utils.data.dataloader._BaseDataLoaderIter.__next__`` — the main side: one call per batch the user's loop
    takes; it unwraps the batch and marks the step boundary.
 4. ``torch.utils.data.DataLoader.__iter__`` — the start of each epoch (worker start-up, first prefetch).
@@ -18,7 +18,7 @@ Profiling a user's DataLoader unchanged needs these seams. Public API offers non
    ``collate_fn`` and ``fetch`` attributes are replaced on each fetcher instance (``instrument_fetcher``), and
    ``torch.utils.data._utils.pin_memory.pin_memory`` pins what the envelope carries (``pin_batch``).
 7. ``_SingleProcessDataLoaderIter._dataset_fetcher`` — the fetcher of a ``num_workers=0`` iterator, whose
-   ``fetch`` (worker.inline_map_fetch's) hands its lean batches' clocks over beside the batch (``lean_out_of``).
+   ``fetch`` (inline_fetch.inline_map_fetch's) hands its lean batches' clocks over beside the batch (``lean_out_of``).
 8. ``torch.utils.data._utils.signal_handling``'s SIGCHLD handler — recognised by its module and paused while the
    profiler saves its record (``worker_watchdog_paused``), so a worker dying then cannot abort the save.
 
@@ -35,17 +35,23 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Callable
 
-import torch.utils.data._utils.signal_handling as _signal_handling
-import torch.utils.data._utils.worker as _worker_mod
 from torch.utils.data import DataLoader
-from torch.utils.data import dataloader as _dl
 
 from . import clocks, substages, worker
+from .batch import Instrumented
+from .fetch import instrumented_parts
+from .inline_fetch import inline_map_fetch, lean_out_holder
+from .proxies import install_audit
+from .torch_private import ORIG_CREATE_FETCHER as _ORIG_CREATE_FETCHER
+from .torch_private import ORIG_INIT as _ORIG_INIT
+from .torch_private import ORIG_ITER as _ORIG_ITER
+from .torch_private import ORIG_NEXT as _ORIG_NEXT
+from .torch_private import ORIG_WORKER_LOOP as _ORIG_WORKER_LOOP
+from .torch_private import dl as _dl
+from .torch_private import pin_batch  # noqa: F401 - torch's pinning, named here as before
+from .torch_private import signal_handling as _signal_handling
+from .torch_private import worker_mod as _worker_mod
 
-_ORIG_WORKER_LOOP = _worker_mod._worker_loop
-_ORIG_CREATE_FETCHER = _dl._DatasetKind.__dict__["create_fetcher"]
-_ORIG_NEXT = _dl._BaseDataLoaderIter.__next__
-_ORIG_ITER = DataLoader.__iter__
 _installed = False
 
 
@@ -156,8 +162,8 @@ def _create_fetcher(kind: Any, dataset: Any, auto_collation: Any, collate_fn: An
     return instrument_fetcher(fetcher, info.id if info is not None else -1)
 
 
-# torch's _MapDatasetFetcher.fetch, as worker.inline_map_fetch writes it out (whitespace aside). Where torch's differs,
-# the general path (proxy and timed collate_fn) is used instead: it relies only on what check() verifies.
+# torch's _MapDatasetFetcher.fetch, as inline_fetch.inline_map_fetch writes it out (whitespace aside). Where torch's
+# differs, the general path (proxy and timed collate_fn) is used instead: it relies only on what check() verifies.
 _MAP_FETCH_SOURCE = """
 def fetch(self, possibly_batched_index):
     if self.auto_collation:
@@ -190,21 +196,21 @@ def map_fetch_is_known() -> bool:
 
 
 def instrument_fetcher(fetcher: Any, worker_id: int) -> Any:
-    """Put worker.py's timed stand-ins on a torch fetcher (its ``dataset`` or ``dataset_iter``, ``collate_fn`` and
-    ``fetch``); ``check()`` verifies the fetchers still read these attributes per call. A plain map-style fetcher
-    over a dataset without ``__getitems__`` gets worker.inline_map_fetch instead, when torch's fetch is the one it
-    copies: only its ``fetch`` is replaced."""
+    """Put the timed stand-ins (proxies.py, fetch.py) on a torch fetcher (its ``dataset`` or ``dataset_iter``,
+    ``collate_fn`` and ``fetch``); ``check()`` verifies the fetchers still read these attributes per call. A plain
+    map-style fetcher over a dataset without ``__getitems__`` gets inline_fetch.inline_map_fetch instead, when
+    torch's fetch is the one it copies: only its ``fetch`` is replaced."""
     import torch.utils.data._utils.fetch as fetch_module
 
     kind = type(fetcher)
     if kind is fetch_module._MapDatasetFetcher and not (hasattr(fetcher.dataset, "__getitems__")
                                                         and fetcher.dataset.__getitems__) and map_fetch_is_known():
-        fetcher.fetch = worker.inline_map_fetch(fetcher, worker_id)
+        fetcher.fetch = inline_map_fetch(fetcher, worker_id)
         clocks.forget_last_fetch()  # a new fetcher (after any calibration): its first fetch reads both ends
         return fetcher
     iterable = hasattr(fetcher, "dataset_iter")
     source = fetcher.dataset_iter if iterable else fetcher.dataset
-    timed, collate, fetch = worker.instrumented_parts(source, iterable, fetcher.collate_fn, fetcher.fetch, worker_id)
+    timed, collate, fetch = instrumented_parts(source, iterable, fetcher.collate_fn, fetcher.fetch, worker_id)
     if iterable:
         fetcher.dataset_iter = timed
     else:
@@ -216,21 +222,12 @@ def instrument_fetcher(fetcher: Any, worker_id: int) -> Any:
 
 
 def lean_out_of(it: Any) -> list[Any] | None:
-    """The LEAN_OUT holder of a ``num_workers=0`` iterator's fetch (worker.inline_map_fetch's), or None (another
-    fetch, or an iterator with workers)."""
+    """The LEAN_OUT holder of a ``num_workers=0`` iterator's fetch (inline_fetch.inline_map_fetch's), or None
+    (another fetch, or an iterator with workers)."""
     fetcher = getattr(it, "_dataset_fetcher", None) if isinstance(it, _dl._SingleProcessDataLoaderIter) else None
-    out = getattr(getattr(fetcher, "fetch", None), "lean_out", None)
-    return out if isinstance(out, list) else None
+    return lean_out_holder(getattr(fetcher, "fetch", None))
 
 
-def pin_batch(batch: Any, device: Any = None) -> Any:
-    """torch's own pinning of a batch (what the pin-memory thread would do to the user's batch)."""
-    from torch.utils.data._utils.pin_memory import pin_memory
-
-    return pin_memory(batch, device)
-
-
-_ORIG_INIT = DataLoader.__init__
 _on_created: Callable[[Any], None] | None = None
 
 
@@ -261,7 +258,7 @@ def install_worker_side() -> None:
     """In-worker hooks: fetchers and library sub-stages (idempotent)."""
     _dl._DatasetKind.create_fetcher = staticmethod(_create_fetcher)  # type: ignore[method-assign]
     substages.install_library_stages()
-    worker.install_audit()
+    install_audit()
 
 
 # (pid, forked from the main thread) of the process whose iter() is starting workers; a forked worker inherits it, a
@@ -323,7 +320,7 @@ def _unwrapping_next(self: Any) -> Any:
 
 
 def unwrap(data: Any) -> Any:
-    return data.batch if isinstance(data, worker.Instrumented) else data
+    return data.batch if isinstance(data, Instrumented) else data
 
 
 def torch_version() -> str:

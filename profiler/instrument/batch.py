@@ -1,0 +1,344 @@
+"""The batch record: what one fetch of one batch leaves behind (:class:`BatchMeta`), the envelope that carries it to
+the main process (:class:`Instrumented`), and the lean hand-off that replaces both on the steady-state path
+(:class:`LeanOut`).
+
+NOTE [ The batch record is the contract ]
+    Everything the hot path measures about a batch reaches the session in one of two forms, and only through the
+    names defined here:
+
+    - a :class:`BatchMeta` (in an :class:`Instrumented` envelope), whose per-batch ints sit in one tuple ``marks``
+      in the order of MARKS (read them with the ``M_*`` indices or the named properties, never by a bare number),
+      and whose per-call ints sit in ``calls``, CALL_FIELDS per call (or the compact form: each call's end, then
+      each call's key);
+    - a :class:`LeanOut` (a NamedTuple) beside the user's own batch, for a lean fetch on its core that recorded
+      nothing but its clocks; :func:`lean_meta` makes it the BatchMeta its envelope would have carried.
+
+    Why tuples of ints and bytes rather than a field per figure: every object a kept batch leaves that the garbage
+    collector tracks costs each young collection a visit (BatchMeta says how much). The derived views (``rows``,
+    ``stages``, ``collate``) are computed from these raw figures after the window, in the main process
+    (derived.py has the rules), never on the way.
+"""
+from __future__ import annotations
+
+import struct
+import time
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Sequence
+
+import numpy as np
+
+from . import clocks
+from .derived import NO_CPU, call_cpu, join_calls, share_batch_counters
+
+# Columns of BatchMeta.rows (int64), one row per dataset call.
+ROW_COLUMNS = ("start", "end", "cpu", "runq", "rchar", "read_bytes", "index", "items", "pixels")
+# BatchMeta.calls is flat: these ints per dataset call (one flat sequence, where a tuple per call was one more
+# tracked object until the next collection: 32 a batch made the profiled loop collect ten times as often as the plain
+# one), packed as int64 bytes (pack_calls says why). ``cpu`` is the thread's on-CPU clock at the call's end, or NO_CPU.
+CALL_FIELDS = ("start", "end", "cpu", "index", "items")
+CALL_START, CALL_END, CALL_CPU, CALL_INDEX, CALL_ITEMS = range(len(CALL_FIELDS))  # their offsets in a call
+
+# BatchMeta.marks: every per-batch int but the calls', in one tuple (see BatchMeta for why), in this order; M_* are
+# the indices (one per name of MARKS: read a mark by its name, never by a bare number).
+MARKS = ("start_wall", "start_cpu",  # when the fetch began: wall, the thread's on-CPU clock (the first calls count
+         # from it)
+         "end_wall", "end_cpu",  # after the last call (the collate's start, else the fetch's end): wall, on-CPU clock
+         "runq", "rchar", "read_bytes",  # the fetch thread's run-queue ns, rchar, read_bytes over the whole fetch
+         "collate_start", "collate_end", "collate_cpu",  # the collate's wall start, end and on-CPU ns (0s: none)
+         "io_rchar", "io_read_bytes",  # /proc/self/io of the worker after the batch, cumulative (-1: unknown or not
+         # read: the main process, NOT_READ_IO)
+         "gap_start", "gap_end", "gap_cpu", "gap_runq")  # the worker between its previous fetch and this one: wall
+# start, wall end, on-CPU ns, run-queue ns (zeros: not known: its first fetch, or a batch made in the main process)
+(M_START_WALL, M_START_CPU, M_END_WALL, M_END_CPU, M_RUNQ, M_RCHAR, M_READ_BYTES, M_COLLATE_START, M_COLLATE_END,
+ M_COLLATE_CPU, M_IO_RCHAR, M_IO_READ_BYTES, M_GAP_START, M_GAP_END, M_GAP_CPU, M_GAP_RUNQ) = range(len(MARKS))
+NO_GAP = (0, 0, 0, 0)
+# A fetch with no timed collate: its (wall start, wall end, on-CPU ns, on-CPU clock at its start).
+NO_COLLATE = (0, 0, 0, 0)
+# BatchMeta.io of a batch fetched in the main process (num_workers=0): /proc/self/io is not read there. Why: that
+# process also reads libraries, checkpoints and /proc (the sampler), so its counters are not the dataset's and
+# analysis never uses them (analysis/io.py leaves worker -1 out), while the read cost a loaded machine several µs
+# per batch; the fetch's own bytes come from its thread's counters (rchar, read_bytes of its calls) as before.
+NOT_READ_IO = (-1, -1)
+# A batch that opened no file shares this one (never written to): one dict less for the garbage collector per batch.
+NO_FOLDERS: dict[str, int] = {}
+
+
+@dataclass(slots=True)
+class BatchMeta:
+    """What one worker did for one batch, as recorded (flat lists and tuples: cheap to build and to pickle;
+    NOTE [ The batch record is the contract ] above).
+
+    The derived views (``rows``, ``stages``, ``collate``, ``items``) are computed on first use in the main process.
+
+    Why slots and one tuple of ints (``marks``) rather than a field per figure: every object a batch leaves behind
+    that the garbage collector tracks counts towards its next collection, and a BatchMeta is kept for every measured
+    batch. With a ``__dict__`` and six small tuples per batch, a light ``num_workers=0`` loop collected five times as
+    often as the plain loop, each young collection walking every kept record (~0.4 µs per BatchMeta): ~10 µs per
+    batch, the largest part of the profiler's cost there. Now a batch keeps two tracked objects: this and ``marks``,
+    which the collector untracks the first time it sees it (it holds only ints); ``calls`` is bytes (pack_calls)."""
+    worker_id: int  # -1: the main process (num_workers = 0)
+    pid: int
+    calls: bytes | Sequence[Any]  # flat, CALL_FIELDS per dataset call: start, end, thread CPU clock at its end
+    # (NO_CPU: not read, a call shorter than CALL_CPU_FROM_NS), index, items; the compact form (below): each call's
+    # end, then each call's key. Packed as int64 bytes (pack_calls; call_values reads either form)
+    marks: tuple[int, ...]  # MARKS, in that order
+    stage_events: Sequence[tuple[int, str, int]] = ()  # (call row, stage, self ns)
+    pixel_events: Sequence[tuple[int, int]] = ()  # (call row, decoded pixels)
+    skipped: list[tuple[int, str, str]] | tuple[()] = ()  # (index, path, reason) reported by the dataset
+    sent_ns: int = 0  # when the worker's queue thread began pickling it (0: never pickled, e.g. num_workers = 0)
+    opened: dict[str, int] = field(default_factory=dict)  # folder -> files opened for reading during this batch
+    n_items: int = 0  # samples the dataset calls returned (one per call, or len(keys) per __getitems__)
+    own_ns: int = 0  # the instrumentation's own time in this fetch (NOTE [ The profiler's own time ], proxies.py)
+    # The written-out map fetch's compact form (inline_fetch.inline_map_fetch): ``calls`` holds each call's end (a
+    # call starts where the previous one ended, the first at the fetch's start) and then each call's key (its index),
+    # and ``long_clocks`` (row, on-CPU clock) the calls that read the clock. False: ``calls`` is CALL_FIELDS-wide.
+    compact: bool = False
+    long_clocks: Sequence[int] = ()
+    # The fetch thread's /proc/thread-self/io at the fetch's start and end, unparsed, where ``marks`` does not hold
+    # its rchar yet (a batch fetched in the main process: its rchar is parsed when read, after the window); b"":
+    # parsed.
+    thread_io_start: bytes = b""
+    thread_io_end: bytes = b""
+    _derived_views: tuple[np.ndarray, int, int] | None = field(default=None, repr=False, compare=False)
+    _stage_views: dict[str, np.ndarray] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def cpu_start(self) -> tuple[int, int]:
+        """(wall, thread CPU clock) when the fetch began."""
+        return self.marks[M_START_WALL], self.marks[M_START_CPU]
+
+    @property
+    def cpu_end(self) -> tuple[int, int]:
+        """(wall, thread CPU clock) after the last call: the collate's start, else the fetch's end."""
+        return self.marks[M_END_WALL], self.marks[M_END_CPU]
+
+    @property
+    def counters(self) -> tuple[int, int, int]:
+        """The fetch thread's run-queue ns, rchar and read_bytes over the whole fetch."""
+        m = self.marks
+        if self.thread_io_end:  # marks' rchar holds the profiler's own reads in between, to take out
+            return (m[M_RUNQ], clocks.parse_rchar(self.thread_io_end) - clocks.parse_rchar(self.thread_io_start)
+                    - m[M_RCHAR], m[M_READ_BYTES])
+        return m[M_RUNQ], m[M_RCHAR], m[M_READ_BYTES]
+
+    @property
+    def collate_span(self) -> tuple[int, int, int]:
+        """Start, end and on-CPU ns of the collate (0s: none)."""
+        return self.marks[M_COLLATE_START], self.marks[M_COLLATE_END], self.marks[M_COLLATE_CPU]
+
+    @property
+    def io(self) -> tuple[int, int]:
+        """/proc/self/io of the worker after the batch: (rchar, read_bytes), cumulative; -1: unknown or not read."""
+        return self.marks[M_IO_RCHAR], self.marks[M_IO_READ_BYTES]
+
+    @property
+    def gap(self) -> tuple[int, int, int, int]:
+        """The worker between its previous fetch and this one: wall start, wall end, on-CPU ns, run-queue ns."""
+        m = self.marks
+        return m[M_GAP_START], m[M_GAP_END], m[M_GAP_CPU], m[M_GAP_RUNQ]
+
+    @property
+    def items(self) -> int:
+        return self.n_items
+
+    @property
+    def _derived(self) -> tuple[np.ndarray, int, int]:
+        if self._derived_views is None:
+            self._derived_views = self._derive()
+        return self._derived_views
+
+    def _derive(self) -> tuple[np.ndarray, int, int]:
+        """(rows, the collate's run-queue share, the collate's start): the fetch cut into its calls and its collate
+        end to end (join_calls), its run-queue wait shared over them by their off-CPU time (a thread waiting for a
+        core is off it), then rchar by items and read_bytes by blocked time (share_batch_counters)."""
+        n = self.n_calls
+        rows = np.zeros((n, len(ROW_COLUMNS)), dtype=np.int64)
+        c0, c1, ccpu = self.collate_span
+        if n:
+            clock = self._fill_calls(rows)
+            c0 = join_calls(rows, self.cpu_start[0], c0)
+            rows[:, 2] = call_cpu(rows[:, 0], rows[:, 1], clock, self.cpu_start, self.cpu_end)
+            for r, px in self.pixel_events:
+                if 0 <= r < n:
+                    rows[r, 8] += px
+        runq, rchar, read_bytes = self.counters
+        collate_off = max(0, c1 - c0 - ccpu)
+        collate_runq = 0
+        if runq > 0:
+            off = np.maximum(rows[:, 1] - rows[:, 0] - rows[:, 2], 0).sum() if n else 0
+            collate_runq = min(collate_off, int(round(runq * collate_off / (off + collate_off)))) \
+                if off + collate_off > 0 else 0
+        share_batch_counters(rows, runq=runq - collate_runq, rchar=rchar, read_bytes=read_bytes)
+        return rows, collate_runq, c0
+
+    @property
+    def n_calls(self) -> int:
+        c = self.calls
+        return (len(c) // 8 if c.__class__ is bytes else len(c)) // (2 if self.compact else len(CALL_FIELDS))
+
+    def _fill_calls(self, rows: np.ndarray) -> np.ndarray:
+        """Start, end, index and items of each call into ``rows``, from either recorded form; returns the on-CPU
+        clock read at each call's end (NO_CPU where not read)."""
+        n = rows.shape[0]
+        packed = self.calls.__class__ is bytes  # every value an int64 (pack_calls)
+        calls = call_values(self.calls)
+        if self.compact:
+            rows[:, 1] = calls[:n]
+            rows[0, 0] = self.cpu_start[0]
+            rows[1:, 0] = rows[:-1, 1]
+            rows[:, 6] = calls[n:2 * n] if packed else \
+                [k if k.__class__ is int and -_I64 < k < _I64 else index_of(k) for k in calls[n:2 * n]]
+            rows[:, 7] = 1
+            clock = np.full(n, NO_CPU, dtype=np.int64)
+            for r, c in zip(self.long_clocks[0::2], self.long_clocks[1::2]):
+                if 0 <= r < n:
+                    clock[r] = c
+            return clock
+        w = len(CALL_FIELDS)
+        flat = calls[:n * w]
+        # Column by column: an index is any int the dataset was called with (a hash id beyond int64 is -1).
+        rows[:, 6] = flat[3::w] if packed else [k if -_I64 < k < _I64 else -1 for k in flat[3::w]]
+        for col, j in ((0, 0), (1, 1), (7, 4)):
+            rows[:, col] = flat[j::w]
+        return np.array(flat[2::w], dtype=np.int64)
+
+    @property
+    def rows(self) -> np.ndarray:
+        """int64 (n, len(ROW_COLUMNS)), one row per dataset call."""
+        return self._derived[0]
+
+    @property
+    def collate(self) -> tuple[int, int, int, int]:
+        """start (joined to the last call's end), end, on-CPU ns, run-queue ns of the collate."""
+        _, c1, ccpu = self.collate_span
+        _, crunq, c0 = self._derived
+        return c0, c1, ccpu, crunq
+
+    @property
+    def stages(self) -> dict[str, np.ndarray]:
+        """stage -> int64 self ns per row (rows where it occurred; zero elsewhere)."""
+        if self._stage_views is None:
+            self._stage_views = self._stages()
+        return self._stage_views
+
+    def _stages(self) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        n = self.n_calls
+        for r, name, ns in self.stage_events:
+            if not 0 <= r < n:  # outside a call, or in an iterator's end (no row)
+                continue
+            if name not in out:
+                out[name] = np.zeros(n, dtype=np.int64)
+            out[name][r] += ns
+        return out
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        # The derived views are rebuilt where they are read: never pickled along.
+        return tuple(getattr(self, name) for name in _PICKLED)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        for name, value in zip(_PICKLED, state):
+            setattr(self, name, value)
+        self._derived_views = self._stage_views = None
+
+
+_PICKLED = tuple(f for f in BatchMeta.__dataclass_fields__ if f not in ("_derived_views", "_stage_views"))
+
+
+class Instrumented:
+    """The user's batch plus its BatchMeta, from ``fetch`` to the main process's ``__next__`` (which unwraps it)."""
+
+    __slots__ = ("batch", "meta")
+
+    def __init__(self, batch: Any, meta: BatchMeta):
+        self.batch, self.meta = batch, meta
+
+    def pin_memory(self, device: Any = None) -> "Instrumented":
+        from .torch_private import pin_batch  # torch's private pinning function (a leaf module: no cycle)
+
+        return Instrumented(pin_batch(self.batch, device), self.meta)
+
+    def __reduce__(self) -> tuple:
+        # Pickling happens in the worker's queue-feeder thread: this instant is when the batch started on its way.
+        self.meta.sent_ns = time.perf_counter_ns()
+        return (Instrumented, (self.batch, self.meta))
+
+
+_I64 = 1 << 63  # dataset keys outside int64 (hash ids) are recorded as index -1
+
+
+def index_of(key: Any) -> int:
+    try:
+        k = int(key)
+    except (TypeError, ValueError):
+        return -1
+    return k if -_I64 < k < _I64 else -1
+
+_PACKERS: dict[int, struct.Struct] = {}
+_PACK_LEAN = struct.Struct("<5q")  # a lean fetch's one row (lean_meta)
+_PACKERS_MAX = 64  # batch lengths kept (a short last batch, a variable batch sampler); others are built per use
+
+
+def pack_calls(values: list[Any]) -> bytes | tuple[Any, ...]:
+    """A batch's flat call ints as little-endian int64 bytes; a tuple where one is no int64 (a dataset key that is a
+    string or beyond int64). Why bytes: the garbage collector never looks into them. A tuple of the batch's ints is
+    untracked only once a young collection has looked at each of its items, and each is an int object of its own
+    somewhere in memory: on a light ``num_workers=0`` loop that first look was two thirds of the young collections'
+    time (~2 µs per kept batch of 32, with the items out of cache), where packing costs ~0.8 µs. And 8 bytes an int
+    instead of a 32-byte object and an 8-byte slot."""
+    n = len(values)
+    packer = _PACKERS.get(n)
+    if packer is None:
+        packer = struct.Struct(f"<{n}q")
+        if len(_PACKERS) < _PACKERS_MAX:
+            _PACKERS[n] = packer
+    try:
+        return packer.pack(*values)
+    except struct.error:
+        return tuple(values)
+
+
+def call_values(calls: bytes | Sequence[Any]) -> Sequence[Any]:
+    """BatchMeta.calls as a sequence: an int64 view of packed bytes (pack_calls), else the sequence itself."""
+    if isinstance(calls, bytes):
+        return np.frombuffer(calls, dtype="<i8")  # type: ignore[return-value]  # an ndarray reads as a Sequence
+    return calls
+
+
+# LEAN_OUT: a lean fetch that stayed on its core and recorded nothing but its clocks (no sub-stage, no skipped sample,
+# no file opened) returns the user's batch itself, not an envelope, and leaves these ints in its fetch's ``lean_out``
+# holder, a one-item list (the session finds it through torch_hooks.lean_out_of and takes it when the batch arrives):
+# (fetch entry wall, its on-CPU clock, the calls' start, their end (the collate's start), the collate's end, samples the
+# calls returned, the on-CPU clock at the collate's end, the fetch's own ns). lean_meta makes them the BatchMeta the
+# envelope would have carried, when the record is built. The entry's wall clock tells a holder's value from a stale one
+# (a lean fetch of an earlier step starts before this step's wait).
+class LeanOut(NamedTuple):
+    """LEAN_OUT (above), by name. A NamedTuple: built once per lean batch (~0.1 µs more than a plain tuple),
+    read by name in the session, and untracked by the garbage collector like any tuple of ints."""
+    w_entry: int  # the fetch's entry, wall clock (tells a holder's value from a stale one)
+    c_entry: int  # its on-CPU clock at entry (derived from the stretch's check where not read)
+    w_in: int  # the calls' start
+    t0: int  # their end: the collate's start
+    t1: int  # the collate's end
+    n: int  # samples the calls returned
+    c_out: int  # the on-CPU clock at the collate's end
+    own_ns: int  # the fetch's own ns
+
+
+def lean_meta(out: LeanOut, pid: int) -> BatchMeta:
+    """The BatchMeta of a LEAN_OUT fetch: what the envelope of a lean fetch on its core holds (one row of all its
+    calls, index -1; the collate's on-CPU time its wall time; no counters)."""
+    w_entry, c_entry, w_in, t0, t1, n, c_out, own_ns = out
+    span = t1 - t0
+    meta = BatchMeta(-1, pid, _PACK_LEAN.pack(w_in, t0, NO_CPU, -1, n),
+                     (w_in, c_entry + (w_in - w_entry), t0, c_out - span, 0, 0, 0, t0, t1, span, -1, -1, 0, 0, 0, 0),
+                     opened=NO_FOLDERS, n_items=n)
+    meta.own_ns = own_ns
+    return meta
+
+
+def fetch_off_core_ns(m: tuple[int, ...]) -> int:
+    """A main-thread fetch's time off its core, from its BatchMeta.marks: its calls' and its collate's
+    (derived.derive_cpu); the wait's on-CPU time, where not read, is its wall time less this."""
+    return (m[M_END_WALL] - m[M_START_WALL]) - (m[M_END_CPU] - m[M_START_CPU]) \
+        + (m[M_COLLATE_END] - m[M_COLLATE_START]) - m[M_COLLATE_CPU]

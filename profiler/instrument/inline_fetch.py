@@ -1,0 +1,285 @@
+"""The written-out ``num_workers=0`` map fetch (:func:`inline_map_fetch`): torch's ``_MapDatasetFetcher.fetch`` with
+its timing inline, its lean stretches, and the calibration of its per-call cost.
+
+NOTE [ Lean fetches and the LEAN_OUT hand-off ]
+    On the main thread, while its fetches read nothing and stay on their core, all but one of every LEAN_STRETCH
+    fetches are *lean* (LEAN_STRETCH says what they skip and why). A lean fetch that stayed on its core and recorded
+    nothing but its clocks returns the user's batch itself, not an envelope, and leaves a batch.LeanOut in its
+    fetch's holder, a one-item list found through :func:`lean_out_holder` (torch_hooks.lean_out_of gives the
+    session the holder of a ``num_workers=0`` iterator). The session takes it when the batch arrives and keeps the
+    step flat (flat_steps.py); batch.lean_meta makes the BatchMeta when the record is built. A stale value (a lean
+    fetch of an earlier step) is told apart by its entry's wall clock, which is before this step's wait.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any, Callable, Sequence
+
+from . import clocks, proxies, substages
+from . import fetch as _fetch
+from .batch import (
+    CALL_FIELDS,
+    M_END_CPU,
+    M_END_WALL,
+    M_START_CPU,
+    M_START_WALL,
+    NO_COLLATE,
+    NO_FOLDERS,
+    Instrumented,
+    LeanOut,
+    lean_meta,
+)
+from .derived import CALL_CPU_FROM_NS, CLOSE_TIMING_FROM_OFF_NS, NO_CPU
+from .fetch import abandon_fetch, begin_fetch, envelope, reuse_lean
+from .lean_check import StretchCheck
+from .proxies import CALIBRATION_REPEATS, Recorder
+
+_perf = time.perf_counter_ns
+_cpu = time.thread_time_ns
+# On the main thread (``num_workers=0``), while the thread's fetches read nothing (clocks.quiet) and stay on their core,
+# all but one of every LEAN_STRETCH fetches are *lean*: they read no counters (getrusage twice and the /proc logic
+# around it, ~10 µs of the job's time per light batch with its cold caches, a fifth of the profiler's cost there),
+# and no on-CPU clock either while their stretch is checked as a whole (lean_check.py; else only that clock at their
+# two ends). A lean fetch that stayed on its core waited for no core and blocked on no read,
+# so its counters are zeros, exactly; one that left its core for CLOSE_TIMING_FROM_OFF_NS or more reads them then, from
+# the last fetch that read them (its run-queue wait no more than its time off the core; blocks read by the loop
+# between fetches since then would be counted as its own, once), and ends the stretch. The stretch's last fetch reads
+# every counter and rchar (the quiet probe: bytes the stretch asked for land on it, as in clocks.QUIET_AFTER's
+# stretches). Why PROBE_EVERY: one rchar read per stretch keeps that probe's cadence. A lean fetch of a batch also
+# makes its calls as torch's list comprehension does, no clock between two calls, and records them as one row of all
+# its samples (index -1): a clock read between two calls of an in-memory dataset cost more in the instruction-cache
+# misses it caused in torch's indexing code than in itself (docs/attribution.md §4 has the counts); per-call detail
+# comes from the stretch's last fetch and from every fetch after one that left its core.
+LEAN_STRETCH = clocks.PROBE_EVERY
+#: The main thread's check that its lean fetches stayed on their core, once per stretch (lean_check.py says why).
+LEAN_CHECK = StretchCheck(CLOSE_TIMING_FROM_OFF_NS, LEAN_STRETCH - 1)
+_inline_costs: tuple[int, int] | None = None
+
+
+def inline_call_costs() -> tuple[int, int]:
+    """:func:`call_cost_ns` for the written-out map fetch (:func:`inline_map_fetch`): (ns per call recording only its
+    end, ns per call timed closely), calibrated once per process on that very fetch over a list: the slope between a
+    batch of 256 indices and an empty one (the per-batch work cancels) less the same indexing as torch's list
+    comprehension does it; each loop's minimum of CALIBRATION_REPEATS runs."""
+    global _inline_costs
+    if _inline_costs is None:
+        _inline_costs = (0, 0)  # the fetches built below read it
+
+        class _ListFetcher:
+            dataset = list(range(256))
+            auto_collation = True
+
+            @staticmethod
+            def collate_fn(items: list[Any]) -> list[Any]:
+                return items
+
+        data, keys = _ListFetcher.dataset, list(range(256))
+        saved = proxies._current, _fetch._previous_end
+        costs = []
+        try:
+            for close in (False, True):
+                fetch = inline_map_fetch(_ListFetcher, -1, close=close)  # -1: no worker counters touched
+                full = empty = plain = 1 << 62
+                for _ in range(CALIBRATION_REPEATS):
+                    t = _perf()
+                    fetch(keys)
+                    t1 = _perf()
+                    fetch([])
+                    t2 = _perf()
+                    [data[i] for i in keys]
+                    t3 = _perf()
+                    full, empty, plain = min(full, t1 - t), min(empty, t2 - t1), min(plain, t3 - t2)
+                costs.append(max(0, (full - empty - plain) // len(keys)))
+        finally:
+            proxies._current, _fetch._previous_end = saved
+        _inline_costs = (costs[0], costs[1])
+    return _inline_costs
+
+
+def inline_map_fetch(fetcher: Any, worker_id: int, close: bool | None = None) -> Callable[[Any], Any]:
+    """torch's ``_MapDatasetFetcher.fetch`` for a dataset without ``__getitems__``, written out with its timing
+    inline, returning Instrumented batches (torch_hooks.py uses it only where torch's fetch is the one it copies).
+
+    Why written out: the general path puts a proxy between torch's list comprehension and the dataset, one more
+    Python frame entered through a type slot per sample, and a timed collate_fn, one more per batch; on an in-memory
+    dataset with ``num_workers=0`` those frames cost more than the timing itself. Here the user's ``__getitem__`` is
+    called straight from the loop, with the same indices in the same order, the collate_fn with the same list, and
+    the fetcher's ``dataset`` and ``collate_fn`` stay the user's own (read per fetch, as torch reads them).
+
+    Each fetch times its calls closely or records only their ends (CLOSE_TIMING_FROM_OFF_NS says when); ``close``
+    fixes one of the two (the calibration's)."""
+    pid = os.getpid()
+    costs = inline_call_costs()
+    timing = [True if close is None else close]  # the next fetch times its calls closely (the first one does)
+    # The main thread's lean stretch (LEAN_STRETCH): [lean fetches left in it, 1 while one is under way]
+    lean = [0, 0] if worker_id < 0 and close is None else None
+    if lean is not None:
+        LEAN_CHECK.restart()
+    # A lean fetch's recorder and sub-stage lists, made once and reused (reuse_lean): a fresh pair per batch was nine
+    # containers the garbage collector tracks and ~85 bytecodes, for lists a light batch leaves empty.
+    lean_rec = Recorder()
+    lean_smp = substages.SampleStages(lean_rec.calls, len(CALL_FIELDS))
+    out: list[LeanOut | None] = [None]  # the last lean fetch's LEAN_OUT (lean_out_holder)
+
+    def lean_batch(possibly_batched_index: Any, w_entry: int, c_entry: int) -> Any:
+        """A lean fetch of a batch (LEAN_STRETCH): its calls made as torch makes them, with no clock between them,
+        and timed together as one row of all its samples (index -1, as a ``__getitems__`` call's). ``c_entry``
+        NO_CPU: its stretch is checked as a whole (lean_check.py), and it reads no on-CPU clock."""
+        if substages._waiting and len(sys.modules) != substages._modules_seen:
+            substages.wrap_imported()  # begin_fetch's, which this fetch does not call
+        rec = proxies._current = lean_rec  # no row is recorded before the calls end: stages are row 0
+        smp = substages._local.sample = lean_smp
+        dataset, collate_fn = fetcher.dataset, fetcher.collate_fn
+        w_in = _perf()
+        try:
+            data = [dataset[idx] for idx in possibly_batched_index]
+            t0 = _perf()
+            n = len(data)
+            rec.calls += (w_in, t0, NO_CPU, -1, n)
+            try:
+                batch = collate_fn(data)
+            finally:
+                t1 = _perf()
+        except BaseException:
+            abandon_fetch()
+            reuse_lean(rec, smp, True)
+            raise
+        if c_entry == NO_CPU:  # on its core, as its stretch's check will show (or count as unchecked)
+            check = LEAN_CHECK
+            c_entry = check.c0 + (w_entry - check.w0)  # LEAN_CHECK.cpu_at, written out
+            c_out = c_entry + (t1 - w_entry)
+        else:
+            c_f = _cpu()
+            w_f = _perf()
+            if (w_f - w_entry) - (c_f - c_entry) >= CLOSE_TIMING_FROM_OFF_NS:
+                # It left its core: envelope reads its counters; the stretch ends, the next fetch times closely.
+                timing[0] = True
+                lean[0] = lean[1] = 0  # type: ignore[index]
+                env = envelope(batch, rec, smp, None, w_in, NO_CPU, (t0, t1, 0, NO_CPU), t1, NO_CPU, worker_id,
+                               pid, n, w_in - w_entry, False, (w_entry, c_entry))
+                reuse_lean(rec, smp)
+                return env
+            c_out = c_f - (w_f - t1)
+        # On its core throughout: no counters, its on-CPU clocks by derive_cpu's rule, the main thread's marks.
+        proxies._current = None
+        substages.end_batch()
+        rec.calls.clear()
+        events, pixels, skipped, opened = smp.events, smp.pixels, rec.skipped, rec.opened
+        if not (events or pixels or skipped or opened):
+            # Nothing but its clocks: handed over as LEAN_OUT (lean_meta makes its BatchMeta when the record is
+            # built), the batch itself returned as torch's fetch returns it. Why: the BatchMeta and envelope built
+            # here, and the session's step row built for it, were a third of the profiler's per-batch cost on a
+            # light loop, for figures that are the same arithmetic done later (LEAN_OUT says more).
+            out[0] = LeanOut(w_entry, c_entry, w_in, t0, t1, n, c_out, (w_in - w_entry) + (_perf() - t1))
+            return batch
+        meta = lean_meta(LeanOut(w_entry, c_entry, w_in, t0, t1, n, c_out, 0), pid)
+        meta.stage_events, meta.pixel_events, meta.skipped = events or (), pixels or (), skipped or ()
+        meta.opened = opened or NO_FOLDERS
+        reuse_lean(rec, smp)  # handed to the record: the next batch gets its own
+        meta.own_ns = (w_in - w_entry) + (_perf() - t1)
+        return Instrumented(batch, meta)
+
+    def fetch(possibly_batched_index: Any) -> Any:
+        w_entry = _perf()
+        if lean is not None and lean[0] > 0:  # a lean fetch: no counters (LEAN_STRETCH says why)
+            lean[0] -= 1
+            if fetcher.auto_collation:  # and its calls timed together, as one row
+                check = LEAN_CHECK
+                if check.by_stretch:  # and no clock of its own: its stretch is checked at its end
+                    check.lean += 1
+                    return lean_batch(possibly_batched_index, w_entry, NO_CPU)
+                check.checked += 1
+                return lean_batch(possibly_batched_index, w_entry, _cpu())
+            c_entry = _cpu()
+            rec, smp, b0, _ = begin_fetch(1, False)
+        else:
+            c_entry = _cpu()
+            if lean is not None and LEAN_CHECK.open:  # the lean stretch before this fetch ends here
+                LEAN_CHECK.settle(w_entry, c_entry)
+            rec, smp, b0, _ = begin_fetch(1)  # compact form (BatchMeta.compact): each call's end, then the keys
+        dataset, collate_fn = fetcher.dataset, fetcher.collate_fn
+        ends = rec.calls
+        last = NO_COLLATE
+        keys: Sequence[Any]
+        # Closely: every on-CPU clock read, and each long call's; else only the calls' ends and the on-CPU clock at
+        # the fetch's two ends (derived.derive_cpu).
+        closely = timing[0]
+        w_in = _perf()
+        c_in = _cpu() if closely else NO_CPU
+        try:
+            if fetcher.auto_collation:
+                # The indices are copied into the record after the calls (one C call): a batch sampler that refills
+                # one list per batch would rewrite a kept reference. Any other iterable (a range, an array, a
+                # generator) is made a tuple first, so it is iterated once, as torch iterates it.
+                keys = possibly_batched_index if possibly_batched_index.__class__ is list \
+                    else tuple(possibly_batched_index)
+                data: list[Any] = []
+                append_item, append_end = data.append, ends.append
+                # One clock read per call: a call starts where the previous one ended (join_calls' rule); one that
+                # raises records nothing (the fetch is abandoned, as torch abandons the batch).
+                if closely:
+                    t0 = w_in
+                    for idx in keys:
+                        item = dataset[idx]
+                        t1 = _perf()
+                        if t1 - t0 >= CALL_CPU_FROM_NS:
+                            rec.long_clocks += (len(ends), _cpu())
+                        append_end(t1)
+                        t0 = t1
+                        append_item(item)
+                else:
+                    for idx in keys:
+                        append_item(dataset[idx])
+                        append_end(_perf())
+            else:
+                keys = (possibly_batched_index,)
+                data = dataset[possibly_batched_index]
+                ends.append(_perf())
+                if closely:
+                    rec.long_clocks += (0, _cpu())
+            n = len(ends)
+            ends.extend(keys)
+            t0 = _perf()
+            k0 = _cpu() if closely else NO_CPU
+            try:
+                batch = collate_fn(data)
+            finally:
+                k1 = _cpu() if closely else NO_CPU
+                last = (t0, _perf(), k1 - k0, k0)
+        except BaseException:
+            abandon_fetch()  # the user's error, as torch's fetch would raise it; this batch records nothing
+            raise
+        # The fetch ends with its collate: the collate's end clocks are the fetch's (one on-CPU clock read less).
+        if closely:
+            env = envelope(batch, rec, smp, b0, w_in, c_in, last, last[1], k1, worker_id, pid, n,
+                           (c_in - c_entry) + (n + 1) * costs[1], True)
+        else:
+            env = envelope(batch, rec, smp, b0, w_in, c_in, last, last[1], k1, worker_id, pid, n,
+                           (w_in - w_entry) + (n + 1) * costs[0], True, (w_entry, c_entry),
+                           lean is not None and b0 is not None and lean[1] == 1)
+        if close is None:  # the calls' time off their core decides how the next fetch is timed
+            m = env.meta.marks
+            timing[0] = (m[M_END_WALL] - m[M_START_WALL]) - (m[M_END_CPU] - m[M_START_CPU]) \
+                >= CLOSE_TIMING_FROM_OFF_NS
+            if lean is not None and (b0 is not None or timing[0]):  # a stretch ends; may the next one start?
+                lean[1] = 1 if not timing[0] and clocks.quiet() else 0
+                lean[0] = LEAN_STRETCH - 1 if lean[1] else 0
+                if lean[1]:
+                    LEAN_CHECK.start(w_entry, c_entry)
+        return env
+
+    setattr(fetch, LEAN_OUT_ATTR, out)
+    return fetch
+
+
+# The attribute of a written-out fetch that holds its LEAN_OUT holder (NOTE [ Lean fetches and the LEAN_OUT
+# hand-off ]).
+LEAN_OUT_ATTR = "lean_out"
+
+
+def lean_out_holder(fetch_fn: Any) -> list[LeanOut | None] | None:
+    """The LEAN_OUT holder of a fetch made by :func:`inline_map_fetch` (None: another fetch)."""
+    out = getattr(fetch_fn, LEAN_OUT_ATTR, None)
+    return out if isinstance(out, list) else None
