@@ -1,0 +1,151 @@
+"""The monitor's own cost: a light training loop plain vs under ``profile(monitor=True)``, alternated in one process.
+
+The loop is scripts/bench_overhead_light.py's (a TensorDataset in memory, batch 32, a tiny MLP on one thread), for
+``num_workers`` 0 and 2. Each round runs both loops, the order flipped every round so drift hits both alike, and
+takes the process tree's CPU time per batch (``getrusage``: this process over the measured steps — the loop, the
+monitor's hooks and its cuts — plus the workers over their life, reaped when the iterator ends). The monitor's start
+and its final write happen once per job, not per batch, and are left out; the cuts inside the loop (one per
+``--window`` steps: the window's summary, the record's rewrite) are in.
+
+    python scripts/bench_monitor.py [--rounds 7] [--batches 3000] [--window 1000] [--workers 0,2]
+
+Per setting: the median over rounds of the paired difference as a share of the plain loop's CPU per batch.
+Last line: ``monitor_overhead_pct: N`` — the larger of the settings' medians; target <= 1.0.
+
+``--long N``: one monitored light loop of N steps (workers=0) instead: the record's size and the process's RSS at
+every window (from the record), first vs last quarter — the bounded-record claim (a 1,000,000-step job's record
+under 20 MB, RSS flat). Last line then: ``monitor_long: steps=N record_bytes=B rss_first_mb=X rss_last_mb=Y``.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+
+import profiler  # noqa: E402
+
+BATCH = 32
+FEATURES = 64
+
+
+def _cpu(who: int) -> float:
+    r = resource.getrusage(who)
+    return r.ru_utime + r.ru_stime
+
+
+def _make() -> tuple[TensorDataset, torch.nn.Module, torch.optim.Optimizer]:
+    g = torch.Generator().manual_seed(0)
+    n = BATCH * 4096
+    ds = TensorDataset(torch.randn(n, FEATURES, generator=g), torch.randint(0, 10, (n,), generator=g))
+    model = torch.nn.Sequential(torch.nn.Linear(FEATURES, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    return ds, model, torch.optim.SGD(model.parameters(), lr=0.01)
+
+
+def run_loop(ds: TensorDataset, model: torch.nn.Module, opt: torch.optim.Optimizer, workers: int, batches: int,
+             window: int, out: str | None) -> tuple[float, float]:
+    """(this process's CPU s over the steps, the workers' CPU s over their life) of ``batches`` steps."""
+    loader = DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=workers,
+                        generator=torch.Generator().manual_seed(1))
+    gc.collect()
+    children0 = _cpu(resource.RUSAGE_CHILDREN)
+    ctx: Any = profiler.profile(out=out, monitor=True, window=window, plots=False, quiet=True) if out else None
+    if ctx is not None:
+        ctx.__enter__()
+    main0 = _cpu(resource.RUSAGE_SELF)
+    it = iter(loader)
+    for _ in range(batches):
+        x, y = next(it)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    main1 = _cpu(resource.RUSAGE_SELF)
+    if ctx is not None:
+        ctx.__exit__(None, None, None)  # the last window's cut and the final write: once per job, not per batch
+    del it
+    return main1 - main0, _cpu(resource.RUSAGE_CHILDREN) - children0
+
+
+def long_run(ds: TensorDataset, model: torch.nn.Module, opt: torch.optim.Optimizer, steps: int, window: int) -> int:
+    """One monitored loop of ``steps`` steps, epoch after epoch: the record's size and RSS along the job."""
+    from profiler.monitor.record import load
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "long")
+        loader = DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=0)
+        t = time.perf_counter()
+        n = 0
+        with profiler.profile(out=out, monitor=True, window=window, plots=False, quiet=True):
+            while n < steps:
+                for x, y in loader:
+                    loss = torch.nn.functional.cross_entropy(model(x), y)
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                    n += 1
+                    if n >= steps:
+                        break
+        size = os.path.getsize(os.path.join(out, "monitor.json"))
+        rec = load(out)
+        ws = rec.windows
+        q = max(1, len(ws) // 4)
+        first = statistics.median(w.rss_bytes for w in ws[:q]) / 1e6
+        last = statistics.median(w.rss_bytes for w in ws[-q:]) / 1e6
+        print(f"{steps:,} steps in {time.perf_counter() - t:.0f} s: {rec.windows_total:,} windows cut, {len(ws)} kept "
+              f"({rec.log.folds:,} folds), {len(rec.changes)} change points; monitor.json {size / 1e6:.2f} MB; RSS "
+              f"(whole tree, median of the first / last quarter of the kept windows) {first:.0f} / {last:.0f} MB; "
+              f"monitor's own time at cuts {rec.monitor_cost.get('seconds', 0):.1f} s")
+        print(f"monitor_long: steps={steps} record_bytes={size} rss_first_mb={first:.0f} rss_last_mb={last:.0f}")
+    return 0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--batches", type=int, default=3000, help="batches per loop (both loops)")
+    p.add_argument("--window", type=int, default=1000, help="monitor window, steps (the default of `monitor`)")
+    p.add_argument("--workers", default="0,2", help="comma-separated num_workers values")
+    p.add_argument("--long", type=int, default=0, metavar="N", help="one monitored loop of N steps (see above)")
+    a = p.parse_args()
+    torch.set_num_threads(1)
+    ds, model, opt = _make()
+    if a.long:
+        return long_run(ds, model, opt, a.long, a.window)
+    medians: dict[int, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for workers in [int(w) for w in a.workers.split(",")]:
+            run_loop(ds, model, opt, workers, 100, a.window, None)  # one-off costs (imports, first use) first
+            run_loop(ds, model, opt, workers, 100, a.window, os.path.join(tmp, f"w{workers}-discard"))
+            pct: list[float] = []
+            for r in range(a.rounds):
+                order = ("plain", "monitored") if r % 2 == 0 else ("monitored", "plain")
+                got: dict[str, float] = {}
+                t = time.perf_counter()
+                for kind in order:
+                    out = os.path.join(tmp, f"w{workers}-r{r}") if kind == "monitored" else None
+                    m, w = run_loop(ds, model, opt, workers, a.batches, a.window, out)
+                    got[kind] = (m + w) / a.batches * 1e6
+                pct.append((got["monitored"] - got["plain"]) / got["plain"] * 100)
+                print(f"workers={workers} round {r + 1}: CPU per batch plain {got['plain']:.0f} us, monitored "
+                      f"{got['monitored']:.0f} us ({pct[-1]:+.2f} %), {time.perf_counter() - t:.1f} s", flush=True)
+            medians[workers] = statistics.median(pct)
+            print(f"workers={workers}: monitor cost, median of {a.rounds} paired rounds: {medians[workers]:+.2f} % "
+                  f"of the plain loop's CPU per batch (rounds: {', '.join(f'{x:+.1f}' for x in pct)})", flush=True)
+    print(f"monitor_overhead_pct: {max(medians.values()):.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
