@@ -72,31 +72,33 @@ def read_trace(path: str | Path) -> dict[str, Any]:
     return d
 
 
-def _num(v: Any) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
-
-
 def _kineto_facts(events: list[Any]) -> dict[str, Any]:
-    """Time range (µs), ProfilerStep spans, the main pid/tid, and the largest id any event uses."""
+    """Time range (µs), ProfilerStep spans, the main pid/tid, and the largest id any event uses. One plain pass (no
+    helper call per event: a 10,000-step trace has ~300,000 of them)."""
     lo, hi = math.inf, -math.inf
     steps: list[tuple[float, float, Any, Any]] = []
     max_id = 0
     pids: dict[Any, int] = defaultdict(int)
+    num = (int, float)
     for e in events:
-        if not isinstance(e, dict):
+        if type(e) is not dict:
             continue
         i = e.get("id")
-        if isinstance(i, int) and not isinstance(i, bool):
-            max_id = max(max_id, i)
+        if type(i) is int and i > max_id:
+            max_id = i
         if e.get("ph") != "X":
             continue
-        ts, dur = _num(e.get("ts")), _num(e.get("dur")) or 0.0
-        if ts is None:
+        ts, dur = e.get("ts"), e.get("dur", 0)
+        if type(ts) not in num or not math.isfinite(ts):
             continue
-        lo, hi = min(lo, ts), max(hi, ts + dur)
+        end = ts + dur if type(dur) in num and math.isfinite(dur) else ts
+        if ts < lo:
+            lo = ts
+        if end > hi:
+            hi = end
         name = e.get("name")
-        if isinstance(name, str) and name.startswith("ProfilerStep#"):
-            steps.append((ts, ts + dur, e.get("pid"), e.get("tid")))
+        if type(name) is str and name.startswith("ProfilerStep#"):
+            steps.append((float(ts), float(end), e.get("pid"), e.get("tid")))
         pids[e.get("pid")] += 1
     main = (steps[0][2], steps[0][3]) if steps else (max(pids, key=lambda k: pids[k]) if pids else None, None)
     return {"lo": lo, "hi": hi, "steps": sorted(steps, key=lambda s: s[0]), "main_pid": main[0],
