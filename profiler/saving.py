@@ -60,14 +60,16 @@ def save_record(rec: RunRecord, path: Path) -> Path:
 
 
 def save_and_report(rec: RunRecord, out: Path, *, plots: bool = True, console: Any = None,
-                    reraise: bool = False, save_raw: bool = True, write_record: bool = True) -> Saved:
+                    reraise: bool = False, save_raw: bool = True, write_record: bool = True,
+                    details: bool = False) -> Saved:
     """Analyze ``rec``, write run.json and the reports into ``out`` and print the terminal summary on ``console``
     (none: nothing printed).
 
     ``reraise``: a signal held meanwhile is raised once everything is written (the job goes on after this call and
     must see it); otherwise it is returned in ``Saved.late_signal``. ``save_raw``: save the raw record before the
     analysis (off for ``report``, whose record is on disk already); ``write_record``: write run.json at all (off for
-    ``report`` into the record's own folder: the record stays as it was). A worker dying meanwhile cannot abort it.
+    ``report`` into the record's own folder: the record stays as it was). ``details``: the full terminal summary
+    (``--details``), not the short one. A worker dying meanwhile cannot abort it.
     """
     from .analysis import analyze
     from .instrument.torch_hooks import worker_watchdog_paused
@@ -97,7 +99,7 @@ def save_and_report(rec: RunRecord, out: Path, *, plots: bool = True, console: A
             from .render.terminal import print_report
 
             try:
-                print_report(rec, console, files)
+                print_report(rec, console, files, details=details)
             except KeyboardInterrupt as e:  # the third signal while printing: everything is saved already
                 held = e
     late = signals.pending()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html as htmllib
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -77,7 +78,7 @@ def test_report_renders_with_verdict_no_console_errors_no_network(report, tmp_pa
     page, rec = report
     dom, console, requested = load_page(page, tmp_path)
     assert rec.verdict["summary"] in htmllib.unescape(dom)
-    assert 'id="verdict"' in dom and dom.count("data:image/png;base64,") >= 4
+    assert 'id="verdict"' in dom and dom.count("data:image/png;base64,") >= 5
     assert console == [], console
     assert requested == [], requested
 
@@ -96,3 +97,128 @@ def test_report_screenshot_is_a_real_page(report, tmp_path):
     # The plots (colorful) are on screen, not just text: a good share of saturated pixels.
     saturation = rgb.max(axis=2) - rgb.min(axis=2)
     assert (saturation > 60).mean() > 0.02
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The first screen (issue 34): at 1366x768 the headline, the cards and a chart are visible, nothing overflows the
+# width, and no card reads none/None/?. Measured in the browser itself: a copy of the page with a script that writes
+# the layout into the DOM (the report has no script of its own), read back with --dump-dom.
+# ---------------------------------------------------------------------------------------------------------------------
+SCREEN = (1366, 768)
+LAYOUT_JS = """
+<script>
+window.addEventListener('load', function () {
+  var all = Array.prototype.slice.call(document.querySelectorAll('body *'));
+  function box(e) { if (!e) return null; var r = e.getBoundingClientRect();
+    return {top: r.top + window.scrollY, bottom: r.bottom + window.scrollY, left: r.left, right: r.right}; }
+  function before(a, b) { return !!(a && (!b || (a.compareDocumentPosition(b) & Node.DOCUMENT_POSITION_FOLLOWING))); }
+  var heading = document.querySelector('h1, h2');
+  var img = document.querySelector('main img');
+  var table = document.querySelector('main table');
+  var wide = all.filter(function (e) { var r = e.getBoundingClientRect();
+    return r.width > 0 && r.right > document.documentElement.clientWidth + 1; })
+    .map(function (e) { return e.tagName + '.' + e.className + '#' + e.id; });
+  var out = {inner: [window.innerWidth, window.innerHeight], scrollWidth: document.documentElement.scrollWidth,
+    clientWidth: document.documentElement.clientWidth,
+    heading: heading && {tag: heading.tagName, id: heading.id, text: heading.textContent.trim(), box: box(heading)},
+    cards: Array.prototype.map.call(document.querySelectorAll('ul.cards li'), function (c) {
+      return {value: c.querySelector('b').textContent.trim(), box: box(c)}; }),
+    img: img && {box: box(img), beforeTable: before(img, table)},
+    rec: box(document.getElementById('top-recommendation')), wide: wide};
+  var pre = document.createElement('pre'); pre.id = 'layout-probe'; pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+});
+</script>
+"""
+
+
+def first_screen(page: Path, tmp: Path) -> dict:
+    probe = tmp / f"probe-{page.parent.name}.html"
+    probe.write_text(page.read_text().replace("</body>", LAYOUT_JS + "</body>"))
+    r = chromium(probe.as_uri(), tmp, "--dump-dom", f"--window-size={SCREEN[0]},{SCREEN[1]}",
+                 "--virtual-time-budget=5000")
+    assert r.returncode == 0, r.stderr[-2000:]
+    found = re.search(r'<pre id="layout-probe">(.*?)</pre>', r.stdout, flags=re.S)
+    assert found, r.stdout[-2000:]
+    return json.loads(htmllib.unescape(found.group(1)))
+
+
+def check_first_screen(lay: dict, headline: str) -> None:
+    width, height = lay["inner"]
+    assert width == SCREEN[0], lay["inner"]
+    assert lay["heading"]["tag"] == "H1" and lay["heading"]["text"] == headline
+    assert lay["heading"]["box"]["bottom"] <= height
+    assert 3 <= len(lay["cards"]) <= 5
+    for c in lay["cards"]:
+        assert c["box"]["bottom"] <= height, c
+        assert c["value"] not in ("none", "None", "?", "") and "none" not in c["value"].split() and "?" not in \
+            c["value"], c
+    assert lay["img"] and lay["img"]["beforeTable"], "the first picture must come before the first table"
+    assert lay["img"]["box"]["bottom"] <= height, lay["img"]
+    assert lay["rec"] and lay["rec"]["top"] < height, "the top recommendation starts on the first screen"
+    assert lay["scrollWidth"] <= lay["clientWidth"] and not lay["wide"], lay["wide"][:10]
+
+
+def test_first_screen_control_catches_a_bad_layout(tmp_path):
+    """Control: the layout check fails on a page whose headline is not first and whose content overflows."""
+    bad = tmp_path / "bad" / "report.html"
+    bad.parent.mkdir()
+    bad.write_text('<!DOCTYPE html><html><body><main><h2>Contents</h2><div style="height:900px"></div>'
+                   '<h1>Late</h1><table><tr><td>x</td></tr></table><img src="data:image/png;base64,iVBORw0KGgo=" '
+                   'width="2000" height="10"><ul class="cards"><li><b>none</b></li></ul></main></body></html>')
+    lay = first_screen(bad, tmp_path)
+    with pytest.raises(AssertionError):
+        check_first_screen(lay, "Late")
+    assert lay["heading"]["tag"] == "H2" and lay["wide"] and not lay["img"]["beforeTable"]
+
+
+def test_first_screen_of_the_report_holds_headline_cards_and_chart(report, tmp_path):
+    from profiler.analysis.headline import headline
+
+    page, rec = report
+    check_first_screen(first_screen(page, tmp_path), headline(rec))
+
+
+SCRIPT = '''
+import time
+import torch
+from torch.utils.data import BatchSampler, DataLoader, Dataset, SequentialSampler
+
+
+class Slow(Dataset):
+    def __len__(self):
+        return 4096
+
+    def __getitem__(self, i):
+        time.sleep(0.002)
+        return torch.full((3, 8, 8), float(i)), i % 10
+
+
+if __name__ == "__main__":
+    ds = Slow()
+    loader = DataLoader(ds, batch_sampler=BatchSampler(SequentialSampler(ds), 16, drop_last=True), num_workers=2)
+    model = torch.nn.Linear(192, 10)
+    for x, y in loader:
+        model(x.flatten(1)).sum().backward()
+'''
+
+
+def test_first_screen_of_a_scripts_report(tmp_path):
+    """A script whose loader has a batch sampler (DataLoader.batch_size None): the card reads 2 × 16."""
+    import sys
+
+    from profiler.analysis.headline import headline
+    from profiler.record import load
+
+    script = tmp_path / "train_bs.py"
+    script.write_text(SCRIPT)
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, "-m", "profiler", "run", "--steps", "8", "--warmup", "2", "--no-progress",
+                        "--out", str(out), str(script)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    from profiler.analysis import analyze
+
+    rec = analyze(load(out / "run.json"))
+    lay = first_screen(out / "report.html", tmp_path)
+    check_first_screen(lay, headline(rec))
+    assert any(c["value"] == "2 × 16" for c in lay["cards"]), lay["cards"]

@@ -81,7 +81,8 @@ def test_out_that_cannot_be_created(tmp_path, images, capsys):
     assert "--out" in _one_line_error(capsys)
 
 
-def test_run_then_report_from_saved_record(tmp_path, images, capsys):
+def test_run_then_report_from_saved_record(tmp_path, images, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")  # the short view is one screen at 80 columns
     out = tmp_path / "run"
     rc = main(["run", "--data", str(images), "--workers", "1", "--batch-size", "4", "--steps", "4", "--warmup", "1",
                "--model", "tiny", "--image-size", "32", "--device", "cpu", "--out", str(out), "--no-progress"])
@@ -91,12 +92,23 @@ def test_run_then_report_from_saved_record(tmp_path, images, capsys):
                 "partial"):
         assert key in d
     assert d["partial"] is False
-    # the terminal shows the saved verdict: its title, and the whole summary (rich wraps it inside a box; drop the
-    # box-drawing characters and compare the words)
+    # the terminal shows the headline first and fits one screen; --details shows the saved verdict: its title, and
+    # the whole summary (rich wraps it inside a box; drop the box-drawing characters and compare the words)
+    from profiler.analysis import analyze
+    from profiler.analysis.headline import headline
+    from profiler.record import load
+
+    printed = capsys.readouterr().out
+    head = headline(analyze(load(out / "run.json")))
+    assert " ".join(head.split()) in " ".join(printed.split())
+    assert len(printed.splitlines()) <= 45 and max(len(ln) for ln in printed.splitlines()) <= 80, printed
+    assert "Verdict:" not in printed and "┏" not in printed  # no banner, no table: those are --details
+    assert main(["report", str(out / "run.json"), "--out", str(tmp_path / "detailed"), "--details"]) == 0
     printed = capsys.readouterr().out
     flat = " ".join(re.sub(r"[│╭╮╰╯─]", " ", printed).split())
     assert f"Verdict: {d['verdict']['bottleneck']} ({d['verdict']['severity']})" in flat
     assert " ".join(d["verdict"]["summary"].split()) in flat
+    assert "Stages (measured window" in flat and "Idle compute device by cause" in flat
     assert d["compute_device"]["type"] == "cpu"
     # re-render on "another machine": only the record is needed
     out2 = tmp_path / "rerender"

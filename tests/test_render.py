@@ -587,8 +587,9 @@ def test_hostile_strings_render_in_the_terminal(runs):
     from profiler.render.terminal import print_report
 
     buf = StringIO()
-    print_report(_hostile(runs[2]["rec"]), Console(file=buf, width=200, force_terminal=False, color_system=None),
-                 out_files=["/tmp/[/]out/report.html"])
+    for details in (False, True):  # the short view and every table
+        print_report(_hostile(runs[2]["rec"]), Console(file=buf, width=200, force_terminal=False, color_system=None),
+                     out_files=["/tmp/[/]out/report.html"], details=details)
     text = buf.getvalue()
     assert "\x1b" not in text and "\x07" not in text
     assert "[/]weird [bold]x[/bold].jpg" in text  # shown as written, neither styled nor an error
@@ -635,3 +636,141 @@ def test_live_progress_redraws_from_the_loop_and_starts_no_thread() -> None:
     text = out.getvalue()
     assert "50/50" in text and "measuring" in text
     assert text.count("warm-up") <= 2  # drawn once at the start (a tight loop of 50 steps is within one redraw)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The answer first (issue 34): headline, key figures, the short terminal view and --details.
+# ---------------------------------------------------------------------------------------------------------------------
+def _term(rec: RunRecord, width: int, details: bool) -> str:
+    from io import StringIO
+
+    from rich.console import Console
+
+    from profiler.render.terminal import print_report
+
+    buf = StringIO()
+    print_report(rec, Console(file=buf, width=width, force_terminal=False, color_system=None),
+                 out_files=["/tmp/out/run.json", "/tmp/a/rather/long/folder/name/for/the/reports/report.html"],
+                 details=details)
+    return buf.getvalue()
+
+
+def _display_lines(text: str, width: int) -> int:
+    """Lines a terminal of ``width`` columns shows (a line longer than the width takes several)."""
+    return sum(max(1, math.ceil(len(ln) / width)) for ln in text.splitlines())
+
+
+@pytest.mark.parametrize("workers", [2, 0])
+def test_terminal_short_view_fits_one_screen_and_breaks_no_word(runs, workers):
+    rec = runs[workers]["rec"]
+    short = _term(rec, 80, False)
+    assert _display_lines(short, 80) <= 45, short
+    assert "┏" not in short  # no table: one stage line, one idle line
+    from profiler.analysis.headline import headline
+
+    assert short.splitlines()[0].startswith(headline(rec)[:40])
+    assert "report.html" in short and "--details" in short
+    for view in (False, True):  # nothing wraps mid-word at 80 columns: every word is one of the wide output's
+        narrow, wide = _term(rec, 80, view), _term(rec, 2000, view)
+        assert set(re.findall(r"\w+", narrow)) <= set(re.findall(r"\w+", wide)), \
+            set(re.findall(r"\w+", narrow)) - set(re.findall(r"\w+", wide))
+        assert max(len(ln) for ln in narrow.splitlines()) <= 80
+    # A wide terminal uses its width: the headline stays on one line.
+    assert _term(rec, 200, False).splitlines()[0].strip() == headline(rec)
+
+
+def test_terminal_details_hold_every_table(runs):
+    rec = runs[2]["rec"]
+    text = _term(rec, 80, True)
+    for title in ("Stages (measured window", "Idle compute device by cause", "What would help",
+                  "Predicted from this run", "setting", "then bound by"):
+        assert title in text, title
+    flat = " ".join(_term(rec, 4000, True).split())
+    for r in rec.verdict.get("recommendations") or []:
+        assert " ".join(r["action"].split()) in flat and " ".join(r["expected_gain"].split()) in flat
+    for f in rec.findings:
+        assert " ".join(str(f["message"]).split()) in flat
+    from profiler.render.whatif_rows import table_rows
+
+    _, notes, _ = table_rows(rec)
+    assert sum(len(n["settings"]) for n in notes) == len(rec.whatif["predictions"])
+    for n in notes:  # every assumption, said once, with the settings it is for
+        assert flat.count(" ".join(f"[{n['n']}] {', '.join(n['settings'])}: {n['text']}.".split())) == 1
+    assert _display_lines(text, 80) > _display_lines(_term(rec, 80, False), 80)
+
+
+def test_whatif_bound_labels_are_short_and_the_long_words_said_once(runs):
+    from profiler.analysis.whatif import BINDS_LABEL_MAX, binds_label
+    from profiler.render.whatif_rows import table_rows
+
+    rec = runs[2]["rec"]
+    rows, notes, bounds = table_rows(rec)
+    assert rows and all(len(r["label"]) <= BINDS_LABEL_MAX for r in rows)
+    assert len(binds_label("x" * 80)) == BINDS_LABEL_MAX
+    assert sum(len(n["settings"]) for n in notes) == len(rows) and len(notes) < len(rows)
+    assert len({b["label"] for b in bounds}) == len(bounds)
+    page = htmllib.unescape((runs[2]["dir"] / "report.html").read_text())
+    table = page[page.index('<table class="whatif">'):]
+    table = table[:table.index("</table>")]
+    for p in rec.whatif["predictions"]:
+        assert p["assumption"] not in table and (p.get("binds_words") or "#") not in table
+    notes_html = page[page.index('id="whatif-notes"'):]
+    for n in notes:
+        assert notes_html.count(f"<b>{', '.join(n['settings'])}</b>: {n['text']}.") == 1
+
+
+def _with(rec: RunRecord, **sections: Any) -> RunRecord:
+    rec = copy.deepcopy(rec)
+    for k, v in sections.items():
+        setattr(rec, k, v)
+    return rec
+
+
+def test_headline_is_short_and_names_verdict_share_and_cause(runs):
+    from profiler.analysis.headline import HEADLINE_WORDS_MAX, headline, key_figures
+
+    base = runs[2]["rec"]
+    stall = dict(base.stall, fraction=0.41, seconds=2.0,
+                 by_stage={"read": 0.1, "decode": 1.5, "augment": 0.3, "other": 0.1},
+                 by_kind={"on_cpu": 1.7, "runqueue": 0.1, "blocked_device": 0.1, "other": 0.1})
+    crowded = dict(stall, by_kind={"on_cpu": 0.5, "runqueue": 1.3, "blocked_device": 0.1, "other": 0.1})
+    gpu = {"type": "cuda", "name": "NVIDIA H100", "index": 0, "timing": "cuda events"}
+    cases = {
+        "input": _with(base, stall=stall, compute_device=gpu,
+                       verdict={"bottleneck": "cpu", "severity": "highly input-bound"}),
+        "input_cpu": _with(base, stall=stall, verdict={"bottleneck": "cpu", "severity": "moderately input-bound"}),
+        "crowded": _with(base, stall=crowded, verdict={"bottleneck": "cpu", "severity": "highly input-bound"}),
+        "compute": _with(base, compute_device=gpu, verdict={"bottleneck": "compute", "severity": "not input-bound"}),
+        "shared": _with(base, verdict={"bottleneck": "compute", "severity": "not input-bound",
+                                       "binds": "cores: the model and 2 workers share 2 cores"}),
+        "memory": _with(base, verdict={"bottleneck": "memory", "severity": "does not fit"}),
+        "none": _with(base, verdict={"bottleneck": "none"}, window=dict(base.window, steps=0)),
+    }
+    words = {k: headline(r) for k, r in cases.items()}
+    for k, h in words.items():
+        assert len(h.split()) <= HEADLINE_WORDS_MAX, (k, h)
+    assert words["input"] == "Input-bound: the GPU waited 41 % of the time, mostly for decoding in 2 workers."
+    assert words["input_cpu"].startswith("Moderately input-bound: the model (on the CPU) waited 41 %")
+    assert words["crowded"].endswith("mostly for a free core (2 workers oversubscribed).")
+    assert "the GPU waited only" in words["compute"] and "GPU" not in words["shared"]
+    assert "shared cores" in words["shared"] and "2 workers" in words["shared"]
+    assert words["memory"].startswith("Does not fit") and words["none"].startswith("No verdict")
+    for r in (base, runs[0]["rec"]):
+        figs = key_figures(r)
+        assert 3 <= len(figs) <= 5
+        for f in figs:
+            assert f.value.strip() not in ("none", "None", "?", "") and "none" not in f.value.split()
+    assert key_figures(runs[2]["rec"])[2].value == "2 × 8" and key_figures(runs[0]["rec"])[2].value == "0 × 8"
+
+
+def test_batch_size_card_of_a_batch_sampler_loader(runs):
+    """A loader with a batch sampler has DataLoader.batch_size None: the card says the samples per step."""
+    from profiler.analysis.headline import key_figures
+
+    rec = runs[2]["rec"]
+    job = {"kind": "script", "target": "train.py", "loader": {"num_workers": 3, "batch_size": None}}
+    tp = dict(rec.throughput, steps=10, samples=320)
+    assert key_figures(_with(rec, job=job, throughput=tp))[2].value == "3 × 32"
+    assert key_figures(_with(rec, job=job, throughput=dict(tp, samples=315)))[2].value == "3 × ≈ 31.5"
+    builtin = {"kind": "builtin", "loader": {"num_workers": 2, "batch_size": None}}
+    assert key_figures(_with(rec, job=builtin, config=dict(rec.config, batch_size=32)))[2].value == "2 × 32"

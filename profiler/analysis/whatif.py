@@ -237,6 +237,19 @@ def binds_words(binds: str, r: Rates, n: int | None = None, available: float | N
             }.get(binds, binds)
 
 
+# The binding stage as a table cell says it (at most ~30 characters: the issue's "short labels"); the full phrase,
+# with the cores and workers it is about, is binds_words, said once under the table.
+BINDS_LABELS = {"cores": "cores", "compute": "model", "cpu": "CPU per sample", "io": "blocked reads",
+                "storage": "storage", "transfer": "transfer", "h2d": "host-to-device copy", "unknown": "not predicted"}
+BINDS_LABEL_MAX = 30
+
+
+def binds_label(binds: str) -> str:
+    """The short label of a binding stage ("cores", "storage", "model"); an unknown name cut to BINDS_LABEL_MAX."""
+    text = BINDS_LABELS.get(binds, binds)
+    return text if len(text) <= BINDS_LABEL_MAX else text[: BINDS_LABEL_MAX - 1] + "…"
+
+
 def _model_shares_cores(r: Rates) -> bool:
     """Does the model take a real part of the cores (a CPU run whose model's threads use at least a tenth of the
     job's CPU per sample)? A loader-only run (``--model none``) has a step of microseconds: its cores are the

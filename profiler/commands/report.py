@@ -16,6 +16,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--torch-trace", metavar="TRACE.json", action="append",
                         help="merge this torch.profiler (kineto) trace, taken during the run, with the record: "
                              "torch_trace.json in the output folder (docs/trace_merge.md); repeatable")
+    parser.add_argument("--details", action="store_true", help="print every table of the summary, not the short view")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -53,7 +54,8 @@ def main(args: argparse.Namespace) -> int:
         return 0
     # The record is on disk already: only a new --out gets a copy (the same save path as `run`: signals held, the
     # temp folder when the folder cannot take it).
-    saved = save_and_report(rec, out, console=Console(), save_raw=False, write_record=bool(args.out))
+    saved = save_and_report(rec, out, console=Console(), save_raw=False, write_record=bool(args.out),
+                            details=args.details)
     if saved.late_signal is not None:
         from .. import signals
 

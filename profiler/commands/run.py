@@ -77,6 +77,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "halves its series and rate beyond 4,000 points")
     g.add_argument("--no-progress", action="store_true", help="no live progress bar")
     g.add_argument("--no-plots", action="store_true", help="write run.json and the terminal summary only")
+    g.add_argument("--details", action="store_true", help="print every table of the summary (stages, idle by cause, "
+                   "what-if, recommendations and findings in full), not the short view")
     g.add_argument("--torch-profiler", action="store_true",
                    help="script: run torch.profiler around the measured window (CPU; CUDA when available) and write "
                         "torch_trace.json, its trace with the DataLoader's workers and the wait's causes merged in "
@@ -153,7 +155,8 @@ def _save(result: RunResult, out: Path, args: argparse.Namespace, console: Any, 
 
     assert result.record is not None
     ranks.attach(result.record, out, result.t0_ns, result.ddp)
-    return save_and_report(result.record, out, plots=not args.no_plots, console=console, reraise=reraise)
+    return save_and_report(result.record, out, plots=not args.no_plots, console=console, reraise=reraise,
+                           details=bool(getattr(args, "details", False)))
 
 
 def main(args: argparse.Namespace) -> int:

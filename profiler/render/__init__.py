@@ -48,8 +48,10 @@ class Renderer:
         return fn(obj, Path(out_dir), ctx)
 
 
-# A run and `report run.json`: the five plots first (the HTML inlines them), the trace, then the page.
+# A run and `report run.json`: the six plots first (the HTML inlines them; step_time.png is the page's lead picture),
+# the trace, then the page.
 REPORT: tuple[Renderer, ...] = (
+    Renderer("step_time", "step_time.png", "step_plot:render"),
     Renderer("where_time_went", "where_time_went.png", "plots:render_where_time_went"),
     Renderer("timeline", "timeline.png", "plots:render_timeline"),
     Renderer("utilisation", "utilisation.png", "plots:render_utilisation"),

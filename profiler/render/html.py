@@ -15,15 +15,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import vocab
+from ..analysis.headline import headline, key_figures
 from ..redact import is_sensitive_key, redact_argv, redact_text
 from .jinja import environment
-from .loader_facts import loader_lines, model_label, workers_batch
+from .loader_facts import loader_lines
 from .output import write_atomic
 from .spans import timeline_steps
 from .trace import DetailPlan, plan_detail
 from .units import ms as _ms
-from .units import nbytes, printable, stage_color, stage_label, stage_order
+from .units import nbytes, printable, short_gain, stage_color, stage_label, stage_order
 from .units import pct as _pct
+from .whatif_rows import table_rows
 
 if TYPE_CHECKING:  # annotations only: analysis and renderers take the typed record
     from ..record import RunRecord
@@ -39,6 +41,10 @@ SKIPPED_ROWS_MAX = 200
 LIST_ITEMS_MAX = 16
 # Title and caption of each plot the registry writes (profiler.render.REPORT), in the order the page shows them.
 FIGURES = {
+    "step_time": ("Where each step's time went",
+                  "Every measured step as one bar: the compute device working (green) and waiting for input, the wait "
+                  "split by what the awaited batch was doing (its stage; the cause in brackets). Steady short waits "
+                  "and bursts of long ones look different here; the totals are under Idle time by cause."),
     "where_time_went": ("Where the time went",
                         "The measured window split into time the compute device was busy and time it sat idle "
                         "waiting for input, by cause; below, the idle part alone, split by what the worker producing "
@@ -56,8 +62,8 @@ FIGURES = {
                 "the analysis. A long right tail in read or decode is what stalls individual steps."),
     "what_would_help": ("What would help",
                         "Left: the samples/s each stage could sustain alone (measured or derived), the lowest sets "
-                        "the pace. Right: samples/s predicted from this run for other worker counts (the measured "
-                        "setting marked); each prediction's binding stage and assumption are in the table below."),
+                        "the pace. Right: samples/s predicted from this run for each setting, with its 95 % "
+                        "interval, colored by the stage that would then bind; the table below has the numbers."),
 }
 
 
@@ -121,16 +127,19 @@ def _device_line(rec: RunRecord) -> str:
                      f"{dev.get('timing') or 'host clocks'}.")
 
 
-def _numbers(rec: RunRecord) -> list[dict[str, str]]:
-    tp, win, st = rec.throughput, rec.window, rec.stall
-    return [
-        {"value": f"{tp.get('samples_per_s', 0):,.1f}", "label": "samples/s (measured window)"},
-        {"value": _pct(st.get("fraction", 0.0)), "label": f"idle waiting for input ({st.get('seconds', 0):.2f} s)"},
-        {"value": f"{win.get('seconds', 0):.2f} s", "label": f"{win.get('steps', 0)} steps measured, "
-                                                             f"{win.get('warmup_steps', 0)} warm-up excluded"},
-        dict(zip(("value", "label"), model_label(rec))),
-        {"value": workers_batch(rec), "label": "workers × batch size"},
-    ]
+# The lead figure (above the fold) and the one the What-would-help section shows; the Plots section has the rest.
+LEAD_FIGURE = "step_time"
+WHATIF_FIGURE = "what_would_help"
+
+
+def _top_recommendation(rec: RunRecord) -> dict[str, str] | None:
+    """The first recommendation, its expected gain cut to its lead clause (the whole text is in Recommendations)."""
+    recs = (rec.verdict or {}).get("recommendations") or []
+    if not recs:
+        return None
+    r = recs[0]
+    full = printable(r.get("expected_gain") or "")
+    return {"action": printable(r.get("action") or ""), "gain": short_gain(full), "full": full}
 
 
 def _stage_rows(rec: RunRecord) -> list[dict[str, Any]]:
@@ -250,12 +259,21 @@ def report_context(rec: RunRecord, images: dict[str, Any], plan: DetailPlan | No
                 ("environment", "Environment"), ("storage", "Storage"), ("memory", "Memory"),
                 ("skipped", "Skipped files"), ("findings", "Findings"), ("files", "Files & detail")]
     verdict = rec.verdict
+    figures = _figures(images)
+    rows, notes, bounds = table_rows(rec)
     return {
+        "headline": printable(headline(rec)), "cards": [{"value": printable(f.value), "label": printable(f.label)}
+                                                        for f in key_figures(rec)],
+        "lead": next((f for f in figures if f["key"] == LEAD_FIGURE), None),
+        "whatif_figure": next((f for f in figures if f["key"] == WHATIF_FIGURE), None),
+        "plot_figures": [f for f in figures if f["key"] not in (LEAD_FIGURE, WHATIF_FIGURE)],
+        "top_rec": _top_recommendation(rec), "whatif_rows": rows, "whatif_notes": notes,
+        "whatif_bounds": [b for b in bounds if b["words"] != b["label"]],
         "verdict": verdict, "accent": BOTTLENECK_COLORS.get(verdict.get("bottleneck", ""), "#455a64"),
         "partial": bool(rec.partial), "partial_reason": rec.partial_reason, "device_line": _device_line(rec),
         "loader_lines": loader_lines(rec),
-        "numbers": _numbers(rec), "sections": [{"id": i, "title": t} for i, t in sections],
-        "recommendations": verdict.get("recommendations") or [], "figures": _figures(images),
+        "sections": [{"id": i, "title": t} for i, t in sections],
+        "recommendations": verdict.get("recommendations") or [], "figures": figures,
         "detail_line": detail_line, "stage_rows": _stage_rows(rec), "cause_rows": causes, "detail_rows": detail,
         "kind_rows": kinds,
         "stall_line": stall_line, "stall_method": printable(rec.stall.get("method", "not recorded")),

@@ -67,25 +67,3 @@ def loader_lines(rec: RunRecord) -> list[str]:
     else:
         out.append("No other loader ran.")
     return out
-
-
-def model_label(rec: RunRecord) -> tuple[str, str]:
-    """(value, label) of the header's "what ran" figure: the built-in model, or the user's script."""
-    c: dict[str, Any] = dict(rec.config or {})
-    job: dict[str, Any] = dict(rec.job or {})
-    if job.get("kind") in ("script", "module", "api"):
-        target = job.get("target")
-        name = os.path.basename(str(target)) if target else "your code"
-        return printable(name), ("module" if job.get("kind") == "module" else
-                                 "your code (profiler.profile)" if job.get("kind") == "api" else "script")
-    return printable(c.get("model") or "?"), printable(f"model, {c.get('mode') or '?'} mode")
-
-
-def workers_batch(rec: RunRecord) -> str:
-    """``workers × batch size`` of the profiled loader (a script's) or of the built-in pipeline."""
-    loader: Any = dict(rec.job or {}).get("loader")
-    if isinstance(loader, dict) and loader:
-        bs = loader.get("batch_size")
-        return printable(f"{loader.get('num_workers', '?')} × {bs if isinstance(bs, int) else 'none'}")
-    c: dict[str, Any] = dict(rec.config or {})
-    return printable(f"{c.get('workers', '?')} × {c.get('batch_size', '?')}")

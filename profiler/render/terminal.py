@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from ..analysis.headline import headline
 from .loader_facts import loader_lines
 from .units import markup, ms, nbytes, pct, printable, stage_label, stage_order
 
@@ -90,9 +91,12 @@ class LiveProgress:
 def stage_table(rec: RunRecord) -> Table:
     t = Table(title="Stages (measured window; worker stages per sample or batch, main-loop stages per step)",
               title_justify="left")
-    for col in ("stage", "per", "count", "total s", "mean ms", "p50 ms", "p95 ms", "p99 ms"):
-        t.add_column(col, justify="left" if col in ("stage", "per") else "right")
     stages = rec.stages
+    # The stage column is at least its longest word wide: at 80 columns rich would otherwise cut "(iter(loader))".
+    longest = max((len(w) for n in stages for w in printable(stage_label(n)).split()), default=5)
+    for col in ("stage", "per", "count", "total s", "mean ms", "p50 ms", "p95 ms", "p99 ms"):
+        t.add_column(col, justify="left" if col in ("stage", "per") else "right",
+                     min_width=min(longest, 24) if col == "stage" else None)
     for name in stage_order(stages):
         s = stages.get(name)
         if not s:
@@ -128,13 +132,28 @@ def own_cost_line(rec: RunRecord) -> str | None:
             f"{pct(prof.get('share_of_window', 0.0), 1)} of the window, not the job's.")
 
 
-def print_report(rec: RunRecord, console: Console | None = None, out_files: list[str] | None = None) -> None:
+def print_report(rec: RunRecord, console: Console | None = None, out_files: list[str] | None = None,
+                 details: bool = False) -> None:
+    """The run's summary: by default the short view (about 30 lines: render/terminal_short.py); ``details``
+    (``run --details``, ``report --details``): every table and sentence, as before the short view existed."""
+    from .terminal_short import print_short
+
     console = console or Console()
+    if not details:
+        print_short(rec, console, out_files)
+        return
+    print_details(rec, console, out_files)
+
+
+def print_details(rec: RunRecord, console: Console, out_files: list[str] | None = None) -> None:
+    """Everything: the verdict's full sentence, device and storage lines, the stage and idle tables, own cost, the
+    what-if table, every recommendation and finding in full."""
     v = rec.verdict
     style = BOTTLENECK_STYLE.get(v.get("bottleneck", ""), "white")
     title = printable(f"Verdict: {v.get('bottleneck', '?')} ({v.get('severity', '')})")
     if rec.partial:
         title += "  [PARTIAL RUN]"
+    console.print(Text(printable(headline(rec)), style=f"bold {style}"))
     for line in loader_lines(rec):  # which loader the figures are about comes first
         console.print(line, markup=False, highlight=False)
     console.print(Panel(Text(printable(v.get("summary", ""))), title=Text(title), border_style=style))
@@ -195,18 +214,25 @@ def print_report(rec: RunRecord, console: Console | None = None, out_files: list
 
 
 def whatif_section(rec: RunRecord, console: Console) -> None:
-    """What would help: the ceilings line and the predictions, compact (assumptions are in run.json)."""
-    from .whatif_rows import headline, notices, prediction_rows
+    """What would help: the ceilings line, the predictions with short "bound by" labels and a note number, then each
+    distinct note (binding phrase and assumption) once — not the same 40 words in every row."""
+    from .whatif_rows import headline as whatif_headline
+    from .whatif_rows import notices, table_rows
 
     if not rec.ceilings.get("rows"):
         return
-    console.print("[bold]What would help[/] " + markup(headline(rec)), highlight=False)
-    t = Table(title="Predicted from this run, with 95 % intervals (assumptions: run.json whatif, report.html)",
-              title_justify="left")
-    for col in ("setting", "samples/s", "change", "then bound by"):
+    console.print("[bold]What would help[/] " + markup(whatif_headline(rec)), highlight=False)
+    rows, notes, bounds = table_rows(rec)
+    t = Table(title="Predicted from this run, with 95 % intervals (notes below the table)", title_justify="left")
+    for col in ("setting", "samples/s", "change", "then bound by", "note"):
         t.add_column(col, justify="left" if col in ("setting", "then bound by") else "right")
-    for setting, sps, change, binds, _ in prediction_rows(rec):
-        t.add_row(*(markup(v) for v in (setting, sps, change, binds)))
+    for r in rows:
+        t.add_row(*(markup(r[k]) for k in ("setting", "sps", "change", "label")), str(r["note"]))
     console.print(t)
+    for b in bounds:
+        if b["words"] != b["label"]:
+            console.print(Text(printable(f"Bound by {b['label']}: {b['words']}.")), highlight=False)
+    for n in notes:
+        console.print(Text(printable(f"[{n['n']}] {', '.join(n['settings'])}: {n['text']}.")), highlight=False)
     for line in notices(rec):
         console.print(f"[yellow]![/] {markup(line)}", highlight=False)

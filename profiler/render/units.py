@@ -129,3 +129,28 @@ def safe(o: object) -> object:
     if isinstance(o, (list, tuple)):
         return [safe(v) for v in o]
     return o
+
+
+def first_clause(text: object, limit: int = 140) -> str:
+    """The lead of a long sentence, for a one-line view: up to its first "; " or " — " (where our sentences put the
+    detail), cut at a word boundary with "…" beyond ``limit`` characters. The whole sentence stays one flag or one
+    click away (``--details``, the page's Recommendations section)."""
+    s = printable(text).strip()
+    for sep in ("; ", " — "):
+        i = s.find(sep)
+        if i > 0:
+            s = s[:i]
+    if len(s) <= limit:
+        return s
+    cut = s[: limit - 1].rsplit(" ", 1)[0].rstrip(",;:")
+    return cut + " …"
+
+
+def short_gain(text: object, limit: int = 200) -> str:
+    """A recommendation's expected gain in one line (:func:`first_clause`), keeping its one caveat that changes the
+    meaning: a gain within the run's noise is not claimed (analysis/recommend.py says so after the figure)."""
+    full = printable(text)
+    short = first_clause(full, limit)
+    if short != full and "no gain is claimed" in full:
+        short += " (within this run's noise: no gain claimed)"
+    return short

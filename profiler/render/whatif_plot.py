@@ -2,7 +2,8 @@
 ``rec.ceilings`` and ``rec.whatif`` only.
 
 Left: each stage's ceiling (samples/s it could sustain alone; hatched = derived, solid = measured), the lowest in
-red, this run's samples/s as a line. Right: predicted samples/s per worker count, with the measured point marked.
+red, this run's samples/s as a line. Right: every predicted setting (worker counts, page cache, storage presets, a
+faster model) as a point with its 95 % interval, colored by the short label of the stage that would then bind.
 """
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from .output import write_png
+from .units import mpl
 
 if TYPE_CHECKING:  # annotations only: analysis and renderers take the typed record
     from ..record import RunRecord
@@ -26,7 +30,8 @@ def render(rec: RunRecord, out_dir: Path, ctx: dict) -> Path:
 
 def plot_whatif(rec: RunRecord, path: str | Path) -> Path:
     c, w = rec.ceilings or {}, rec.whatif or {}
-    fig = Figure(figsize=(11, 4), dpi=110)
+    n_preds = len([p for p in w.get("predictions") or [] if p.get("samples_per_s") is not None])
+    fig = Figure(figsize=(12, max(3.6, 1.3 + 0.3 * max(n_preds, len(c.get("rows") or [])))), dpi=100)
     FigureCanvasAgg(fig)
     ax1, ax2 = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     rows = c.get("rows") or []
@@ -45,27 +50,45 @@ def plot_whatif(rec: RunRecord, path: str | Path) -> Path:
         ax1.legend(fontsize=8, loc="lower right")
     ax1.set_xlabel("samples/s (log)")
     ax1.set_title("Ceilings: each stage alone (hatched = derived)", fontsize=10)
-    preds = [p for p in w.get("predictions") or [] if p["kind"] == "workers" and p.get("samples_per_s") is not None]
-    if preds:
-        n = [p["workers"] for p in preds]
-        x = [p["samples_per_s"] for p in preds]
-        ax2.plot(n, x, marker="o", color="#ff7f0e", label="predicted")
-        ivs = [p.get("interval") or [v, v] for p, v in zip(preds, x)]
-        ax2.fill_between(n, [i[0] for i in ivs], [i[1] for i in ivs], color="#ff7f0e", alpha=0.2,
-                         label="95 % interval")
-        meas = w.get("measured") or {}
-        if meas.get("workers") is not None and meas.get("samples_per_s") is not None:
-            ax2.scatter([meas["workers"]], [meas["samples_per_s"]], color="black", zorder=3, s=50,
-                        label="measured (this run)")
-        for p in preds:
-            ax2.annotate(p["binds"], (p["workers"], p["samples_per_s"]), fontsize=7, xytext=(0, 6),
-                         textcoords="offset points", ha="center")
-        ax2.set_xticks(n)
-        ax2.legend(fontsize=8, loc="lower right")
-    ax2.set_xlabel("DataLoader workers")
-    ax2.set_ylabel("samples/s")
-    ax2.set_ylim(bottom=0)
-    ax2.margins(y=0.2)
-    ax2.set_title("What-if: workers (label: the stage that would bind)", fontsize=10)
+    _predictions(ax2, rec)
     fig.tight_layout()
     return write_png(fig, path)  # a full disk leaves no truncated PNG
+
+
+# Colors of the binding labels in the what-if panel (the ceilings' red is "sets the pace" there, not a label).
+_BINDS_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
+
+
+def _predictions(ax: Axes, rec: RunRecord) -> None:
+    """Every predicted setting as a point with its 95 % interval, colored by the stage that would then bind (short
+    labels: analysis/whatif.py binds_label), the measured setting in black, this run's rate as a dashed line."""
+    from ..analysis.whatif import binds_label
+
+    w = rec.whatif or {}
+    preds = [p for p in w.get("predictions") or [] if p.get("samples_per_s") is not None]
+    if not preds:
+        ax.text(0.5, 0.5, "no prediction", ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        return
+    y = np.arange(len(preds))[::-1]
+    labels = [binds_label(str(p["binds"])) for p in preds]
+    colors = {lab: _BINDS_COLORS[i % len(_BINDS_COLORS)] for i, lab in enumerate(dict.fromkeys(labels))}
+    for yi, p, lab in zip(y, preds, labels):
+        x = float(p["samples_per_s"])
+        iv = p.get("interval") or [x, x]
+        color = "black" if p.get("measured") else colors[lab]
+        ax.errorbar([x], [yi], xerr=[[max(x - iv[0], 0.0)], [max(iv[1] - x, 0.0)]], fmt="o", color=color,
+                    ecolor=color, elinewidth=1.5, capsize=3, markersize=5)
+    names = [mpl(p["setting"]) + (" (this run)" if p.get("measured") else "") for p in preds]
+    ax.set_yticks(y, names, fontsize=8)
+    meas = (w.get("measured") or {}).get("samples_per_s")
+    if meas:
+        ax.axvline(float(meas), color="black", linestyle="--", linewidth=1)
+    handles = [Line2D([], [], marker="o", linestyle="", color=col, label=f"then bound by {lab}")
+               for lab, col in colors.items()]
+    handles.append(Line2D([], [], color="black", linestyle="--", label="this run (measured)"))
+    ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    ax.set_xlim(left=0)
+    ax.set_xlabel("predicted samples/s (95 % interval)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_title("What-if: each setting, predicted from this run", fontsize=10)

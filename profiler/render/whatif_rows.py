@@ -76,3 +76,37 @@ def _change(ch: float | None, p: dict[str, Any]) -> str:
     if ch is None or p.get("measured"):
         return "—"
     return "±0 %" if abs(ch) < 0.005 else f"{ch * 100:+.0f} %"
+
+
+
+
+def table_rows(rec: RunRecord) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, str]]]:
+    """The predictions as the page and the terminal show them: each row with a short binding label (at most ~30
+    characters, analysis/whatif.py ``binds_label``) and the number of its note. The long words are said once, not
+    per row (12 rows on the same shared cores read "cores", and the cores are explained once):
+
+    - notes: each distinct assumption once, with the settings it is for (n, settings, text);
+    - bounds: each binding label once, in the full words of the measured row where it binds, else of its first
+      row (label, words).
+
+    A row: setting, sps, change, label, words (its own long phrase, for a tooltip), note (1-based)."""
+    from ..analysis.whatif import binds_label
+
+    rows: list[dict[str, Any]] = []
+    notes: list[dict[str, Any]] = []
+    index: dict[str, int] = {}
+    bounds: dict[str, str] = {}
+    for p in rec.whatif.get("predictions") or []:
+        setting = p["setting"] + (" (this run)" if p.get("measured") else "")
+        words = str(p.get("binds_words") or p["binds"])
+        label = binds_label(str(p["binds"]))
+        if label not in bounds or p.get("measured"):
+            bounds[label] = words.removeprefix(label + ": ")
+        text = str(p.get("assumption") or "")
+        if text not in index:
+            index[text] = len(notes) + 1
+            notes.append({"n": index[text], "settings": [], "text": text})
+        notes[index[text] - 1]["settings"].append(setting)
+        rows.append({"setting": setting, "sps": estimate(p.get("samples_per_s"), p.get("interval")),
+                     "change": _change(p.get("change"), p), "label": label, "words": words, "note": index[text]})
+    return rows, notes, [{"label": k, "words": v} for k, v in bounds.items()]

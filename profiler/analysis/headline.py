@@ -1,0 +1,251 @@
+"""The headline and the key figures: what a reader grasps in ten seconds, the same words in the terminal and the page.
+
+Why a function of its own, apart from ``verdict.summary``: the summary is a full sentence with every number behind
+it (40 words on a shared-cores run); the headline is the page's ``h1`` and the terminal's first line — the verdict,
+the share and the cause in at most ~20 words (HEADLINE_WORDS_MAX), e.g. "Input-bound: the GPU waited 41 % of the
+time, mostly for decoding in 4 workers". It is pure: it reads an analyzed record and draws nothing, so every
+renderer shows the same words.
+
+The key figures are the 3-5 numbers the page shows as cards and the terminal on one line: throughput, the idle
+share, workers x batch size of the profiled loader, the window, and what ran. Each value is a real figure or "—";
+never "none" or "?" (a loader with a batch sampler has ``DataLoader.batch_size`` None: its batch size is the
+samples per step the record measured).
+"""
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from .. import vocab
+
+if TYPE_CHECKING:  # annotations only
+    from ..record import RunRecord
+
+#: The headline's length: a sentence read in one glance (the issue's "at most ~20 words").
+HEADLINE_WORDS_MAX = 22
+
+# What the compute device waited for, as the headline says it (shorter than vocab's in-sentence words, which
+# explain; the headline only names).
+_WAITED_FOR = {"read": "file reads", "decode": "decoding", "augment": "augmentation",
+               "getitem": "the dataset's own code", "collate": "collating", "transfer": "worker-to-main transfer",
+               "h2d": "host-to-device copies", "other": "unexplained overhead"}
+
+
+class Figure(NamedTuple):
+    """One key figure: the value as shown (a number with its unit) and what it is."""
+    value: str
+    label: str
+
+
+def _d(x: Any) -> dict[str, Any]:
+    """A record section as a plain dict (a section an old or hand-made record lacks: empty)."""
+    return dict(x) if isinstance(x, dict) else {}
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.0f} %" if x >= 0.1 else f"{x * 100:.1f} %"
+
+
+def device_words(rec: RunRecord) -> str:
+    """The compute device as the subject of a sentence: "the GPU", or "the model (on the CPU)" on a CPU run (the CPU
+    is the compute device there, and the model's thread is what waits)."""
+    dev = _d(rec.compute_device)
+    if dev.get("type") == "cpu":
+        return "the model (on the CPU)"
+    if dev.get("type") == "cuda":
+        return "the GPU"
+    return f"the {dev.get('type') or 'compute device'}"
+
+
+def _workers(rec: RunRecord) -> int | None:
+    loader = _d(_d(rec.job).get("loader"))
+    if isinstance(loader.get("num_workers"), int):
+        return int(loader["num_workers"])
+    w = _d(rec.config).get("workers")
+    return int(w) if isinstance(w, int) else None
+
+
+def _in_workers(rec: RunRecord) -> str:
+    n = _workers(rec)
+    if n is None:
+        return ""
+    return " in the main process" if n == 0 else f" in {n} worker{'s' if n != 1 else ''}"
+
+
+def _top(d: dict[str, float], names: tuple[str, ...] | None = None) -> str | None:
+    pick = {k: v for k, v in d.items() if v > 0 and (names is None or k in names)}
+    return max(pick, key=lambda k: pick[k]) if pick else None
+
+
+def waited_for(rec: RunRecord, cause: str) -> str:
+    """What the wait of the verdict's ``cause`` was mostly for, in a few words: the stage of that cause the awaited
+    batches spent most of it in ("decoding in 4 workers"), or, for ``cpu`` where the kernel saw the producing threads
+    wait for a core more than run, the contention itself. Consistent with the verdict by construction: only stages
+    of its cause are named."""
+    st = _d(rec.stall)
+    by_stage = {k: float(v) for k, v in _d(st.get("by_stage")).items()}
+    by_kind = {k: float(v) for k, v in _d(st.get("by_kind")).items()}
+    of_cause = tuple(k for k in by_stage if (vocab.STAGE[k].cause if k in vocab.STAGE else
+                                             ("other" if k == "other" else "cpu")) == cause)
+    if cause == "cpu" and by_kind.get("runqueue", 0.0) > by_kind.get("on_cpu", 0.0):
+        n = _workers(rec)
+        return f"a free core ({n} workers oversubscribed)" if n else "a free core (oversubscribed)"
+    stage = _top(by_stage, of_cause)
+    if stage is None:
+        return f"{vocab.CAUSE[cause].words}{_in_workers(rec)}" if cause in vocab.CAUSE else cause
+    where = "" if stage in ("transfer", "h2d", "other") else _in_workers(rec)
+    return (_WAITED_FOR.get(stage) or f"the stage {stage}") + where
+
+
+def headline(rec: RunRecord) -> str:
+    """One sentence of at most ~20 words: verdict, share and cause. Reads the analyzed record only."""
+    v = _d(rec.verdict)
+    b = v.get("bottleneck")
+    frac = float(_d(rec.stall).get("fraction", 0.0) or 0.0)
+    who = device_words(rec)
+    if b == "memory":
+        bs = batch_size(rec)
+        return (f"Does not fit: out of device memory{' at batch size ' + bs if bs != '—' else ''} on "
+                f"{rec.compute_device.get('name') or 'the device'}.")
+    if b == "none" or not rec.window_steps:
+        return "No verdict: the run ended before its first measured step."
+    if b == "compute":
+        if v.get("binds") and str(v.get("binds")).startswith("cores"):
+            n = _workers(rec)
+            shared = f"the model and {n} worker{'s' if n != 1 else ''}" if n else "the model and its loading"
+            return f"Compute-bound on shared cores: {shared} share the CPU; input waits were {_pct(frac)}."
+        if _d(rec.compute_device).get("type") == "cpu":
+            return f"Compute-bound: the model on the CPU sets the pace; it waited only {_pct(frac)} for input."
+        return f"Compute-bound: the model sets the pace; {who} waited only {_pct(frac)} for input."
+    if b in vocab.CAUSE_NAMES:
+        sev = str(v.get("severity") or "")
+        head = "Input-bound" if sev.startswith("highly") or not sev else f"{sev.split()[0].capitalize()} input-bound"
+        return f"{head}: {who} waited {_pct(frac)} of the time, mostly for {waited_for(rec, str(b))}."
+    return f"{str(b or 'Unknown').capitalize()}: {who} waited {_pct(frac)} of the time."
+
+
+def batch_size(rec: RunRecord) -> str:
+    """The profiled loader's batch size: its ``batch_size``, else the built-in's configured one, else the samples per
+    step the record measured (a batch sampler or a batching dataset leaves ``DataLoader.batch_size`` None)."""
+    bs = _d(_d(rec.job).get("loader")).get("batch_size")
+    if isinstance(bs, int) and not isinstance(bs, bool):
+        return str(bs)
+    kind = _d(rec.job).get("kind")
+    cfg = _d(rec.config).get("batch_size")
+    if kind in (None, "builtin") and isinstance(cfg, int) and not isinstance(cfg, bool):
+        return str(cfg)
+    tp = _d(rec.throughput)
+    steps, samples = tp.get("steps") or 0, tp.get("samples") or 0
+    if steps and samples:
+        per = samples / steps
+        return str(round(per)) if abs(per - round(per)) < 0.05 else f"≈ {per:.1f}"
+    return "—"
+
+
+def _what_ran(rec: RunRecord) -> Figure:
+    job, device = _d(rec.job), _d(rec.compute_device)
+    on = "on the CPU" if device.get("type") == "cpu" else f"on {device.get('name') or 'the GPU'}"
+    if job.get("kind") in ("script", "module", "api"):
+        target = job.get("target")
+        name = os.path.basename(str(target)) if target else "your code"
+        kind = {"module": "module", "api": "your code (profiler.profile)"}.get(str(job.get("kind")), "script")
+        return Figure(name or "your code", f"{kind}, {on}")
+    c = _d(rec.config)
+    model = c.get("model")
+    if not model or model == "none":
+        return Figure("loader only", f"no model, {on}")
+    return Figure(str(model), f"model, {c.get('mode') or 'train'} mode, {on}")
+
+
+def key_figures(rec: RunRecord) -> list[Figure]:
+    """The cards: throughput, idle share, workers x batch size, window, what ran. Values are figures or "—"."""
+    tp, win, st = _d(rec.throughput), _d(rec.window), _d(rec.stall)
+    sps = float(tp.get("samples_per_s", 0.0) or 0.0)
+    n = _workers(rec)
+    steps, warm = int(win.get("steps", 0) or 0), int(win.get("warmup_steps", 0) or 0)
+    return [
+        Figure(f"{sps:,.0f} samples/s" if sps >= 100 else f"{sps:.1f} samples/s", "throughput, measured window"),
+        Figure(_pct(float(st.get("fraction", 0.0) or 0.0)), f"waiting for input ({float(st.get('seconds', 0)):.2f} s)"),
+        Figure(f"{'—' if n is None else n} × {batch_size(rec)}", "workers × batch size"),
+        Figure(f"{float(win.get('seconds', 0) or 0):.1f} s", f"window: {steps} steps, {warm} warm-up"),
+        _what_ran(rec),
+    ]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The other pages' answers: attach, compare, ranks, sweep (each page's h1, and the first line of its terminal view).
+# --------------------------------------------------------------------------------------------------------------------
+def attach_headline(rec: RunRecord) -> str:
+    """An attach record: sampled shares, said as such, with the sampled wait's interval."""
+    v, st = _d(rec.verdict), _d(rec.stall)
+    b = str(v.get("bottleneck") or "")
+    frac = float(st.get("fraction", 0.0) or 0.0)
+    lo, hi = st.get("fraction_low"), st.get("fraction_high")
+    iv = f" (95 %: {_pct(float(lo))}–{_pct(float(hi))})" if lo is not None and hi is not None else ""
+    if b in vocab.CAUSE_NAMES:
+        words = vocab.CAUSE[b].words if b in vocab.CAUSE else b
+        return f"Input-bound (sampled): the main thread waited for batches {_pct(frac)}{iv}, mostly {words}."
+    if b == "compute":
+        return f"Compute-bound (sampled): the main thread waited for batches only {_pct(frac)}{iv}."
+    return f"No verdict from the samples: the main thread waited for batches {_pct(frac)}{iv}."
+
+
+def compare_headline(c: dict[str, Any]) -> str:
+    """Which run is faster and why: the comparison's own first sentence (analysis/compare.py story: ratio, rates,
+    and where the time moved), without the configuration list that follows it; for 3+ runs, the fastest."""
+    labels: list[str] = list(c.get("labels") or [])
+    sentences: dict[str, str] = dict(c.get("sentences") or {})
+    if len(labels) == 2 and labels[1] in sentences:
+        s = str(sentences[labels[1]])
+        for cut in (". Differences:", ". Same configuration.", ". Note:"):
+            if cut in s:
+                s = s[: s.index(cut)]
+        return s.rstrip(".") + "."
+    thr = next((m for m in c.get("metrics") or [] if m.get("key") == "throughput"), None)
+    if not thr or not labels:
+        return "No comparison: the runs have no throughput to compare."
+    vals = [float(v) if v else 0.0 for v in thr.get("values") or []]
+    best = max(range(len(vals)), key=lambda i: vals[i])
+    base = vals[0] or 1.0
+    return (f"{labels[best]} is the fastest of {len(labels)} runs: {vals[best]:,.0f} samples/s, "
+            f"{vals[best] / base:.2f}x {labels[0]}.")
+
+
+def ranks_headline(v: dict[str, Any]) -> str:
+    """Which rank straggles and why (the merge's first straggler or slow host), or that none does."""
+    hosts = list(v.get("slow_hosts") or [])
+    sts = list(v.get("stragglers") or [])
+    n = len(v.get("present") or [])
+    if hosts:
+        h = hosts[0]
+        return (f"Host {h.get('hostname')} is slow as a whole: its {len(h.get('ranks') or [])} ranks held the others "
+                f"up ({', '.join(h.get('causes') or [])}).")
+    if sts:
+        s = sts[0]
+        waited = f"the others waited {_pct(float(s.get('waiting_share') or 0.0))} of each step for it"
+        if s.get("kind") == "input":
+            cause = str(s.get("cause"))
+            words = vocab.CAUSE[cause].words if cause in vocab.CAUSE else cause
+            return f"Rank {s.get('rank')} straggles, input-bound on {words}: {waited}."
+        return (f"Rank {s.get('rank')} straggles, slowest to compute ({float(s.get('compute_ms') or 0):.0f} vs "
+                f"{float(s.get('others_compute_ms') or 0):.0f} ms): {waited}.")
+    if not n:
+        return "No rank left a record: nothing to merge."
+    skew = float((v.get("skew_ms") or {}).get("mean") or 0.0)
+    return f"No straggler: the {n} ranks keep pace (step-time skew {skew:.1f} ms on average)."
+
+
+def sweep_headline(doc: dict[str, Any]) -> str:
+    """The best measured setting, against the first point, and how well the first point predicted the others."""
+    best = _d(doc.get("best"))
+    points = [p for p in doc.get("points") or [] if isinstance(p, dict)]
+    base = next((p for p in points if p.get("index") == doc.get("baseline")), points[0] if points else None)
+    if not best.get("label") or not base or not base.get("measured_samples_per_s"):
+        return "No point of the sweep finished: nothing to compare."
+    sps = float(best.get("samples_per_s") or 0.0)
+    ratio = sps / float(base["measured_samples_per_s"])
+    err = doc.get("median_abs_error")
+    tail = f"; predictions from the first point were off by {err * 100:.0f} % (median)" if err is not None else ""
+    if best.get("label") == base.get("label"):
+        return f"Best setting: {best['label']} (the first point), {sps:,.0f} samples/s{tail}."
+    return f"Best setting: {best['label']}, {sps:,.0f} samples/s, {ratio:.2f}x {base.get('label')}{tail}."
