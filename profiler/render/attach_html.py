@@ -7,11 +7,12 @@ from pathlib import Path
 from typing import Any
 
 from .. import vocab
+from ..analysis.headline import attach_headline
 from ..redact import redact_value
 from .attach_terminal import NOT_DRAWN
 from .jinja import environment
 from .output import write_png
-from .units import mpl, safe, stage_label
+from .units import mpl, printable, safe, stage_label
 
 
 def render_shares(rec: Any, out: Path, ctx: dict[str, Any]) -> Path:
@@ -45,7 +46,8 @@ def render(rec: Any, out: Path, ctx: dict[str, Any]) -> Path:
     img = base64.b64encode(Path(shares).read_bytes()).decode() if isinstance(shares, Path) else None
     a = safe(redact_value(dict(rec.attach or {})))
     html = environment().get_template("attach.html.j2").render(
-        verdict=safe(redact_value(rec.verdict or {})), stages=safe(rec.stages or {}), attach=a,
+        headline=printable(attach_headline(rec)), verdict=safe(redact_value(rec.verdict or {})),
+        stages=safe(rec.stages or {}), attach=a,
         stall=rec.stall or {}, partial=rec.partial_reason if rec.partial else None, img=img,
         shares_error=None if img else shares, not_drawn=NOT_DRAWN, findings=safe(rec.findings or []))
     path = out / "report.html"

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
+from ..analysis.headline import attach_headline
 from ..redact import redact_argv
 from .units import markup, pct, stage_label
 
@@ -59,7 +60,8 @@ def print_attach(rec: RunRecord, console: Console, files: list[str]) -> None:
     v = rec.verdict or {}
     style = {"compute": "green", "io": "red", "cpu": "red", "transfer": "yellow"}.get(str(v.get("bottleneck")), "")
     partial = f" [yellow](partial: {markup(rec.partial_reason)})[/]" if rec.partial else ""
-    console.print(f"\n[bold {style}]{markup(v.get('bottleneck', '?'))}[/]: {markup(v.get('summary', ''))}{partial}")
+    console.print(f"\n[bold {style}]{markup(attach_headline(rec))}[/]{partial}")  # the answer first
+    console.print(f"{markup(v.get('bottleneck', '?'))}: {markup(v.get('summary', ''))}")
     sampler = a.get("sampler") or {}
     console.print(f"sampled {a.get('seconds', 0):.1f} s of process {a.get('target', {}).get('pid')} at "
                   f"{sampler.get('rate_hz')} Hz: {sampler.get('samples', 0)} stack samples "

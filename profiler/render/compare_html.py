@@ -10,19 +10,35 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..analysis.headline import compare_headline
 from ..record import json_safe
 from .compare_rows import GROUP_TITLES, groups, rows
 from .jinja import environment
 from .output import write_atomic
-from .units import safe
+from .units import printable, safe
 
 
 def render_html(comparison: dict[str, Any], png: bytes | None) -> str:
     """The whole page as one string: inline CSS, the PNG as a data: URI, no external resource of any kind."""
     shown, omitted = rows(comparison)
     return environment().get_template("compare.html.j2").render(
+        headline=printable(compare_headline(comparison)), cards=_cards(comparison),
         c=safe(comparison), groups=groups(shown), titles=GROUP_TITLES, omitted=omitted,
         png_b64=base64.b64encode(png).decode("ascii") if png else None)
+
+
+def _cards(c: dict[str, Any]) -> list[dict[str, str]]:
+    """One card per run (up to five): its throughput and idle share, named by label and folder."""
+    metric = {m.get("key"): m for m in c.get("metrics") or []}
+    thr, idle = metric.get("throughput") or {}, metric.get("stall_fraction") or {}
+    out = []
+    for i, r in enumerate((c.get("runs") or [])[:5]):
+        tp = (thr.get("values") or [None] * (i + 1))[i]
+        fr = (idle.get("values") or [None] * (i + 1))[i]
+        value = "—" if tp is None else f"{float(tp):,.1f} samples/s"
+        label = f"{r.get('label')}: {r.get('name')}" + ("" if fr is None else f", waiting {float(fr) * 100:.1f} %")
+        out.append({"value": value, "label": printable(label)})
+    return out
 
 
 def render(comparison: dict[str, Any], out_dir: Path, ctx: dict[str, Any]) -> Path:

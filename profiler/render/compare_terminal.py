@@ -11,9 +11,11 @@ from typing import Any
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
+from ..analysis.headline import compare_headline
 from .compare_rows import SHORT_TITLES, Row, rows
-from .units import markup
+from .units import markup, printable
 
 # Columns a compared run needs (value, ratio, interval) and what the metric and baseline columns take: beyond what
 # the terminal holds, one table per compared run is printed instead of one wide table that rich would squash.
@@ -53,6 +55,9 @@ def comparison_table(c: dict[str, Any], shown: list[Row], which: list[int]) -> T
 
 
 def print_comparison(c: dict[str, Any], console: Console, files: list[str]) -> None:
+    """The answer first (analysis/headline.py compare_headline: which run is faster and why), then the table, the
+    runs and each run's full sentence."""
+    console.print(Text(printable(compare_headline(c)), style="bold"), highlight=False)
     shown, omitted = rows(c)
     others = list(range(1, len(c["labels"])))
     if FIXED_WIDTH + PAIR_WIDTH * len(others) <= console.width:

@@ -11,7 +11,12 @@ from .ranks_rows import HEADERS, SHORT, TERMINAL_HEADERS, table_rows
 def print_ranks(view: dict[str, Any], console: Any, files: list[str] | None = None) -> None:
     from rich.panel import Panel
     from rich.table import Table
+    from rich.text import Text
 
+    from ..analysis.headline import ranks_headline
+    from .units import printable
+
+    console.print(Text(printable(ranks_headline(view)), style="bold"), highlight=False)  # the answer first
     t = Table(title=f"Ranks ({len(view['present'])} of {view['world_size']}): ms per step; * straggler")
     keep = [HEADERS.index(h) for h in TERMINAL_HEADERS]
     for h in TERMINAL_HEADERS:

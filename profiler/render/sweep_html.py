@@ -8,8 +8,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..analysis.headline import sweep_headline
 from ..record import json_safe
 from .output import write_atomic
+from .units import printable
 
 
 def _f(v: Any, fmt: str = "{:.1f}") -> str:
@@ -46,18 +48,20 @@ def write_sweep_html(doc: dict[str, Any], path: str | Path, png: str | Path | No
     median_err = doc.get("median_abs_error")
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>profiler sweep</title>
 <style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:70em}}table{{border-collapse:collapse}}
-td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}td:first-child{{text-align:left}}</style></head><body>
-<h1>Sweep</h1>
+td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}td:first-child{{text-align:left}}
+h1{{font-size:1.5em}}img{{max-width:100%;height:auto}}</style></head><body>
+<h1 id="headline">{html.escape(printable(sweep_headline(doc)))}</h1>
+{img}
 <p>Best setting: <b>{html.escape(str(best.get('label', '—')))}</b> ({_f(best.get('samples_per_s'))} samples/s).
 Every other point was predicted from the first one
 {'(median absolute error ' + f'{median_err * 100:.0f} %)' if median_err is not None else ''}.
 {f"{doc['coverage'] * 100:.0f} % of the predicted points were measured inside their predicted interval."
  if doc.get('coverage') is not None else ''}
 {'<b>Interrupted</b>: only the finished points are shown.' if doc.get('interrupted') else ''}</p>
-{img}
+<div style="overflow-x:auto;max-width:100%">
 <table><tr><th>point</th><th>measured samples/s</th><th>95 % interval</th><th>predicted (interval)</th><th>error</th>
 <th>would bind (predicted)</th><th>verdict (measured)</th><th></th></tr>
-{rows_html}</table>
+{rows_html}</table></div>
 <p>Each point is a full profiled run in its own folder (pointN/run.json, report.html). Predictions assume what the
 first point's report states per prediction (run.json <code>whatif</code>).</p></body></html>"""
     out = Path(path)

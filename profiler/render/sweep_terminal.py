@@ -7,7 +7,12 @@ from typing import Any
 
 def print_sweep(doc: dict[str, Any], console: Any, files: list[str]) -> None:
     from rich.table import Table
+    from rich.text import Text
 
+    from ..analysis.headline import sweep_headline
+    from .units import printable
+
+    console.print(Text(printable(sweep_headline(doc)), style="bold"), highlight=False)  # the answer first
     t = Table(title="sweep: measured vs predicted from the first point")
     for c in ("point", "measured samples/s", "predicted", "error", "would bind"):
         t.add_column(c)
