@@ -94,8 +94,10 @@ class Context:
 
     @property
     def batch_build_ms(self) -> float:
-        """Time one worker needs to make one batch, from its own spans."""
-        return self.batch_size * (self.sample_read_ms + self.sample_cpu_ms) + self.collate_ms
+        """Time one worker needs to make one batch, from its own spans: the timed read stage where there is one,
+        else the dataset calls' blocked time (a script's reads are not a stage)."""
+        reads = self.sample_read_ms if self.timed_reads else (self.sample_blocked_ms or 0.0)
+        return self.batch_size * (reads + self.sample_cpu_ms) + self.collate_ms
 
     @property
     def model_batches_per_s(self) -> float:

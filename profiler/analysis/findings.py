@@ -25,16 +25,20 @@ def dataset_vs_ram(rec: RunRecord, ctx: Context) -> Finding | None:
     if fits is None or avail is None:
         return None
     total = rec.environment.get("ram", {}).get("total_bytes")
-    st = rec.storage or {}
-    from_dev = int(st.get("bytes_from_device") or 0)
+    # The device's rate over the measured window: the window's device bytes (the kernel's read_bytes, as the storage
+    # sentence counts them) over the window's seconds; the whole run's bytes over the window's time overstated it.
+    from_dev = ctx.calls_device_bytes
+    if from_dev is None:
+        st = rec.storage or {}
+        from_dev = int(((st.get("window") or {}).get("bytes_from_device")) or 0)
     rate = from_dev / ctx.window_s if from_dev > 0 and ctx.window_s > 0 else None
     gb = 1e9
     if fits:
         message = (f"Dataset {size / gb:.2f} GB fits in the page cache ({avail / gb:.1f} GB of RAM available): "
                    "after the first epoch, reads come from RAM unless memory pressure evicts them.")
     else:
-        cost = f"; at this run's device rate ({rate / 1e6:.0f} MB/s) that is {size / rate:.0f} s of reading per epoch" \
-            if rate else ""
+        cost = (f"; at this run's device rate ({rate / 1e6:.0f} MB/s over the measured window, by the kernel's "
+                f"read_bytes) that is {size / rate:.0f} s of reading per epoch") if rate else ""
         message = (f"Dataset {size / gb:.1f} GB cannot stay in the page cache ({avail / gb:.1f} GB of RAM "
                    f"available): every epoch reads it from the storage device{cost}.")
     return finding("dataset_vs_ram", message, dataset_bytes=size, ram_available_bytes=avail, ram_total_bytes=total,

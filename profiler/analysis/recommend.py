@@ -43,7 +43,7 @@ def _cpu_rules(ctx: Context, stall: Stall) -> list[Recommendation]:
         out.append(_rec(
             f"Use DataLoader workers: {ctx.knob('workers')} "
             f"{max(1, min(int(ctx.usable_cores) - 1, th.FIRST_WORKERS_AT_MOST))}",
-            f"with workers = 0 every batch is decoded in the main process while the model waits "
+            f"with workers = 0 every batch is made in the main process while the model waits "
             f"({ctx.batch_build_ms:.0f} ms per batch, serial with {ctx.compute_ms:.0f} ms of compute).",
             _ceiling_gain(ctx, per_worker_sps * max(1, int(ctx.usable_cores) - 1)), "cpu"))
     elif idle is not None and util is not None and idle >= th.MIN_IDLE_CORES_FOR_MORE_WORKERS and not saturated:
