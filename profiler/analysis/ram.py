@@ -246,7 +246,10 @@ def ram_section(rec: RunRecord, ctx: Context) -> Ram:
     # The built-in dataset's only Python objects are its file list: its workers' growth is the heap's, never a copy
     # of those (bounded by what they could hold). A script's objects are not measured: the RSS test alone decides.
     bound = None
-    if rec.job_kind == "builtin":
+    measured = (rec.loader or {}).get("dataset_object_bytes")  # optional: the dataset's objects, where recorded
+    if isinstance(measured, (int, float)) and measured >= 0:
+        bound = float(measured)
+    elif rec.job_kind == "builtin":
         files = int((rec.dataset or {}).get("files") or 0)
         bound = float(files * BUILTIN_OBJECT_BYTES_PER_FILE)
     cor = detect_copy_on_read(s, bound)  # once: the projection and the finding both use this result
