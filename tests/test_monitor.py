@@ -294,6 +294,10 @@ def test_sigterm_and_crash_write_the_record(how: str, data_file: Path, tmp_path:
         while not (out / "monitor.json").exists() and time.monotonic() < deadline and p.poll() is None:
             time.sleep(0.2)
         assert (out / "monitor.json").exists()
+        from profiler.cli import main
+
+        assert main(["report", str(out), "--out", str(tmp_path / "live")]) == 0  # the live folder renders
+        assert (tmp_path / "live" / "monitor.html").is_file()
         p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=120)
     rec = load(out)
@@ -306,20 +310,40 @@ def test_sigterm_and_crash_write_the_record(how: str, data_file: Path, tmp_path:
     assert rec.windows and rec.windows[-1].step_last + 1 == rec.steps_total
 
 
-def test_api_monitor_block(data_file: Path, tmp_path: Path) -> None:
+def test_api_monitor_block_outside_time_and_other_loaders(tmp_path: Path) -> None:
+    """profile(monitor=True) over two epochs with a validation loader and a pause (a checkpoint) between them: the
+    windows follow the training loader across epochs, and the time outside it is its own category."""
     code = f"""
-import sys, runpy
+import time, torch
+from torch.utils.data import DataLoader, Dataset
 import profiler
-sys.argv = ["job", {str(data_file)!r}, "20", "0", "4"]
+
+class Spin(Dataset):
+    def __len__(self): return 80
+    def __getitem__(self, i):
+        end = time.thread_time() + 0.002
+        while time.thread_time() < end:
+            pass
+        return torch.zeros(4)
+
+train = DataLoader(Spin(), batch_size=4, num_workers=0)
+val = DataLoader(Spin(), batch_size=4, num_workers=0)
 with profiler.profile(out={str(tmp_path / 'api')!r}, monitor=True, window=10, detail=4, quiet=True) as mon:
-    runpy.run_path({str(JOB)!r}, run_name="__main__")
+    for epoch in range(2):
+        for x in train:
+            pass
+        for x in val:
+            pass
+        time.sleep(0.3)  # a checkpoint: in no loader
 print(mon.files)
 """
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stderr[-3000:]
     rec = load(tmp_path / "api")
-    assert rec.status == "ended" and rec.steps_total == 60 and rec.job["kind"] == "api"
-    assert len(rec.windows) == 6 and rec.windows[-1].step_last == 59
-    assert {w.bottleneck for w in rec.windows[2:4]} == {"io"}  # the io phase, steps 20-39
+    assert rec.status == "ended" and rec.steps_total == 40 and rec.job["kind"] == "api"
+    ws = rec.windows
+    assert [w.step_last for w in ws] == [9, 19, 29, 39] and ws[-1].epoch == 1
+    assert sum(w.outside_s for w in ws) >= 0.3  # the first pause lies between two windows' steps
+    assert sum(w.other_loader_s for w in ws) > 0  # the validation loader's next() time
     assert (tmp_path / "api" / "monitor.html").is_file()
     assert th.MONITOR_PERSIST_WINDOWS >= 2  # the tests above rely on a single odd window never being a change
