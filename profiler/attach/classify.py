@@ -21,9 +21,12 @@ FETCH_PY = "torch/utils/data/_utils/fetch.py"
 COLLATE_PY = "torch/utils/data/_utils/collate.py"
 PIN_PY = "torch/utils/data/_utils/pin_memory.py"
 QUEUES_PY = "multiprocessing/queues.py"
-#: The profiler's own written-out map fetch (instrument/worker.py ``inline_map_fetch``), which stands in for torch's
-#: when the job being attached to runs under ``profiler run``: its samples are the same fetch.
-OWN_FETCH_PY = "profiler/instrument/worker.py"
+#: The profiler's own fetches (instrument/fetch.py ``instrumented_parts``, instrument/inline_fetch.py
+#: ``inline_map_fetch``; before the split, instrument/worker.py), which stand in for torch's when the job being
+#: attached to runs under ``profiler run``: their samples are the same fetch. Missing the moved files made every
+#: worker of a job under ``run`` read as idle from outside, and the pair's verdicts disagree.
+OWN_FETCH_PYS = ("profiler/instrument/fetch.py", "profiler/instrument/inline_fetch.py", "profiler/instrument/worker.py")
+OWN_FETCH_PY = OWN_FETCH_PYS[-1]
 
 #: Thread roles.
 MAIN, WORKER, WORKER_FEEDER, PIN_MEMORY, OTHER = "main", "worker", "worker_feeder", "pin_memory", "other"
@@ -74,7 +77,8 @@ def sample_stage(frames: Sequence[Frame]) -> str:
 def _producing(frames: Sequence[Frame], start: int) -> str | None:
     """The stage of a sample that is inside the DataLoader's fetch (below index ``start``), else None."""
     for i in range(start, len(frames)):
-        if _is(frames[i], FETCH_PY, "fetch") or _is(frames[i], OWN_FETCH_PY, "fetch"):
+        f = frames[i]
+        if _is(f, FETCH_PY, "fetch") or any(_is(f, own, "fetch") or _is(f, own, "lean_batch") for own in OWN_FETCH_PYS):
             return sample_stage(frames[i + 1:])
     return None
 
@@ -105,12 +109,40 @@ def pin_stage(frames: Sequence[Frame]) -> str:
     return "transfer"
 
 
+#: The main process's side of moving a batch from a worker (inside ``__next__``, below the data queue's ``get``):
+#: rebuilding each shared-memory tensor (torch's reductions, fetching its file descriptor from the worker's resource
+#: sharer) and reading and unpickling the message. Waiting for a batch is the queue's poll, none of these.
+RECEIVE_FILES = ("torch/multiprocessing/reductions.py", "multiprocessing/resource_sharer.py",
+                 "multiprocessing/reduction.py")
+RECEIVE_NAMES = ("_recv_bytes", "recv_bytes", "loads")
+
+
+def _receiving(frames: Sequence[Frame]) -> bool:
+    """Inside the data queue's ``get``, taking a batch in (not polling for one). Why it matters: a batch of many
+    tensors (each its own shared-memory fd, fetched from the worker by a socket handshake) can spend most of the wait
+    here while the workers idle; split by the workers' mix alone, that wait read as cpu (85 %) where ``run`` measured
+    transfer (57-61 %)."""
+    start = next((i for i, f in enumerate(frames) if _is(f, QUEUES_PY, "get")), None)
+    if start is None:
+        return False
+    for f in frames[start + 1:]:
+        if any(path in f.file for path in RECEIVE_FILES):
+            return True
+        if f.name.rsplit(".", 1)[-1] in RECEIVE_NAMES:
+            return True
+    return False
+
+
 def main_stage(frames: Sequence[Frame]) -> tuple[str, str | None]:
     """The main thread: (``wait`` | ``epoch_start`` | ``compute``, the worker-side stage when the main process loads
-    the batch itself — workers = 0 — else None)."""
+    the batch itself — workers = 0 —, ``transfer`` when it was taking a worker's batch in (``_receiving``), else
+    None)."""
     for i, f in enumerate(frames):
         if _is(f, DATALOADER_PY, "__next__"):
-            return "wait", _producing(frames, i)
+            inner = _producing(frames, i)
+            if inner is None and _receiving(frames[i:]):
+                inner = "transfer"
+            return "wait", inner
         if _is(f, DATALOADER_PY, "__iter__") or _is(f, DATALOADER_PY, "_get_iterator"):
             return "epoch_start", None
     return "compute", None
