@@ -9,7 +9,25 @@ and fit_plot.py.
 """
 from __future__ import annotations
 
-from profiler.fit.advice import oom_recommendations
-from profiler.fit.estimate import MemoryBreakdown, estimate_memory, max_batch_size
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from profiler.fit.advice import oom_recommendations
+    from profiler.fit.estimate import MemoryBreakdown, estimate_memory, max_batch_size
 
 __all__ = ["MemoryBreakdown", "estimate_memory", "max_batch_size", "oom_recommendations"]
+
+
+def __getattr__(name: str) -> Any:
+    """The package's names, imported when first asked for. Why lazy: estimate and advice import torch (through
+    profiler.harness.models), and ``profiler.fit.sizes`` (pure: sizes, GPU presets, ``format_bytes``) is imported by
+    renderers, which must not import torch (tests/test_layout.py)."""
+    if name == "oom_recommendations":
+        from profiler.fit.advice import oom_recommendations
+
+        return oom_recommendations
+    if name in ("MemoryBreakdown", "estimate_memory", "max_batch_size"):
+        from profiler.fit import estimate
+
+        return getattr(estimate, name)
+    raise AttributeError(f"module 'profiler.fit' has no attribute {name!r}")
