@@ -242,6 +242,12 @@ MONITOR_WINDOW_STEPS = 1000
 # Steps of each window kept in full detail (per-sample spans, what splits the idle time by cause); the rest of the
 # window only as exact totals. 64 steps at batch 32 are ~2,000 dataset calls: shares stable to a few per cent.
 MONITOR_DETAIL_STEPS = 64
+# The detail is taken in this many chunks spread over the window (its start, then every window/chunks steps; for a
+# time window every MONITOR_DETAIL_CHUNK_EVERY steps): a change in the middle of a window then shows in its cause
+# split as well as in its exact wait share. 4 chunks of 16 steps keep each chunk's shares meaningful (a chunk is
+# still 500 dataset calls at batch 32).
+MONITOR_DETAIL_CHUNKS = 4
+MONITOR_DETAIL_CHUNK_EVERY = 250
 # A change must persist this many windows in a row before it is called one: a single odd window (a GC pause, a
 # neighbour's burst, a checkpoint) is noise, two in a row is a regime. The change is placed at the first of them.
 MONITOR_PERSIST_WINDOWS = 2

@@ -50,6 +50,12 @@ class Monitor:
         self.out = out
         self.window_steps, self.window_ns = window_steps, int(window_s * 1e9) if window_s else 0
         self.detail = detail
+        # The detail is spread over the window in MONITOR_DETAIL_CHUNKS chunks (at its start, and every chunk_every
+        # steps), so a change inside a window is seen by its cause split too, not only by its wait share.
+        chunks = max(1, min(th.MONITOR_DETAIL_CHUNKS, detail))
+        self.per_chunk = -(-detail // chunks) if detail else 0
+        self.chunk_every = max(1, self.per_chunk, (window_steps // chunks) if not window_s else
+                               th.MONITOR_DETAIL_CHUNK_EVERY)
         self.exporters = list(exporters or [])
         self.status = status
         started = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -91,9 +97,27 @@ class Monitor:
             self.n += 1
             if self.n > self.window_steps or (self.window_ns and self.cut_ns and t0 - self.cut_ns >= self.window_ns):
                 self.cut(t0)
+            elif self.n % self.chunk_every == 1 and self.n > 1:
+                self._chunk()
 
         session.on_step = on_step
-        session.detail_steps = self.detail
+        session.detail_steps = self.per_chunk
+
+    def _chunk(self) -> None:
+        """A detail chunk starts: the steps since the last one that the Session kept flat are made rows (under the
+        boundary they were taken with), then the next ``per_chunk`` steps are kept in detail."""
+        s = self.session
+        if s is None or self.failed is not None:
+            return
+        t = time.perf_counter_ns()
+        try:
+            s._materialize()
+            s.detail_steps = max(0, s._n_steps - s.warmup) + self.per_chunk
+        except Exception as e:  # noqa: BLE001 - the monitor must never crash the job it watches
+            self.failed = f"{type(e).__name__}: {e}"
+            print(f"profiler monitor: stopped watching after an error of its own ({self.failed})", file=sys.stderr)
+        finally:
+            self.cost_ns += time.perf_counter_ns() - t
 
     def cut(self, end_ns: int, final: bool = False) -> WindowSummary | None:
         """End the window at ``end_ns`` (the open step's wait start); never raises into the job."""
@@ -114,7 +138,7 @@ class Monitor:
 
     def _cut(self, s: Session, end_ns: int, final: bool) -> WindowSummary | None:
         start = self.cut_ns or s.window_start_ns or end_ns
-        cut = take(s, start, end_ns, self.detail, self.other_wait, self.next_first, final)
+        cut = take(s, start, end_ns, self.per_chunk, self.other_wait, self.next_first, final)
         self.other_wait += cut.other_wait_ns
         self.cut_ns = end_ns
         self.next_first = cut.step_last + 1

@@ -145,7 +145,7 @@ def take(s: Session, start_ns: int, end_ns: int, detail: int, other_wait_before:
     s.rows, s.metas = keep, kept_metas
     tail, s.tail = s.tail, Tail()
     n_now = s._n_steps
-    s.detail_steps = max(0, n_now - s.warmup) + detail
+    s.detail_steps = max(0, n_now - s.warmup) + detail  # the next window's first detail chunk
     epochs = [e for e in s.epochs if e.iter_start_ns >= start_ns] or s.epochs[-1:]
     last = n_now - 1 if final else n_now - 2
     view = _View(s.t0_ns, rows, metas, epochs, s.accounting, tail, len(rows))
