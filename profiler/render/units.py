@@ -132,18 +132,24 @@ def safe(o: object) -> object:
 
 
 def first_clause(text: object, limit: int = 140) -> str:
-    """The lead of a long sentence, for a one-line view: up to its first "; " or " — " (where our sentences put the
-    detail), cut at a word boundary with "…" beyond ``limit`` characters. The whole sentence stays one flag or one
-    click away (``--details``, the page's Recommendations section)."""
+    """The lead of a long sentence, for a one-line view: up to its first "; " or " — " outside parentheses (where our
+    sentences put the detail), cut at a word boundary with "…" beyond ``limit`` characters, and never inside an
+    unclosed parenthesis (cut before it). The whole sentence stays one flag or one click away (``--details``, the
+    page's Recommendations section)."""
     s = printable(text).strip()
-    for sep in ("; ", " — "):
-        i = s.find(sep)
-        if i > 0:
+    depth = 0
+    for i, ch in enumerate(s):
+        depth += (ch == "(") - (ch == ")")
+        if depth == 0 and (s.startswith("; ", i) or s.startswith(" — ", i)) and i > 0:
             s = s[:i]
+            break
     if len(s) <= limit:
         return s
-    cut = s[: limit - 1].rsplit(" ", 1)[0].rstrip(",;:")
-    return cut + " …"
+    cut = s[: limit - 1].rsplit(" ", 1)[0]
+    opened = [i for i, ch in enumerate(cut) if ch == "("]
+    while opened and cut.count("(") > cut.count(")"):
+        cut = cut[: opened.pop()]
+    return cut.rstrip(" ,;:") + " …"
 
 
 def short_gain(text: object, limit: int = 200) -> str:
