@@ -88,17 +88,21 @@ def _kineto_facts(events: list[Any]) -> dict[str, Any]:
             max_id = i
         if e.get("ph") != "X":
             continue
-        ts, dur = e.get("ts"), e.get("dur", 0)
-        if type(ts) not in num or not math.isfinite(ts):
+        raw_ts: Any = e.get("ts")
+        dur: Any = e.get("dur", 0)
+        if type(raw_ts) not in num:
             continue
-        end = ts + dur if type(dur) in num and math.isfinite(dur) else ts
+        ts = float(raw_ts)
+        end = ts + float(dur) if type(dur) in num else ts
+        if not math.isfinite(end):
+            continue
         if ts < lo:
             lo = ts
         if end > hi:
             hi = end
         name = e.get("name")
         if type(name) is str and name.startswith("ProfilerStep#"):
-            steps.append((float(ts), float(end), e.get("pid"), e.get("tid")))
+            steps.append((ts, end, e.get("pid"), e.get("tid")))
         pids[e.get("pid")] += 1
     main = (steps[0][2], steps[0][3]) if steps else (max(pids, key=lambda k: pids[k]) if pids else None, None)
     return {"lo": lo, "hi": hi, "steps": sorted(steps, key=lambda s: s[0]), "main_pid": main[0],
@@ -234,10 +238,13 @@ def merge(rec: RunRecord, kineto: dict[str, Any], clock: dict[str, Any] | None =
             we = float(st["wait_end"][i]) * 1e6 + sh
             ws = float(st["wait_start"][i]) * 1e6 + sh
             fid = flow_base + int(b)
-            ours.append({"ph": "s", "name": "batch", "cat": FLOW_CAT, "id": fid, "pid": pid, "tid": tid,
-                         "ts": round(e["ts"] + e["dur"] / 2, 3)})
+            # Just inside the collate's end (the batch leaves) and the wait's end (it arrives): the arrow goes forward
+            # in time, and each end binds to the span enclosing it (the collate; the wait's last cause).
+            f_ts = round(we - min(1.0, (we - ws) / 2), 3)
+            s_ts = min(round(e["ts"] + e["dur"] - min(1.0, e["dur"] / 2), 3), f_ts)
+            ours.append({"ph": "s", "name": "batch", "cat": FLOW_CAT, "id": fid, "pid": pid, "tid": tid, "ts": s_ts})
             ours.append({"ph": "f", "bp": "e", "name": "batch", "cat": FLOW_CAT, "id": fid, "pid": main_pid,
-                         "tid": WAIT_TID, "ts": round(max(ws, (ws + we) / 2), 3)})
+                         "tid": WAIT_TID, "ts": f_ts})
     _nest(ours)
     meta = _metadata(main_pid, workers_seen, os_pid, bool(main_rows.size))
     inside = _waits_inside_steps(ours, facts["steps"])
