@@ -82,14 +82,24 @@ def whatif_lines(rec: RunRecord) -> list[str]:
     return out
 
 
+def figures_line(rec: RunRecord) -> str:
+    """The key figures (the page's cards) on one line: "152 samples/s · 1.8 % waiting for input · 2 workers × batch
+    32 · window 6.3 s (30 steps, 5 warm-up) · tiny (model, train mode, on the CPU)"."""
+    f = key_figures(rec)
+    workers, _, batch = f[2].value.partition(" × ")
+    parts = [f[0].value, f"{f[1].value} waiting for input", f"{workers} workers × batch {batch}",
+             f"window {f[3].value} ({f[3].label.split(': ', 1)[-1]})"]
+    parts += [f"{x.value} ({x.label})" for x in f[4:]]
+    return " · ".join(parts)
+
+
 def print_short(rec: RunRecord, console: Console, out_files: list[str] | None = None) -> None:
     v = rec.verdict or {}
     style = STYLE.get(str(v.get("bottleneck", "")), "")
     if rec.partial:
         _line(console, f"PARTIAL RUN: {rec.partial_reason or 'the run did not finish'}.", "bold red")
     _line(console, headline(rec), f"bold {style}".strip())
-    _line(console, " · ".join(f"{f.value} {f.label.split(',')[0].split(' (')[0]}" if f.label.startswith(
-        ("throughput", "waiting", "workers")) else f"{f.value} ({f.label})" for f in key_figures(rec)))
+    _line(console, figures_line(rec))
     lines = loader_lines(rec)
     if lines:
         _one_line(console, lines[0])
