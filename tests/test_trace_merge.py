@@ -177,10 +177,11 @@ def hta_input_bound_steps(analyzer: Any, rank: int = 0, share: float = 0.5) -> d
 @pytest.fixture(scope="module")
 def handler_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """run of a script whose torch.profiler writes through tensorboard_trace_handler, 2 workers; the window closes
-    the job (its profiler's __exit__ exports as the job stops)."""
+    the job (its profiler's __exit__ exports as the job stops). With --torch-profiler too: ours must step aside when
+    the job's starts (two at once crashed the process: a segfault)."""
     d = tmp_path_factory.mktemp("tm_handler")
-    _cli(d, "run", "--no-progress", "--no-plots", "--warmup", "2", "--steps", "10", "--out", "run", str(OWN), "2",
-         "tb")
+    _cli(d, "run", "--no-progress", "--no-plots", "--torch-profiler", "--warmup", "2", "--steps", "10", "--out",
+         "run", str(OWN), "2", "tb")
     return d / "run", d / "tb"
 
 
@@ -192,6 +193,7 @@ def test_handler_trace_merged_beside_it_and_in_the_run_folder(handler_run: tuple
     rec = record.load(run / "run.json")
     listed = rec.torch_traces["traces"]  # type: ignore[index]
     assert [t["path"] for t in listed] == [str(job_files[0].resolve())] and listed[0]["by"] == "job"
+    assert "the job started its own torch.profiler" in rec.torch_traces["error"]  # type: ignore[index]
     beside = kineto_merge.merged_name(job_files[0])
     assert beside.name.endswith(".pt.trace.profiler_merged.json") and beside.is_file()
     job = json.loads(job_files[0].read_text())

@@ -66,6 +66,9 @@ def check() -> list[str]:
     cls = _kineto_class()
     if cls is None:
         return ["torch.profiler.profiler._KinetoProfile is missing"]
+    for name in ("prepare_trace", "start_trace"):  # every start goes through prepare_trace (schedule or not)
+        if not callable(cls.__dict__.get(name)):
+            problems.append(f"_KinetoProfile.{name} is missing")
     fn = cls.__dict__.get("export_chrome_trace")
     if not callable(fn):
         problems.append("_KinetoProfile.export_chrome_trace is missing")
@@ -92,6 +95,10 @@ class TraceWatch:
         self.offsets: list[int] = []
         self.bracket_ns = 0
         self._orig: Callable[..., Any] | None = None
+        self._orig_prepare: Callable[..., Any] | None = None
+        # Called with a torch.profiler about to start (OwnProfiler.step_aside): two cannot run at once (kineto
+        # cancels the first, and stopping it then crashed the process: a segfault on torch 2.14).
+        self.before_start: Callable[[Any], None] | None = None
         self._own: set[str] = set()
         self._pid = os.getpid()
         self._lock = threading.Lock()
@@ -126,8 +133,21 @@ class TraceWatch:
                 pass
             return result
 
-        self._orig = orig
+        orig_prepare = cls.__dict__["prepare_trace"]
+
+        @functools.wraps(orig_prepare)
+        def prepare_trace(prof: Any, *args: Any, **kwargs: Any) -> Any:
+            hook = watch.before_start
+            if hook is not None:
+                try:
+                    hook(prof)
+                except Exception:  # noqa: BLE001 - stepping aside must never fail the job's own start
+                    pass
+            return orig_prepare(prof, *args, **kwargs)
+
+        self._orig, self._orig_prepare = orig, orig_prepare
         cls.export_chrome_trace = export_chrome_trace
+        cls.prepare_trace = prepare_trace
         return True
 
     def uninstall(self) -> None:
@@ -136,7 +156,9 @@ class TraceWatch:
         cls = _kineto_class()
         if cls is not None:
             cls.export_chrome_trace = self._orig
-        self._orig = None
+            if self._orig_prepare is not None:
+                cls.prepare_trace = self._orig_prepare
+        self._orig = self._orig_prepare = None
 
     def own(self, path: str | os.PathLike[str]) -> None:
         """``path`` is the profiler's own export (``--torch-profiler``), not the job's."""
@@ -183,6 +205,11 @@ class OwnProfiler:
             import torch
             from torch.profiler import ProfilerActivity, profile, schedule
 
+            if torch._C._autograd._profiler_enabled():  # the job's own is running (around a profile() block)
+                self.error = "a torch.profiler was running already: the profiler did not start its own"
+                print(f"profiler: {self.error} (its traces are merged instead)", file=sys.stderr)
+                return
+            self.watch.before_start = self.step_aside
             acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
             self.watch.own(self.path)
             self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -194,6 +221,16 @@ class OwnProfiler:
             self.error = f"{type(e).__name__}: {e}"
             self.prof = None
             print(f"profiler: could not start torch.profiler ({self.error})", file=sys.stderr)
+
+    def step_aside(self, prof: Any) -> None:
+        """The job starts its own torch.profiler: ours stops first (its trace so far is exported and merged), so the
+        job's runs as it would without the profiler."""
+        if self.prof is None or prof is self.prof:
+            return
+        self.watch.before_start = None
+        self.stop()
+        self.error = "the job started its own torch.profiler: the profiler's stopped there (two cannot run at once)"
+        print(f"profiler: {self.error}; the job's traces are merged too", file=sys.stderr)
 
     def on_step(self, measured: bool, wait_start_ns: int, wait_end_ns: int, n_samples: int) -> None:
         """Session.on_step: a batch was handed over; one kineto step per batch of the window."""
@@ -209,6 +246,7 @@ class OwnProfiler:
     def stop(self) -> None:
         """Stop (and so export) once; idempotent: the window's close and the run's end may both call it."""
         prof, self.prof = self.prof, None
+        self.watch.before_start = None
         if prof is None:
             return
         try:
