@@ -91,12 +91,13 @@ ATTACH: tuple[Renderer, ...] = (
     Renderer("attach_shares", "shares.png", "attach_html:render_shares"),
     Renderer("attach_html", "report.html", "attach_html:render"),
 )
+REGISTRIES: tuple[tuple[Renderer, ...], ...] = (REPORT, COMPARE, FIT, SWEEP, RANKS, ATTACH)
 # A run whose job exported torch.profiler traces (or run --torch-profiler), and `report RUN --torch-trace T.json`: the
-# merged kineto trace (render/kineto_merge.py); also writes <name>.profiler_merged.json beside each job's trace.
+# merged kineto trace (render/kineto_merge.py); also writes <name>.profiler_merged.json beside each job's trace. Not
+# in REGISTRIES: it renders a record together with a trace file, not from the record alone.
 TORCH_TRACE: tuple[Renderer, ...] = (
     Renderer("torch_trace", "torch_trace.json", "kineto_merge:render", action="merge the torch.profiler trace"),
 )
-REGISTRIES: tuple[tuple[Renderer, ...], ...] = (REPORT, COMPARE, FIT, SWEEP, RANKS, ATTACH, TORCH_TRACE)
 
 REPORT_FILES = tuple(r.file for r in REPORT)
 PLOT_FILES = tuple(r.file for r in REPORT if r.file.endswith(".png"))
