@@ -239,6 +239,10 @@ TRANSFER_RUNQ_SHARE = 0.25
 # own cost (a few ms: the window's timeline and attribution) is well under 1 % of it, short enough that a change is
 # placed within seconds to minutes of when it happened.
 MONITOR_WINDOW_STEPS = 1000
+# ... and the default window lasts at least this long: a light loop (~0.3 ms per step) would otherwise cut every
+# 0.3 s, and a cut (the window's timeline and attribution, 5-30 ms on the loaded 2-core VM, profiled) would cost
+# several per cent of the job. An explicit --window N is taken as given.
+MONITOR_MIN_WINDOW_S = 10.0
 # Steps of each window kept in full detail (per-sample spans, what splits the idle time by cause); the rest of the
 # window only as exact totals. 64 steps at batch 32 are ~2,000 dataset calls: shares stable to a few per cent.
 MONITOR_DETAIL_STEPS = 64

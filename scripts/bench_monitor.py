@@ -54,7 +54,7 @@ def _make() -> tuple[TensorDataset, torch.nn.Module, torch.optim.Optimizer]:
 
 
 def run_loop(ds: TensorDataset, model: torch.nn.Module, opt: torch.optim.Optimizer, workers: int, batches: int,
-             window: int, out: str | None) -> tuple[float, float]:
+             window: int | None, out: str | None) -> tuple[float, float]:
     """(this process's CPU s over the steps, the workers' CPU s over their life) of ``batches`` steps."""
     loader = DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=workers,
                         generator=torch.Generator().manual_seed(1))
@@ -78,7 +78,8 @@ def run_loop(ds: TensorDataset, model: torch.nn.Module, opt: torch.optim.Optimiz
     return main1 - main0, _cpu(resource.RUSAGE_CHILDREN) - children0
 
 
-def long_run(ds: TensorDataset, model: torch.nn.Module, opt: torch.optim.Optimizer, steps: int, window: int) -> int:
+def long_run(ds: TensorDataset, model: torch.nn.Module, opt: torch.optim.Optimizer, steps: int,
+             window: int | None) -> int:
     """One monitored loop of ``steps`` steps, epoch after epoch: the record's size and RSS along the job."""
     from profiler.monitor.record import load
 
@@ -107,6 +108,8 @@ def long_run(ds: TensorDataset, model: torch.nn.Module, opt: torch.optim.Optimiz
               f"({rec.log.folds:,} folds), {len(rec.changes)} change points; monitor.json {size / 1e6:.2f} MB; RSS "
               f"(whole tree, median of the first / last quarter of the kept windows) {first:.0f} / {last:.0f} MB; "
               f"monitor's own time at cuts {rec.monitor_cost.get('seconds', 0):.1f} s")
+        for c in rec.changes:
+            print(f"  change ({c.kind}) at step {c.step:,}: {c.summary} [{c.statistic}]")
         print(f"monitor_long: steps={steps} record_bytes={size} rss_first_mb={first:.0f} rss_last_mb={last:.0f}")
     return 0
 
@@ -115,7 +118,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--batches", type=int, default=3000, help="batches per loop (both loops)")
-    p.add_argument("--window", type=int, default=1000, help="monitor window, steps (the default of `monitor`)")
+    p.add_argument("--window", type=int, default=None, help="monitor window, steps (default: monitor's own, 1,000 "
+                                                             "steps lasting at least 10 s)")
     p.add_argument("--workers", default="0,2", help="comma-separated num_workers values")
     p.add_argument("--long", type=int, default=0, metavar="N", help="one monitored loop of N steps (see above)")
     a = p.parse_args()

@@ -30,8 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.usage = "python -m profiler monitor [options] SCRIPT [args...] | -m MODULE [args...]"
     p.epilog = MONITOR_EPILOG
     p.formatter_class = argparse.RawDescriptionHelpFormatter
-    p.add_argument("--window", default=str(th.MONITOR_WINDOW_STEPS), metavar="N|Ns",
-                   help=f"window length: N steps, or a time like 60s / 5m (default {th.MONITOR_WINDOW_STEPS} steps)")
+    p.add_argument("--window", metavar="N|Ns",
+                   help=f"window length: N steps, or a time like 60s / 5m (default {th.MONITOR_WINDOW_STEPS} steps "
+                        f"lasting at least {th.MONITOR_MIN_WINDOW_S:g} s)")
     p.add_argument("--detail", type=int, default=th.MONITOR_DETAIL_STEPS, metavar="N",
                    help=f"steps of each window seen in full detail; the rest as exact totals (default "
                         f"{th.MONITOR_DETAIL_STEPS})")
@@ -90,7 +91,8 @@ def main(args: argparse.Namespace) -> int:
     target = getattr(args, "target", None)
     if target is None:
         raise UserError("monitor needs a script (monitor train.py args...) or a module (monitor -m pkg.train)")
-    steps, secs = parse_window(args.window)
+    steps, secs = parse_window(args.window if args.window is not None else str(th.MONITOR_WINDOW_STEPS))
+    min_s = th.MONITOR_MIN_WINDOW_S if args.window is None else 0.0
     if not 0 <= args.detail <= 100_000:
         raise UserError(f"--detail {args.detail}: out of range (0..100000)")
     select = LoaderSelector.parse(args.loader) if args.loader else None
@@ -108,12 +110,13 @@ def main(args: argparse.Namespace) -> int:
            "argv": redact_argv(list(args.script_args))}
     show = not args.no_status
     mon = Monitor(out, window_steps=steps, window_s=secs, detail=args.detail, exporters=exporters(args, out),
-                  status=status_printer() if show else None, job=job)
+                  status=status_printer() if show else None, job=job, min_window_s=min_s)
     pid = os.getpid()
     session = Session(0, FOREVER, then="continue", select=select)
     mon.attach(session)
-    print(f"Monitoring {target} (a window every {args.window}{' steps' if secs is None else ''}; record in {out})",
-          file=sys.stderr)
+    every = args.window or f"{steps} steps, at least {min_s:g} s"
+    print(f"Monitoring {target} (a window every {every}{' steps' if args.window and secs is None else ''}; record in "
+          f"{out})", file=sys.stderr)
     outcome = run_session(script_job(path if not args.is_module else target, list(args.script_args),
                                      args.is_module), session)
     if os.getpid() != pid:  # a forked child of the script ran off its end: its parent writes the record

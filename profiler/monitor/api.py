@@ -24,11 +24,13 @@ class MonitorBlock:
     """What ``profile(monitor=True)`` returns: ``record`` (the MonitorRecord), ``files`` and ``out`` once the block
     has ended (``record`` is also there while it runs, and monitor.json is rewritten as it goes)."""
 
-    def __init__(self, out: str | None, window: int | str, detail: int, tensorboard: str | None, wandb: bool,
+    def __init__(self, out: str | None, window: int | str | None, detail: int, tensorboard: str | None, wandb: bool,
                  mlflow: bool, plots: bool, quiet: bool, loader: str | None):
         from ..commands.monitor import parse_window
 
-        self.steps, self.secs = parse_window(str(window))  # a bad window fails at the call, not inside the block
+        # a bad window fails at the call, not inside the block; the default one also lasts MONITOR_MIN_WINDOW_S
+        self.steps, self.secs = parse_window(str(window if window is not None else th.MONITOR_WINDOW_STEPS))
+        self.min_s = th.MONITOR_MIN_WINDOW_S if window is None else 0.0
         if detail < 0:
             raise ValueError("detail must be >= 0")
         self.detail, self.tensorboard, self.wandb, self.mlflow = detail, tensorboard, wandb, mlflow
@@ -80,7 +82,7 @@ class MonitorBlock:
                         _say(str(e))
             self._mon = Monitor(self.out, window_steps=self.steps, window_s=self.secs, detail=self.detail,
                                 exporters=exporters, status=None if self.quiet else status_printer(),
-                                job={"kind": "api", "target": "profile(monitor=True)"})
+                                job={"kind": "api", "target": "profile(monitor=True)"}, min_window_s=self.min_s)
             self.record = self._mon.rec
             session = Session(0, FOREVER, then="continue",
                               select=LoaderSelector.parse(self.loader) if self.loader else None)
@@ -121,7 +123,7 @@ class MonitorBlock:
         return False
 
 
-def monitor_block(out: str | None = None, window: int | str = th.MONITOR_WINDOW_STEPS,
+def monitor_block(out: str | None = None, window: int | str | None = None,
                   detail: int = th.MONITOR_DETAIL_STEPS, tensorboard: str | None = None, wandb: bool = False,
                   mlflow: bool = False, plots: bool = True, quiet: bool = False,
                   loader: str | None = None) -> MonitorBlock:

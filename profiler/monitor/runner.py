@@ -44,11 +44,12 @@ class Monitor:
                  detail: int = th.MONITOR_DETAIL_STEPS, exporters: list[Exporter] | None = None,
                  status: Callable[[WindowSummary, list[ChangePoint]], None] | None = None,
                  job: dict[str, Any] | None = None, write_every_s: float = th.MONITOR_WRITE_EVERY_S,
-                 max_windows: int | None = None, full_windows: int | None = None):
+                 max_windows: int | None = None, full_windows: int | None = None, min_window_s: float = 0.0):
         if window_steps < 1 or detail < 0:
             raise ValueError("window_steps must be >= 1 and detail >= 0")
         self.out = out
         self.window_steps, self.window_ns = window_steps, int(window_s * 1e9) if window_s else 0
+        self.min_ns = int(min_window_s * 1e9)  # a step window also lasts at least this long (the default window)
         self.detail = detail
         # The detail is spread over the window in MONITOR_DETAIL_CHUNKS chunks (at its start, and every chunk_every
         # steps), so a change inside a window is seen by its cause split too, not only by its wait share.
@@ -64,7 +65,8 @@ class Monitor:
             from .fold import WindowLog
 
             self.rec.log = WindowLog(max_windows or th.MONITOR_MAX_WINDOWS, full_windows or th.MONITOR_FULL_WINDOWS)
-        self.rec.config = {"window_steps": window_steps, "window_s": window_s, "detail_steps": detail,
+        self.rec.config = {"window_steps": window_steps, "window_s": window_s, "min_window_s": min_window_s,
+                           "detail_steps": detail,
                            "exporters": [e.name for e in self.exporters]}
         self.detector = Detector()
         self.procs = TreeCounters()
@@ -95,7 +97,9 @@ class Monitor:
             if chained is not None:
                 chained(measured, t0, t1, n)
             self.n += 1
-            if self.n > self.window_steps or (self.window_ns and self.cut_ns and t0 - self.cut_ns >= self.window_ns):
+            if (self.n > self.window_steps and (not self.min_ns or t0 - (self.cut_ns or session.window_start_ns)
+                                                >= self.min_ns)) \
+                    or (self.window_ns and self.cut_ns and t0 - self.cut_ns >= self.window_ns):
                 self.cut(t0)
             elif self.n % self.chunk_every == 1 and self.n > 1:
                 self._chunk()

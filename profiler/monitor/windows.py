@@ -10,7 +10,8 @@ Sampling: the first ``detail`` steps of a window are kept in full (rows, per-sam
 by cause); the rest only as the Tail's exact totals (Session.detail_steps is moved forward at every cut). The
 window's idle time is exact; its split by cause is the detail's shares applied to the total, the assumption
 ``run`` states for its own tail (attribution.extend_to_tail). The summary is computed by the same functions as
-``run``'s record: collect.timeline, stats.stage_stats, attribution.attribute + extend_to_tail, verdict.decide.
+``run``'s record: collect.timeline, stats.stage_durations (what stage_stats describes, without its percentiles and
+histograms: a window needs totals), attribution.attribute + extend_to_tail, verdict.decide.
 """
 from __future__ import annotations
 
@@ -159,7 +160,7 @@ def summarize(cut: Cut, index: int, workers: int, procs: TreeSnapshot, batch_siz
     """The window's figures by ``run``'s own functions (module docstring)."""
     from ..analysis.attribution import attribute, extend_to_tail, has_kernel_accounting
     from ..analysis.context import Context
-    from ..analysis.stats import stage_stats, tables
+    from ..analysis.stats import stage_durations, tables
     from ..analysis.verdict import decide
     from ..instrument import collect
     from ..record.schema import Timeline
@@ -168,7 +169,7 @@ def summarize(cut: Cut, index: int, workers: int, procs: TreeSnapshot, batch_siz
     window_s = max(0.0, (cut.end_ns - cut.start_ns) / 1e9)
     tl = cast(Timeline, collect.timeline(cast("Session", v)))
     t = tables(tl)
-    stages = stage_stats(t)
+    durations = stage_durations(t)
     stall = attribute(t, window_s, "host clocks", kernel=has_kernel_accounting(tl, t))
     stall = extend_to_tail(stall, t.tail, window_s)
     measured = [r for r in v.rows if r.measured]
@@ -179,27 +180,34 @@ def summarize(cut: Cut, index: int, workers: int, procs: TreeSnapshot, batch_siz
     stage_s: dict[str, float] = {}
     stage_per: dict[str, str] = {}
     stage_obs: dict[str, int] = {}
-    for name, st in stages.items():
-        if name in ("wait", "h2d", "compute", "epoch_start", "ready_ahead") or not st.get("count"):
+    for name, d in durations.items():
+        if name in ("wait", "h2d", "compute", "epoch_start", "ready_ahead") or not d.size:
             continue
-        stage_s[name] = float(st["total_s"])
+        stage_s[name] = float(d.sum())
         stage_per[name] = vocab.stage(name).per
-        stage_obs[name] = int(st["count"])
-    for name in ("wait", "compute"):
-        main = stages.get(name)
-        if main is not None and main.get("count"):  # exact over every step (the tail's totals are added in stats)
-            stage_s[name], stage_per[name], stage_obs[name] = float(main["total_s"]), "step", int(main["count"])
+        stage_obs[name] = int(d.size)
+    tail = v.tail
+    for name, extra_s in (("wait", tail.wait_ns / 1e9), ("compute", tail.compute_ns / 1e9)):
+        got = durations.get(name)
+        n = (int(got.size) if got is not None else 0) + tail.steps  # exact over every step: the tail's totals added
+        if n:
+            stage_s[name] = (float(got.sum()) if got is not None else 0.0) + extra_s
+            stage_per[name], stage_obs[name] = "step", n
+
+    def mean_ms(name: str) -> float:
+        return stage_s[name] * 1e3 / stage_obs[name] if stage_obs.get(name) else 0.0
+
     rchar = procs.rchar
     read_bytes = procs.read_bytes
     ctx = Context(device_type=device_type, device_name="", window_s=window_s, steps=steps, samples=samples,
                   samples_per_s=samples / window_s if window_s > 0 else 0.0, batch_size=batch_size or 1,
                   workers=workers, usable_cores=cores, cpu_util=None,
-                  compute_ms=stages.get("compute", {}).get("mean_ms", 0.0), h2d_ms=0.0, sample_cpu_ms=0.0,
-                  sample_read_ms=stages.get("read", {}).get("mean_ms", 0.0), collate_ms=0.0, transfer_ms=0.0,
+                  compute_ms=mean_ms("compute"), h2d_ms=0.0, sample_cpu_ms=0.0,
+                  sample_read_ms=mean_ms("read"), collate_ms=0.0, transfer_ms=0.0,
                   ready_ahead_ms=0.0, mean_file_bytes=0.0, mean_pixels=0.0, read_mb_s_per_worker=0.0,
                   dataset_bytes=0, ram_available_bytes=None, pin_memory=False, amp=False, augment="",
                   image_size=0, page_cache_hit=(1.0 - read_bytes / rchar) if rchar > 0 else None,
-                  bytes_measured=False, timed_reads="read" in stages, job_kind="script")
+                  bytes_measured=False, timed_reads="read" in stage_s, job_kind="script")
     verdict = decide(stall, ctx)
     by_cause = {c: float(stall["by_cause"].get(c, 0.0)) for c in CAUSES}
     return WindowSummary(
