@@ -86,7 +86,7 @@ def test_two_signals_close_together_still_write_the_record(tmp_path, cpu_job, wh
 
 # -- 2. --out is claimed ---------------------------------------------------------------------------------------
 
-def test_attach_into_an_out_another_run_holds_is_one_line_exit_2(tmp_path, cpu_job):
+def test_attach_into_an_out_another_run_holds_is_one_line_exit_2(tmp_path, cpu_job, capsys):
     out = tmp_path / "busy"
     out.mkdir()
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path; from profiler "
@@ -94,13 +94,14 @@ def test_attach_into_an_out_another_run_holds_is_one_line_exit_2(tmp_path, cpu_j
                                "time.sleep(120)", str(out)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and "HELD" in holder.stdout.readline()
-        a = subprocess.run([sys.executable, "-m", "profiler", "attach", str(cpu_job.pid), "--duration", "1",
-                            "--out", str(out)], capture_output=True, text=True, timeout=120)
+        capsys.readouterr()
+        rc, _ = attach_here(out, str(cpu_job.pid), "--duration", "1")
     finally:
         holder.kill()
         holder.wait()
-    assert a.returncode == 2 and "another profiler run is writing there" in a.stderr, a.stderr
-    assert len(a.stderr.strip().splitlines()) == 1 and not list(out.iterdir())
+    err = capsys.readouterr().err
+    assert rc == 2 and "another profiler run is writing there" in err, err
+    assert len(err.strip().splitlines()) == 1 and not list(out.iterdir())
 
 
 # -- 7. py-spy's output is parsed by structure ---------------------------------------------------------------------
@@ -244,7 +245,8 @@ def test_per_sample_tensor_lists_and_impossible_shapes_are_counted_right():
     assert count_samples(Batch([torch.zeros(4, 3) for _ in range(16)]), None) == (4, BASIS_BATCH)
 
 
-@pytest.mark.parametrize("kind, basis", [("list", "batch"), ("negshape", "dataset calls")])
+@pytest.mark.parametrize("kind, basis", [pytest.param("list", "batch", marks=pytest.mark.slow),
+                                         ("negshape", "dataset calls")])
 def test_a_run_of_hard_to_count_batches_says_its_basis_and_reports(tmp_path, kind, basis):
     out = tmp_path / "run"
     p = subprocess.run([sys.executable, "-m", "profiler", "run", "--no-progress", "--no-plots", "--warmup", "1",

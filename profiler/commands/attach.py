@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -127,7 +128,6 @@ def _write_all(args: argparse.Namespace, out: Path, sampled: list[Any], console:
     from ..outdir import prepare_out
     from ..render import write_attach
     from ..render.attach_terminal import print_attach
-    from ..saving import save_record
 
     status = 0
     by_rank: dict[int, dict[str, object]] = {}
@@ -141,10 +141,11 @@ def _write_all(args: argparse.Namespace, out: Path, sampled: list[Any], console:
                 folder = Path(tempfile.mkdtemp(prefix=f"profiler-attach-rank{_rank(s, i)}-"))
                 print(f"profiler: {e}; rank {_rank(s, i)}'s record goes to {folder}", file=sys.stderr)
         rec = build.build(s)
-        path = save_record(rec, folder / "run.json")  # the raw record first: analysis or drawing failing must not
-        written.append(True)                          # cost it
+        tag = f"rank{_rank(s, i)}-" if len(sampled) > 1 else ""
+        path = _save(rec, folder / "run.json", tag)  # the raw record first: analysis or drawing failing must not
+        written.append(True)                         # cost it
         rec = analyze(rec)
-        path = save_record(rec, path)
+        path = _save(rec, path, tag)
         files: list[Path] = [path]
         if not args.no_plots and path.parent == folder:
             try:
@@ -166,6 +167,25 @@ def _write_all(args: argparse.Namespace, out: Path, sampled: list[Any], console:
             print(f"profiler: could not write the merged ranks view in {out} ({e.strerror or e}); each rank's "
                   "record is saved", file=sys.stderr)
     return status
+
+
+def _save(rec: Any, path: Path, tag: str) -> Path:
+    """``saving.save_record`` with a fallback name of its own per rank (``tag``): that one's name is per process,
+    and ``--rank-of`` saves one record per rank from one process (on a full disk the second replaced the first)."""
+    from ..saving import save_record
+
+    if not tag:
+        return save_record(rec, path)
+    try:
+        return Path(rec.save(path))
+    except OSError as e:
+        fallback = Path(tempfile.gettempdir()) / f"profiler-{os.getpid()}-attach-{tag}run.json"
+        try:
+            rec.save(fallback)
+        except OSError:
+            raise UserError(f"could not save the record to {path} ({e.strerror or e}) nor to {fallback}") from None
+        print(f"profiler: could not save {path} ({e.strerror or e}); the record is in {fallback}", file=sys.stderr)
+        return fallback
 
 
 def write_ranks_view(out: Path, by_rank: dict[int, dict[str, object]], paths: dict[int, str], console: object,
