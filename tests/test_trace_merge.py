@@ -141,6 +141,7 @@ def check_merged(merged: dict[str, Any], job: dict[str, Any], rec: record.RunRec
 
 
 def _hta(folder: Path) -> Any:
+    pytest.importorskip("hta", reason="HolisticTraceAnalysis (the test extra) is not installed")
     from hta.trace_analysis import TraceAnalysis
 
     with warnings.catch_warnings():
@@ -263,6 +264,17 @@ def test_size_stays_within_the_bound(handler_run: tuple[Path, Path]) -> None:
     ours = len(json.dumps(trace_mod.build_trace(rec), separators=(",", ":")))
     job = next(tb.glob("*.pt.trace.json")).stat().st_size
     assert (run / "torch_trace.json").stat().st_size <= 2 * job + ours
+
+
+def test_gzipped_trace_reads_the_same_and_is_named_beside_it(handler_run: tuple[Path, Path], tmp_path: Path) -> None:
+    """tensorboard_trace_handler(use_gzip=True) writes .pt.trace.json.gz: read as the plain file, merged beside it."""
+    import gzip
+
+    src = next(handler_run[1].glob("*.pt.trace.json"))
+    gz = tmp_path / (src.name + ".gz")
+    gz.write_bytes(gzip.compress(src.read_bytes()))
+    assert kineto_merge.read_trace(gz) == kineto_merge.read_trace(src)
+    assert kineto_merge.merged_name(gz) == tmp_path / src.name.replace(".json", ".profiler_merged.json")
 
 
 def test_export_after_the_block_workers0_then_continue(tmp_path: Path) -> None:
