@@ -1,7 +1,15 @@
-"""Shared fixtures: small real datasets in tmp dirs."""
+"""Shared fixtures (small real datasets in tmp dirs), the markers, the tiers and the signal disposition the tests
+need.
+
+Tiers: ``pytest -m "not slow"`` is the fast tier (under 90 s on 2 cores: the units and the quick real runs); the
+whole suite adds the ``slow`` tests (real profiled jobs, torchrun, frameworks, browsers). ``timing`` marks a test
+whose pass depends on the machine's speed or load (a wall-clock bound, a measured cost); logic is tested with fake
+clocks instead wherever it can be (tests/test_flat_steps.py's _on_core).
+"""
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -41,9 +49,67 @@ _ONE_WORKER_PER_MODULE = frozenset({
 _GROUPS = {"test_storage": "storage", "test_storage_runs": "storage"}
 
 
+# The slow tier: modules made of real profiled jobs in subprocesses (every test a run of seconds to minutes), and
+# the slow tests of otherwise quick modules (measured with --durations on the 2-core VM: several seconds or more each).
+_SLOW_MODULES = frozenset({
+    "test_attach", "test_browser", "test_frameworks", "test_hostile_jobs", "test_monitor", "test_multinode",
+    "test_next_jobs", "test_ranks", "test_run", "test_script", "test_storage_runs", "test_sweep",
+})
+_SLOW_TESTS = frozenset({
+    "test_analysis.py::test_oom_advice_is_recomputed_from_the_breakdown",
+    "test_cli.py::test_ctrl_c_writes_partial_record",
+    "test_fit.py::test_resnet18_parameter_side_is_exact",
+    "test_fit.py::test_resnet50_params_and_weights",
+    "test_fit.py::test_activations_are_measured_not_constant",
+    "test_fit.py::test_fit_cli_bad_input_is_one_line_and_exit_2",
+    "test_fit.py::test_googlenet_train_measures_through_its_named_tuple_output",
+    "test_fit.py::test_infer_has_no_gradients_or_optimizer_state_and_fewer_activations",
+    "test_fit.py::test_run_fit_table_writes_png",
+    "test_models.py::test_primary_output_of_googlenet_and_inception_in_train_mode",
+    "test_models.py::test_torchvision_models_build_without_weights",
+})
+
+# Tests whose pass depends on the machine (a wall-clock bound, contention they make with a CPU burner): marked so a
+# failure on a loaded machine is read as such (pytest -m "not timing" leaves them out).
+_TIMING_TESTS = frozenset({
+    "test_multinode.py::test_store_protocol_scaled_wait_and_clock_rounds",
+    "test_attach.py::test_target_exiting_mid_attach_gives_a_partial_record",
+    "test_ranks.py::test_rank_killed_mid_run_partial_merge_names_it",
+    "test_preemption.py::test_a_worker_preempted_by_a_neighbour_is_cpu_bound_not_unexplained",
+    "test_counters.py::test_a_lean_fetch_that_leaves_its_core_keeps_its_time_off_it",
+})
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "slow: a real profiled job or several; left out of the fast tier "
+                                       "(pytest -m 'not slow')")
+    config.addinivalue_line("markers", "timing: the pass depends on the machine's speed or load (a wall-clock bound "
+                                       "or a measured cost), not only on the code")
+    # The signal tests need SIGINT and SIGHUP to act. A shell that ignores them (nohup ignores SIGHUP; a script's
+    # background job or `trap '' INT` ignores SIGINT; so do many CI runners) passes SIG_IGN to pytest, and every child
+    # the tests start inherits it across exec: Python then installs no KeyboardInterrupt handler and the profiler
+    # (rightly) leaves an ignored signal ignored, so the tests' signals did nothing (14 failed under nohup with
+    # SIGINT ignored). A handler set here is reset to the default at each child's exec, so the children get both
+    # back: SIGINT raises KeyboardInterrupt here too (in-process tests raise it on themselves), SIGHUP does nothing
+    # here (pytest itself still survives the hang-up nohup was for). Only an ignored signal is changed.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, _ignore_here)
+
+
+def _ignore_here(signum: int, frame: object) -> None:
+    """SIGHUP in pytest itself: ignored, as nohup asked (children start with the default action)."""
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         module = item.path.stem
         group = _GROUPS.get(module) or (module if module in _ONE_WORKER_PER_MODULE else None)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+        key = f"{item.path.name}::{item.name.split('[')[0]}"
+        if module in _SLOW_MODULES or key in _SLOW_TESTS:
+            item.add_marker(pytest.mark.slow)
+        if key in _TIMING_TESTS:
+            item.add_marker(pytest.mark.timing)

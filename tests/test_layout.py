@@ -16,6 +16,7 @@ the table and says why):
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -30,6 +31,7 @@ def _modname(path: Path) -> str:
 MODULES = {_modname(p): p for p in sorted(PKG.rglob("*.py"))}
 
 
+@functools.lru_cache(maxsize=None)  # parsed once per module for all the tests here
 def _imports(mod: str, types: bool = True) -> list[tuple[str, str | None, bool]]:
     """(imported module, name imported from it or None, at module level) for every profiler import of ``mod``;
     ``types`` False: without the imports under ``if TYPE_CHECKING:`` (never run)."""
