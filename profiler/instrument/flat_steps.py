@@ -60,10 +60,18 @@ class FlatSteps:
         is counted done before it is recorded, so an interrupted pass loses at most the step in flight, as a step
         recorded on the way can be lost, and never records one twice; the rows are sorted once they all are."""
         flat = self._flat
+        limit = self.warmup + self.detail_steps
+        open_f = self._open_flat
         for i in range(self._flat_done, len(flat)):
-            made = self._flat_row(flat[i])
+            f = flat[i]
+            if f[F_STEP] >= limit and f is not open_f:  # ended, in the tail: only its totals are kept
+                row, basis = self._tail_row(f)
+                self._flat_done = i + 1
+                self._fold_tail_row(row, basis)
+                continue
+            made = self._flat_row(f)
             self._flat_done = i + 1
-            self._keep_flat_row(flat[i], *made)
+            self._keep_flat_row(f, *made)
         self._flat, self._flat_done = [], 0
         if self._rows_unsorted:
             self._sort_rows()
@@ -95,6 +103,29 @@ class FlatSteps:
         if end:  # ended (_end_step's rule); an open one gets its h2d when it ends
             row.h2d_start_ns = row.h2d_end_ns = t1
         return row, meta, basis
+
+    def _tail_row(self, f: list[Any]) -> tuple[StepRow, str]:
+        """An ended flat step beyond the detail: the row Tail.add reads, without the BatchMeta (lean_meta) that
+        _flat_row makes for a kept row — the tail keeps totals only, and the record is the same (the fields Tail.add
+        reads are those _flat_row sets). Why: making the BatchMeta was most of a tail step's deferred cost (~40 % of
+        _materialize, profiled), paid by every step of a long ``run`` tail and of every monitored window."""
+        step, epoch, t0, t1, n, lean, rest_end, end = f  # FLAT_FIELDS
+        if n is not None:
+            k, basis = n
+        elif lean.n:
+            k, basis = lean.n, BASIS_CALLS
+        else:
+            k, basis = 1, BASIS_STEP
+        row = StepRow(step, epoch, -1, self._pid, k, t0, t1, 0, 0, True, h2d_start_ns=t1, h2d_end_ns=t1,
+                      compute_end_ns=end, tail=True, own_wait_ns=lean.own_ns, own_rest_ns=max(0, rest_end - t1))
+        return row, basis
+
+    def _fold_tail_row(self, row: StepRow, basis: str) -> None:
+        """_keep_flat_row's tail case: the basis counted, the step into the tail's totals."""
+        self._basis[basis] = self._basis.get(basis, 0) + 1
+        self._pids.add(self._pid)
+        row.idle_ns = row.wait_end_ns - row.wait_start_ns
+        self.tail.add(row)
 
     def _keep_flat_row(self, f: list[Any], row: StepRow, meta: BatchMeta, basis: str) -> None:
         """Record a flat step made a row: its basis counted, the row kept (or, in the tail, folded into the totals
