@@ -76,8 +76,10 @@ def _cpu_rules(ctx: Context, stall: Stall) -> list[Recommendation]:
                 out.append(_rec(
                     f"Pre-resize the images once to a short side of ~{short} px (or use PIL's draft mode)",
                     f"the cores are saturated and decode takes {dec:.2f} s of the wait; the images average "
-                    f"{ctx.mean_pixels / 1e6:.2f} MP for a {ctx.image_size} px input, and JPEG decode cost "
-                    "grows with pixel count.",
+                    f"{ctx.mean_pixels / 1e6:.2f} MP for a {ctx.image_size} px input"
+                    + (" (your model's input size is not known to the profiler: this assumes it)"
+                       if ctx.job_kind != "builtin" else "")
+                    + ", and JPEG decode cost grows with pixel count.",
                     f"decode roughly {factor:.1f}x cheaper, saving up to {dec * (1 - 1 / factor):.2f} s of the wait",
                     "cpu"))
         if ctx.job_kind != "builtin":
