@@ -347,3 +347,38 @@ print(mon.files)
     assert sum(w.other_loader_s for w in ws) > 0  # the validation loader's next() time
     assert (tmp_path / "api" / "monitor.html").is_file()
     assert th.MONITOR_PERSIST_WINDOWS >= 2  # the tests above rely on a single odd window never being a change
+
+
+def test_status_line(phased: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    """The live status: one line per window on a terminal (rewritten in place), change points as their own lines;
+    off a terminal only the change points."""
+    import io
+
+    from profiler.monitor.runner import line, status_printer
+
+    rec = load(phased[0] / "rec")
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    tty, pipe = Tty(), io.StringIO()
+    for out in (tty, pipe):
+        show = status_printer(out)
+        for w in rec.windows:
+            show(w, [c for c in rec.changes if c.window == w.index])
+    w = rec.windows[-1]
+    assert line(w) in tty.getvalue() and "samples/s" in line(w) and f"step {w.step_last:,}" in line(w)
+    assert pipe.getvalue().count("\n") == len(rec.changes) and "change:" in pipe.getvalue()
+    assert "\r" not in pipe.getvalue()
+
+
+def test_window_option() -> None:
+    from profiler.commands.monitor import parse_window
+    from profiler.errors import UserError
+
+    assert parse_window("500") == (500, None)
+    assert parse_window("90s")[1] == 90.0 and parse_window("5m")[1] == 300.0 and parse_window("1h")[1] == 3600.0
+    for bad in ("0", "-3", "s", "10x", "9d", ""):
+        with pytest.raises(UserError):
+            parse_window(bad)
