@@ -50,6 +50,8 @@ def device_words(rec: RunRecord) -> str:
     """The compute device as the subject of a sentence: "the GPU", or "the model (on the CPU)" on a CPU run (the CPU
     is the compute device there, and the model's thread is what waits)."""
     dev = _d(rec.compute_device)
+    if _d(rec.config).get("model") == "none" and _d(rec.job).get("kind") in (None, "builtin"):
+        return "the loop (no model)"  # a loader-only run: nothing computes, the loop itself waits
     if dev.get("type") == "cpu":
         return "the model (on the CPU)"
     if dev.get("type") == "cuda":

@@ -77,6 +77,8 @@ def plot_step_time(rec: RunRecord, path: str | Path) -> Path:
     scale = 1e3  # ms
     bottom = np.zeros(x.size)
     dev = "GPU" if rec.compute_device.get("type") == "cuda" else "model (CPU)"
+    if dict(rec.config or {}).get("model") == "none" and dict(rec.job or {}).get("kind") in (None, "builtin"):
+        dev = "loop (no model)"
     handles = []
     b = _groups(busy, group) * scale
     width = (float(np.median(np.diff(x))) if x.size > 1 else 1.0) * 0.85

@@ -112,8 +112,9 @@ def print_short(rec: RunRecord, console: Console, out_files: list[str] | None = 
         _line(console, text)
     notes = (rec.whatif or {}).get("steadiness") or {}
     if notes.get("notices"):
-        _one_line(console, "Unsteady baseline: the intervals are widened (" + "; ".join(notes["notices"]) + ")",
-                  "! ")
+        more = len(notes["notices"]) - 1
+        _one_line(console, f"Unsteady baseline, intervals widened: {notes['notices'][0]}"
+                  + (f" (and {more} more)" if more else ""), "! ")
     recs: list[Any] = list(v.get("recommendations") or [])
     if recs:
         _line(console, "Recommendations:", "bold")
