@@ -222,3 +222,18 @@ def test_first_screen_of_a_scripts_report(tmp_path):
     lay = first_screen(out / "report.html", tmp_path)
     check_first_screen(lay, headline(rec))
     assert any(c["value"] == "2 × 16" for c in lay["cards"]), lay["cards"]
+
+
+def test_first_screen_of_a_partial_run_keeps_its_banner_and_chart(report, tmp_path):
+    """An interrupted run's red banner sits under the headline; the cards and the chart still fit the first screen."""
+    import copy
+
+    from profiler.analysis.headline import headline
+
+    _, rec = report
+    part = copy.deepcopy(rec)
+    part.partial, part.partial_reason = True, "interrupted by SIGINT (Ctrl-C) at step 3"
+    write_reports(part, tmp_path / "partial")
+    lay = first_screen(tmp_path / "partial" / "report.html", tmp_path)
+    check_first_screen(lay, headline(part))
+    assert "Partial run" in (tmp_path / "partial" / "report.html").read_text()

@@ -115,7 +115,7 @@ def headline(rec: RunRecord) -> str:
         if v.get("binds") and str(v.get("binds")).startswith("cores"):
             n = _workers(rec)
             shared = f"the model and {n} worker{'s' if n != 1 else ''}" if n else "the model and its loading"
-            return f"Compute-bound on shared cores: {shared} share the CPU; input waits were {_pct(frac)}."
+            return f"Compute-bound on shared cores: {shared} share the CPU; waiting for input took {_pct(frac)}."
         if _d(rec.compute_device).get("type") == "cpu":
             return f"Compute-bound: the model on the CPU sets the pace; it waited only {_pct(frac)} for input."
         return f"Compute-bound: the model sets the pace; {who} waited only {_pct(frac)} for input."

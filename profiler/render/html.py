@@ -43,8 +43,8 @@ LIST_ITEMS_MAX = 16
 FIGURES = {
     "step_time": ("Where each step's time went",
                   "Every measured step as one bar: the compute device working (green) and waiting for input, the wait "
-                  "split by what the awaited batch was doing (its stage; the cause in brackets). Steady short waits "
-                  "and bursts of long ones look different here; the totals are under Idle time by cause."),
+                  "split by what the awaited batch was doing (its stage). Steady short waits and bursts of long ones "
+                  "look different here; the totals by cause, with the kernel's view, are under Idle time by cause."),
     "where_time_went": ("Where the time went",
                         "The measured window split into time the compute device was busy and time it sat idle "
                         "waiting for input, by cause; below, the idle part alone, split by what the worker producing "

@@ -31,6 +31,8 @@ if TYPE_CHECKING:  # annotations only: analysis and renderers take the typed rec
 
 # Bars drawn at most: ~2 px each on the page's ~1,150 px plot; more steps are averaged in groups.
 STEP_BARS_MAX = 300
+# Share of the idle time under which a stage is not drawn on its own (see step_parts).
+STAGE_SHOWN_FROM = 0.005
 # Figure size (inches at DPI): wide and short, so headline, cards, this and the top recommendation fit the first
 # screen of a 1366x768 laptop (docs/reports.md).
 FIGSIZE = (12.0, 3.0)
@@ -49,6 +51,15 @@ def step_parts(rec: RunRecord) -> tuple[np.ndarray, np.ndarray, dict[str, np.nda
     span = (np.asarray(st["compute_end"], dtype=float) - np.asarray(st["wait_start"], dtype=float))[rows]
     idle = {k: np.asarray(v, dtype=float) for k, v in per.items() if any(float(x) > 0 for x in v)}
     idle_sum = sum(idle.values(), np.zeros(rows.size))
+    # A stage with under STAGE_SHOWN_FROM of the idle time is drawn as part of "other" (a legend entry for 5 us of
+    # 0.1 s says nothing); the bars' heights are unchanged.
+    total = float(idle_sum.sum())
+    small = [k for k, v in idle.items() if k != "other" and float(v.sum()) < STAGE_SHOWN_FROM * total]
+    for k in small:
+        idle["other"] = idle.get("other", np.zeros(rows.size)) + idle.pop(k)
+    if "other" in idle and float(idle["other"].sum()) < STAGE_SHOWN_FROM * total:
+        busy_extra = idle.pop("other")
+        idle_sum = idle_sum - busy_extra  # too small to draw: shown as part of the step, said in no legend
     busy = np.maximum(span - idle_sum, 0.0)
     return np.asarray(st["step"], dtype=float)[rows], busy, idle
 
@@ -89,8 +100,9 @@ def plot_step_time(rec: RunRecord, path: str | Path) -> Path:
         v = _groups(idle[k], group) * scale
         color = stage_color(k)
         ax.bar(x, v, width=width, bottom=bottom, color=color, linewidth=0)
-        cause = vocab.STAGE[k].cause if k in vocab.STAGE else ("other" if k == "other" else "cpu")
-        handles.append(Patch(color=color, label=f"waiting: {mpl(_stage_label(k))}" + (f" [{cause}]" if cause else "")))
+        # The stage only, not its default cause: the kernel's view may put part of it elsewhere (a transfer that
+        # waited for a core is cpu), and the page's idle-by-cause table says that.
+        handles.append(Patch(color=color, label=f"waiting: {mpl(_stage_label(k))}"))
         bottom += v
     ax.set_xlim(float(x[0]) - width, float(x[-1]) + width)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
