@@ -113,8 +113,8 @@ window.addEventListener('load', function () {
     return {top: r.top + window.scrollY, bottom: r.bottom + window.scrollY, left: r.left, right: r.right}; }
   function before(a, b) { return !!(a && (!b || (a.compareDocumentPosition(b) & Node.DOCUMENT_POSITION_FOLLOWING))); }
   var heading = document.querySelector('h1, h2');
-  var img = document.querySelector('main img');
-  var table = document.querySelector('main table');
+  var img = document.querySelector('img');
+  var table = document.querySelector('table');
   var wide = all.filter(function (e) { var r = e.getBoundingClientRect();
     return r.width > 0 && r.right > document.documentElement.clientWidth + 1; })
     .map(function (e) { return e.tagName + '.' + e.className + '#' + e.id; });
@@ -237,3 +237,22 @@ def test_first_screen_of_a_partial_run_keeps_its_banner_and_chart(report, tmp_pa
     lay = first_screen(tmp_path / "partial" / "report.html", tmp_path)
     check_first_screen(lay, headline(part))
     assert "Partial run" in (tmp_path / "partial" / "report.html").read_text()
+
+
+def test_compare_page_answers_first_then_its_picture(report, tmp_path):
+    """compare.html: the h1 is the answer (which run is faster), the picture comes before the first table and starts
+    on the first screen, and nothing overflows the width."""
+    import copy
+
+    from profiler.analysis.compare import compare
+    from profiler.analysis.headline import compare_headline
+    from profiler.render import write_compare
+
+    _, rec = report
+    c = compare([rec, copy.deepcopy(rec)], names=["first", "second"])
+    write_compare(c, tmp_path / "cmp")
+    lay = first_screen(tmp_path / "cmp" / "compare.html", tmp_path)
+    assert lay["heading"]["tag"] == "H1" and lay["heading"]["text"] == compare_headline(c)
+    assert lay["img"] and lay["img"]["beforeTable"] and lay["img"]["box"]["top"] < lay["inner"][1]
+    assert lay["scrollWidth"] <= lay["clientWidth"] and not lay["wide"], lay["wide"][:10]
+    assert [card["value"].endswith("samples/s") for card in lay["cards"]] == [True, True]
