@@ -78,7 +78,7 @@ def whatif_lines(rec: RunRecord) -> list[str]:
         out.append("Predicted (samples/s, 95 % interval): " + "; ".join(
             f"{r['setting']} {r['sps']} {r['change']}, then {r['label']}" for r in best) + ".")
     elif rows:
-        out.append("Predicted: no setting tried (workers, cache, storage, a faster model) gains beyond ±0 %.")
+        out.append(f"Predicted: none of the {len(rows)} settings of the what-if gains (report.html: What would help).")
     return out
 
 
