@@ -4,7 +4,9 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -80,3 +82,31 @@ def write_png(path: Path, size=(64, 64), seed=0) -> None:
 def write_jpeg(path: Path, size=(1600, 1200), seed=0) -> None:
     from profiler.harness.data import synthetic_jpeg
     path.write_bytes(synthetic_jpeg(np.random.default_rng(seed), size))
+
+
+def on_core_clocks(monkeypatch: pytest.MonkeyPatch, slept: list[int] | None = None) -> Callable[[], int]:
+    """A fake on-CPU clock for the main thread's fetch and steps (patched into the modules that read it; returned),
+    for tests whose threshold is about the profiler's logic, not the machine: it reads the last wall-clock reading
+    (every ``perf_counter_ns`` is recorded), less the ns in ``slept`` (what the test's own code put off its core).
+    So the thread never leaves its core but where the test says: no preemption on a loaded machine can end a lean
+    stretch or make a wait look off its core (whether steps are kept flat, how often clocks are read). Why the last
+    wall reading rather than a clock of its own: every span's on-CPU interval then lies within its wall interval, in
+    whatever order a pair is read (NOTE [ Wall clock outside, on-CPU clock inside ])."""
+    from profiler.instrument import fetch, inline_fetch, lean_check, proxies, session
+
+    real_perf = time.perf_counter_ns
+    last = [real_perf()]
+    off = slept if slept is not None else [0]
+
+    def perf() -> int:
+        last[0] = v = real_perf()
+        return v
+
+    def on_cpu() -> int:
+        return last[0] - 10**9 - off[0]
+
+    monkeypatch.setattr(time, "perf_counter_ns", perf)
+    for module in (fetch, inline_fetch, lean_check, proxies, session):
+        monkeypatch.setattr(module, "_perf", perf)
+        monkeypatch.setattr(module, "_cpu", on_cpu)
+    return on_cpu

@@ -4,7 +4,7 @@ need.
 Tiers: ``pytest -m "not slow"`` is the fast tier (under 90 s on 2 cores: the units and the quick real runs); the
 whole suite adds the ``slow`` tests (real profiled jobs, torchrun, frameworks, browsers). ``timing`` marks a test
 whose pass depends on the machine's speed or load (a wall-clock bound, a measured cost); logic is tested with fake
-clocks instead wherever it can be (tests/test_flat_steps.py's _on_core).
+clocks instead wherever it can be (_util.on_core_clocks).
 """
 from __future__ import annotations
 
@@ -53,7 +53,8 @@ _GROUPS = {"test_storage": "storage", "test_storage_runs": "storage"}
 # the slow tests of otherwise quick modules (measured with --durations on the 2-core VM: several seconds or more each).
 _SLOW_MODULES = frozenset({
     "test_attach", "test_browser", "test_frameworks", "test_hostile_jobs", "test_monitor", "test_multinode",
-    "test_next_jobs", "test_ranks", "test_run", "test_script", "test_storage_runs", "test_sweep",
+    "test_next_jobs", "test_ranks", "test_run", "test_script", "test_storage_runs", "test_sweep", "test_trace_merge",
+    "test_atomic_png",
 })
 _SLOW_TESTS = frozenset({
     "test_analysis.py::test_oom_advice_is_recomputed_from_the_breakdown",
@@ -65,6 +66,8 @@ _SLOW_TESTS = frozenset({
     "test_fit.py::test_googlenet_train_measures_through_its_named_tuple_output",
     "test_fit.py::test_infer_has_no_gradients_or_optimizer_state_and_fewer_activations",
     "test_fit.py::test_run_fit_table_writes_png",
+    "test_fuzz_records.py::test_damaged_records_exit_0_or_2_without_a_traceback",
+    "test_preemption.py::test_a_worker_preempted_by_a_neighbour_is_cpu_bound_not_unexplained",
     "test_models.py::test_primary_output_of_googlenet_and_inception_in_train_mode",
     "test_models.py::test_torchvision_models_build_without_weights",
 })

@@ -5,7 +5,6 @@ interruption handled. Real DataLoaders over in-memory tensors; the flat path is 
 keeping the window from taking flat steps (``Session._fast``), nothing else."""
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,8 @@ from torch.utils.data import DataLoader, TensorDataset
 import profiler
 from profiler.instrument import flat_steps as flat_steps_mod
 from profiler.instrument import session as session_mod
+
+from _util import on_core_clocks
 
 pytestmark = pytest.mark.xdist_group("flat_steps")
 
@@ -35,25 +36,13 @@ def _step(x: torch.Tensor) -> None:
         x = x @ WEIGHT
 
 
-def _on_core(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A fake on-CPU clock for the main thread's fetch and steps: it moves with the wall clock, so every fetch and wait
-    stays on its core. Why: whether a step is kept flat depends on the machine (a fetch preempted for 10 µs or more
-    ends its lean stretch, and a stretch that never starts keeps no step flat: a suite run beside other jobs failed
-    here with none kept); what these tests check is the logic that follows, the same record from flat steps as from
-    steps recorded one by one, which must hold whichever steps the machine lets be flat."""
-    from profiler.instrument import fetch, inline_fetch, lean_check
-
-    def on_core() -> int:
-        return time.perf_counter_ns() - 10**9
-
-    for module in (fetch, inline_fetch, lean_check, session_mod):
-        monkeypatch.setattr(module, "_cpu", on_core)
-
-
 def _count_flat(monkeypatch: pytest.MonkeyPatch, flat: bool = True) -> list[int]:
     """[steps kept flat] once the window closes; ``flat`` False: the window takes none (every step recorded as it
-    happens). The on-CPU clocks are _on_core's."""
-    _on_core(monkeypatch)
+    happens). The main thread's on-CPU clock is a fake that keeps it on its core (_util.on_core_clocks). Why: whether
+    a step is kept flat depends on the machine (a fetch preempted for 10 µs or more ends its lean stretch, and a
+    stretch that never starts keeps no step flat: a suite run beside other jobs failed here with none kept); what
+    these tests check is the logic that follows, the same record from flat steps as from steps recorded one by one."""
+    on_core_clocks(monkeypatch)
     kept = [0]
     materialize = session_mod.Session._materialize
     materialize_open = session_mod.Session._materialize_open
