@@ -291,6 +291,21 @@ def test_export_after_the_block_workers0_then_continue(tmp_path: Path) -> None:
     assert (tmp_path / "tr" / "job_trace.profiler_merged.json").is_file()
 
 
+def test_export_after_the_block_but_the_window_closed_the_job_first(tmp_path: Path) -> None:
+    """--then exit stops the job before its prof.export_chrome_trace(...) after the block: the profiler exports the
+    job's stopped profiler into the run folder itself (never where the job would have written) and merges it."""
+    _cli(tmp_path, "run", "--no-progress", "--no-plots", "--warmup", "2", "--steps", "6", "--out", "run", str(OWN),
+         "1", "tr", "export")
+    assert not (tmp_path / "tr" / "job_trace.json").exists()  # the job never got there
+    run = tmp_path / "run"
+    rec = record.load(run / "run.json")
+    listed = rec.torch_traces["traces"]  # type: ignore[index]
+    assert [(Path(t["path"]).name, t["by"]) for t in listed] == [("job_profiler0.pt.trace.json", "job_profiler")]
+    analyze(rec)
+    check_merged(json.loads((run / "torch_trace.json").read_text()),
+                 json.loads((run / "job_profiler0.pt.trace.json").read_text()), rec, workers=1)
+
+
 # --- the profiler's own torch.profiler ------------------------------------------------------------------------------
 
 def test_api_torch_profiler_true_writes_the_merged_trace(tmp_path: Path) -> None:

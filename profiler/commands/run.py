@@ -338,7 +338,8 @@ def run_script(args: argparse.Namespace) -> int:
 
 def _torch_traces(run: Any, rec: Any, out: Path, saved: Saved, console: Any) -> None:
     """The job's torch.profiler traces (or ours, --torch-profiler) merged with the record: docs/trace_merge.md."""
-    for f in run.write_torch_traces(rec, out, saved.run_json if saved.run_json.parent == out else None):
+    for f in run.write_torch_traces(rec, out, saved.run_json if saved.run_json.parent == out else None,
+                                    export_pending=True):
         console.print(f"Merged torch.profiler trace: {f}", markup=False, highlight=False)
 
 

@@ -247,11 +247,15 @@ class ExternalRun:
             sec["error"] = self.own_profiler.error
         rec.torch_traces = cast("TorchTraces", sec)
 
-    def write_torch_traces(self, rec: RunRecord, out: Path, run_json: Path | None) -> list[Path]:
+    def write_torch_traces(self, rec: RunRecord, out: Path, run_json: Path | None,
+                           export_pending: bool = False) -> list[Path]:
         """After the record was saved and analyzed: note the traces exported since (then='continue': the job's
         profiler exported after the window closed), save run.json again when they changed, and write the merged
-        traces (render/kineto_merge.py). A failure is one line on stderr, never the run's."""
+        traces (render/kineto_merge.py). ``export_pending`` (the job has ended): the job's torch.profilers that were
+        stopped before they exported are exported into ``out`` first (TraceWatch.export_pending)."""
         before = rec.torch_traces
+        if export_pending:
+            self.watch.export_pending(out)
         self.torch_traces_into(rec)
         if run_json is not None and rec.torch_traces != before:
             from ..saving import save_record

@@ -34,6 +34,8 @@ from typing import Any, Callable
 OWN_TRACE_FILE = "torch_profiler.pt.trace.json"
 # At most this many exported traces are noted (a job exporting every few steps must not grow the record).
 MAX_TRACES = 64
+# At most this many of the job's torch.profilers are held until the run's end, for export_pending.
+MAX_HELD_PROFILERS = 4
 _CLOCK_READS = 7
 
 
@@ -100,6 +102,9 @@ class TraceWatch:
         # cancels the first, and stopping it then crashed the process: a segfault on torch 2.14).
         self.before_start: Callable[[Any], None] | None = None
         self._own: set[str] = set()
+        self.own_profiler: Any = None  # OwnProfiler's torch.profiler object: not the job's
+        self.started: list[Any] = []  # the job's torch.profilers (held for export_pending)
+        self._exported: set[int] = set()
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self.note_clock()
@@ -128,6 +133,7 @@ class TraceWatch:
         def export_chrome_trace(prof: Any, path: str, *args: Any, **kwargs: Any) -> Any:
             result = orig(prof, path, *args, **kwargs)  # the job's call, first and unchanged
             try:
+                watch._exported.add(id(prof))
                 watch._noted(path)
             except Exception:  # noqa: BLE001 - noting a path must never fail the job's export
                 pass
@@ -138,11 +144,14 @@ class TraceWatch:
         @functools.wraps(orig_prepare)
         def prepare_trace(prof: Any, *args: Any, **kwargs: Any) -> Any:
             hook = watch.before_start
-            if hook is not None:
-                try:
+            try:
+                if hook is not None:
                     hook(prof)
-                except Exception:  # noqa: BLE001 - stepping aside must never fail the job's own start
-                    pass
+                if (prof is not watch.own_profiler and os.getpid() == watch._pid
+                        and len(watch.started) < MAX_HELD_PROFILERS and all(p is not prof for p in watch.started)):
+                    watch.started.append(prof)
+            except Exception:  # noqa: BLE001 - stepping aside must never fail the job's own start
+                pass
             return orig_prepare(prof, *args, **kwargs)
 
         self._orig, self._orig_prepare = orig, orig_prepare
@@ -160,11 +169,42 @@ class TraceWatch:
                 cls.prepare_trace = self._orig_prepare
         self._orig = self._orig_prepare = None
 
+    def export_pending(self, folder: Path) -> list[Path]:
+        """The job's torch.profilers that stopped without exporting (``--then exit`` stopped the job before its
+        ``prof.export_chrome_trace(...)`` after the block), exported into the run's ``folder`` (never where the job
+        would have written) as ``job_profiler<k>.pt.trace.json``, noted with ``by: "job_profiler"``. Only once no
+        torch.profiler runs any more (the job has ended). Releases the profilers held."""
+        import torch
+
+        held, self.started = self.started, []
+        out: list[Path] = []
+        try:
+            if torch._C._autograd._profiler_enabled():
+                return out
+        except Exception:  # noqa: BLE001
+            return out
+        for k, prof in enumerate(held):
+            if id(prof) in self._exported or getattr(prof, "profiler", None) is None:
+                continue
+            path = Path(folder) / f"job_profiler{k}.pt.trace.json"
+            try:
+                self._orig_export(prof, str(path))
+            except Exception:  # noqa: BLE001 - nothing recorded, or a torch that cannot export it: no merge
+                continue
+            if path.is_file():
+                self._noted(path, by="job_profiler")
+                out.append(path)
+        return out
+
+    def _orig_export(self, prof: Any, path: str) -> None:
+        fn = self._orig or _kineto_class().__dict__["export_chrome_trace"]
+        fn(prof, path)
+
     def own(self, path: str | os.PathLike[str]) -> None:
         """``path`` is the profiler's own export (``--torch-profiler``), not the job's."""
         self._own.add(os.path.abspath(os.fspath(path)))
 
-    def _noted(self, path: Any) -> None:
+    def _noted(self, path: Any, by: str | None = None) -> None:
         if os.getpid() != self._pid:
             return  # a process the job forked: its traces are its own
         p = os.path.abspath(os.fspath(path))
@@ -172,7 +212,7 @@ class TraceWatch:
         with self._lock:
             if len(self.traces) >= MAX_TRACES:
                 return
-            self.traces.append({"path": p, "by": "profiler" if p in self._own else "job",
+            self.traces.append({"path": p, "by": by or ("profiler" if p in self._own else "job"),
                                 "exported_s": round((time.perf_counter_ns() - self.t0_ns) / 1e9, 6)})
 
     def section(self) -> dict[str, Any]:
@@ -216,6 +256,7 @@ class OwnProfiler:
             sched = schedule(wait=0, warmup=self.warmup, active=self.steps + 1, repeat=1)
             self.prof = profile(activities=acts, schedule=sched,
                                 on_trace_ready=lambda p: p.export_chrome_trace(str(self.path)))
+            self.watch.own_profiler = self.prof
             self.prof.start()
         except Exception as e:  # noqa: BLE001 - the run goes on without the torch trace, said in one line
             self.error = f"{type(e).__name__}: {e}"
