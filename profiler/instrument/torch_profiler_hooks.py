@@ -103,7 +103,9 @@ class TraceWatch:
         self.before_start: Callable[[Any], None] | None = None
         self._own: set[str] = set()
         self.own_profiler: Any = None  # OwnProfiler's torch.profiler object: not the job's
-        self.started: list[Any] = []  # the job's torch.profilers (held for export_pending)
+        # The job's torch.profilers started and not yet exported, held for export_pending (at most
+        # MAX_HELD_PROFILERS: one the job never exports, e.g. read through key_averages(), stays held to the end).
+        self.started: list[Any] = []
         self._exported: set[int] = set()
         self._pid = os.getpid()
         self._lock = threading.Lock()
@@ -134,6 +136,7 @@ class TraceWatch:
             result = orig(prof, path, *args, **kwargs)  # the job's call, first and unchanged
             try:
                 watch._exported.add(id(prof))
+                watch.started = [p for p in watch.started if p is not prof]  # exported: not held any longer
                 watch._noted(path)
             except Exception:  # noqa: BLE001 - noting a path must never fail the job's export
                 pass
