@@ -774,3 +774,35 @@ def test_batch_size_card_of_a_batch_sampler_loader(runs):
     assert key_figures(_with(rec, job=job, throughput=dict(tp, samples=315)))[2].value == "3 × ≈ 31.5"
     builtin = {"kind": "builtin", "loader": {"num_workers": 2, "batch_size": None}}
     assert key_figures(_with(rec, job=builtin, config=dict(rec.config, batch_size=32)))[2].value == "2 × 32"
+
+
+def test_other_pages_headlines_answer_first():
+    """ranks: which rank straggles and why (or none); sweep: the best setting against the first point; compare with
+    3 runs: the fastest. Each at most ~20 words."""
+    from profiler.analysis.headline import HEADLINE_WORDS_MAX, compare_headline, ranks_headline, sweep_headline
+
+    base = {"present": [0, 1, 2, 3], "skew_ms": {"mean": 3.2}, "slow_hosts": [], "stragglers": []}
+    io = dict(base, stragglers=[{"rank": 2, "kind": "input", "cause": "io", "waiting_share": 0.31}])
+    comp = dict(base, stragglers=[{"rank": 1, "kind": "compute", "compute_ms": 120.0, "others_compute_ms": 80.0,
+                                   "waiting_share": 0.2}])
+    host = dict(base, slow_hosts=[{"hostname": "n2", "ranks": [2, 3], "causes": ["cpu"]}], stragglers=io["stragglers"])
+    words = [ranks_headline(v) for v in (base, io, comp, host)]
+    assert words[0].startswith("No straggler: the 4 ranks keep pace")
+    assert words[1] == "Rank 2 straggles, input-bound on storage reads: the others waited 31 % of each step for it."
+    assert words[2].startswith("Rank 1 straggles, slowest to compute (120 vs 80 ms)")
+    assert words[3].startswith("Host n2 is slow as a whole")
+    sweep = {"baseline": 0, "best": {"label": "workers=4", "samples_per_s": 300.0}, "median_abs_error": 0.12,
+             "points": [{"index": 0, "label": "workers=1", "measured_samples_per_s": 100.0},
+                        {"index": 1, "label": "workers=4", "measured_samples_per_s": 300.0}]}
+    words.append(sweep_headline(sweep))
+    assert words[-1] == ("Best setting: workers=4, 300 samples/s, 3.00x workers=1; predictions from the first point "
+                         "were off by 12 % (median).")
+    assert sweep_headline({"points": [], "best": None}).startswith("No point")
+    three = {"labels": ["A", "B", "C"], "sentences": {}, "metrics": [{"key": "throughput", "values": [100, 90, 250]}]}
+    words.append(compare_headline(three))
+    assert words[-1] == "C is the fastest of 3 runs: 250 samples/s, 2.50x A."
+    two = {"labels": ["A", "B"], "sentences": {"B": "B is 2.0x faster (100 → 200 samples/s); the wait fell by 1 s, "
+                                                     "mostly decoding. Differences: workers 2 → 4."}}
+    words.append(compare_headline(two))
+    assert words[-1] == "B is 2.0x faster (100 → 200 samples/s); the wait fell by 1 s, mostly decoding."
+    assert all(len(w.split()) <= HEADLINE_WORDS_MAX for w in words), words
