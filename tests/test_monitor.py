@@ -382,3 +382,36 @@ def test_window_option() -> None:
     for bad in ("0", "-3", "s", "10x", "9d", ""):
         with pytest.raises(UserError):
             parse_window(bad)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_sampled_fetches_detail_exactly_the_planned_batches(workers: int, tmp_path: Path) -> None:
+    """NOTE [ Monitor sampling ] (instrument/batch.py): under the monitor the fetchers instrument only the planned
+    batches (window 50, detail 8: 2 of every 12, 18 of each 100-batch epoch) and the windows' steps and samples stay
+    exact over all of them. An envelope on any other batch, or a planned one without its figures, would change the
+    detail count; after the monitor, a fetcher records every batch again (``run``'s way)."""
+    code = f"""
+import torch
+from torch.utils.data import DataLoader, Dataset
+import profiler
+from profiler.instrument import batch
+
+class Small(Dataset):
+    def __len__(self): return 400
+    def __getitem__(self, i): return torch.full((4,), float(i))
+
+loader = DataLoader(Small(), batch_size=4, num_workers={workers})
+with profiler.profile(out={str(tmp_path / 'mon')!r}, monitor=True, window=50, detail=8, quiet=True, plots=False):
+    assert batch.SAMPLING == [12, 2], batch.SAMPLING
+    for epoch in range(2):
+        for x in loader:
+            pass
+assert batch.SAMPLING == [0, 0] and batch.sample_plan({workers}) is None
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180, cwd=str(ROOT))
+    assert r.returncode == 0, r.stderr[-3000:]
+    ws = load(tmp_path / "mon").windows
+    assert sum(w.steps for w in ws) == 200 and sum(w.samples for w in ws) == 800
+    assert sum(w.detail_steps for w in ws) == 36
+    for w in ws:  # the cause split spreads the window's whole idle time
+        assert sum(w.idle_by_cause_s.values()) == pytest.approx(w.idle_s, rel=1e-3, abs=1e-6)

@@ -342,3 +342,40 @@ def fetch_off_core_ns(m: tuple[int, ...]) -> int:
     (derived.derive_cpu); the wait's on-CPU time, where not read, is its wall time less this."""
     return (m[M_END_WALL] - m[M_START_WALL]) - (m[M_END_CPU] - m[M_START_CPU]) \
         + (m[M_COLLATE_END] - m[M_COLLATE_START]) - m[M_COLLATE_CPU]
+
+
+# NOTE [ Monitor sampling ]
+#     Under ``profiler monitor`` (and only there: ``run`` leaves SAMPLING at (0, 0) and records every batch), of every
+#     ``every`` batches a fetcher makes the first ``detail`` are *detail* batches, instrumented as ``run`` instruments
+#     them (their envelope or LeanOut), and the rest are made by the user's own dataset and collate_fn with no clock
+#     read and no envelope: the main side then takes a step for a counter and two clock reads (session.py). Why in the
+#     fetcher: the per-call timing and the envelope were most of the monitor's cost on a light loop (~+20 % CPU per
+#     batch with num_workers=0), and a batch whose figures the window does not keep need not be timed at all.
+#     Why each fetcher by its own count: torch hands a map-style epoch's batches to its W workers in turn, so a worker's
+#     c-th batch is the epoch's ~c·W+w-th; with ``ceil(every / W)`` and ``detail // W`` per worker (sample_plan) the
+#     workers' detail batches form one run of ~``detail`` consecutive batches every ``every``, with no message between
+#     the processes, and the main side knows which steps to time closely (the wait's on-CPU clock and run-queue wait:
+#     session.py) from its own count of the epoch's batches (every fetcher is made afresh each epoch, persistent
+#     workers' included). Where the guess is wrong (an iterable dataset whose workers end unevenly, a worker started
+#     by spawn, which does not inherit SAMPLING and details every batch), the main side still details exactly the
+#     batches that arrive with an envelope, with the wait's main-thread clocks unknown (0) on those it did not
+#     expect: the window's cause split rests on fewer or more batches (it says how many, detail_steps), never on a
+#     batch without its figures.
+SAMPLING: list[int] = [0, 0]  # [every, detail]; every 0: every batch is a detail batch (``run``)
+
+
+def set_sampling(every: int, detail: int) -> None:
+    """Sample the fetchers made from now on (this process and the workers it forks): ``detail`` of every ``every``
+    batches in detail; ``set_sampling(0, 0)``: every batch (``run``'s way)."""
+    SAMPLING[:] = [every, detail] if every > 0 and 0 <= detail < every else [0, 0]
+
+
+def sample_plan(workers: int) -> tuple[int, int] | None:
+    """A fetcher's (every, detail) when the loader has ``workers`` workers (0: the main thread), or None: not
+    sampled. NOTE [ Monitor sampling ]."""
+    every, detail = SAMPLING
+    if not every:
+        return None
+    w = max(1, workers)
+    # Rounded so the workers together detail no more than ``detail`` of ``every`` (one batch each at least)
+    return -(-every // w), (max(1, detail // w) if detail else 0)

@@ -28,6 +28,7 @@ from .batch import (
     BatchMeta,
     Instrumented,
     pack_calls,
+    sample_plan,
 )
 from .derived import CLOSE_TIMING_FROM_OFF_NS, derive_cpu
 from .proxies import Recorder, call_cost_ns, clock_cost_ns
@@ -130,6 +131,26 @@ def envelope(batch: Any, rec: Recorder, smp: Any, b0: clocks.Counters | None, w_
     return Instrumented(batch, meta)
 
 
+def worker_count(worker_id: int) -> int:
+    """The loader's num_workers, seen from a fetcher made in worker ``worker_id`` (-1: the main thread, 0)."""
+    if worker_id < 0:
+        return 0
+    from torch.utils.data import get_worker_info
+
+    info = get_worker_info()
+    return int(info.num_workers) if info is not None else 1
+
+
+_NO_END = (0, 0, 0, 0)
+
+
+def skip_fetch() -> None:
+    """A batch fetched without instrumentation (NOTE [ Monitor sampling ]): the next instrumented fetch of this worker
+    measures no time between fetches from the last one's end (the batches between were the worker's own work)."""
+    global _previous_end
+    _previous_end = _NO_END
+
+
 def reuse_lean(rec: Recorder, smp: substages.SampleStages, drop: bool = False) -> None:
     """A lean fetch's recorder and sub-stage lists, ready for the next one: emptied, and those a BatchMeta now holds
     replaced by new ones (``drop``: a fetch that raised, whose rows are dropped, as torch drops the batch)."""
@@ -171,8 +192,16 @@ def instrumented_parts(source: Any, iterable: bool, collate_fn: Any, inner_fetch
     pid = os.getpid()
     per_call = call_cost_ns()
     width = len(CALL_FIELDS)
+    plan = sample_plan(worker_count(worker_id))  # NOTE [ Monitor sampling ] (batch.py); None under ``run``
+    made = [0]  # batches this fetcher made (its sampling count)
 
     def fetch(possibly_batched_index: Any) -> Any:
+        if plan is not None:
+            c = made[0]
+            made[0] = c + 1
+            if c % plan[0] >= plan[1]:  # not a detail batch: torch's fetch, the proxies passing straight through
+                skip_fetch()
+                return inner_fetch(possibly_batched_index)
         c_entry = _cpu()
         rec, smp, b0, _ = begin_fetch(width)
         collate.last = NO_COLLATE

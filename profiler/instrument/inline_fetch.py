@@ -30,6 +30,7 @@ from .batch import (
     Instrumented,
     LeanOut,
     lean_meta,
+    sample_plan,
 )
 from .derived import CALL_CPU_FROM_NS, CLOSE_TIMING_FROM_OFF_NS, NO_CPU
 from .fetch import abandon_fetch, begin_fetch, envelope, reuse_lean
@@ -122,6 +123,9 @@ def inline_map_fetch(fetcher: Any, worker_id: int, close: bool | None = None) ->
     lean_rec = Recorder()
     lean_smp = substages.SampleStages(lean_rec.calls, len(CALL_FIELDS))
     out: list[LeanOut | None] = [None]  # the last lean fetch's LEAN_OUT (lean_out_holder)
+    # NOTE [ Monitor sampling ] (batch.py): None under ``run`` and in the calibration (close given)
+    plan = sample_plan(_fetch.worker_count(worker_id)) if close is None else None
+    made = [0]  # batches this fetcher made (its sampling count)
 
     def lean_batch(possibly_batched_index: Any, w_entry: int, c_entry: int) -> Any:
         """A lean fetch of a batch (LEAN_STRETCH): its calls made as torch makes them, with no clock between them,
@@ -182,6 +186,15 @@ def inline_map_fetch(fetcher: Any, worker_id: int, close: bool | None = None) ->
         return Instrumented(batch, meta)
 
     def fetch(possibly_batched_index: Any) -> Any:
+        if plan is not None:
+            c = made[0]
+            made[0] = c + 1
+            if c % plan[0] >= plan[1]:  # not a detail batch: torch's fetch itself, no clock, no LeanOut
+                _fetch.skip_fetch()
+                if fetcher.auto_collation:
+                    dataset = fetcher.dataset
+                    return fetcher.collate_fn([dataset[idx] for idx in possibly_batched_index])
+                return fetcher.collate_fn(fetcher.dataset[possibly_batched_index])
         w_entry = _perf()
         if lean is not None and lean[0] > 0:  # a lean fetch: no counters (LEAN_STRETCH says why)
             lean[0] -= 1

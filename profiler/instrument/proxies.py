@@ -195,6 +195,8 @@ class TimedCollate:
         self.last: tuple[int, int, int, int] = NO_COLLATE
 
     def __call__(self, data: Any) -> Any:
+        if _current is None:  # a fetch outside any batch record (NOTE [ Monitor sampling ], batch.py): untimed
+            return self.fn(data)
         t0 = _perf()
         c0 = _cpu()
         try:

@@ -38,6 +38,7 @@ from .loaders import (
 from .proxies import call_cost_ns
 from .steps import (
     DETAIL_STEPS,
+    HIST_BINS,
     MAX_TAIL_SKIPPED,
     CudaTimeline,
     EpochRow,
@@ -134,6 +135,12 @@ class Session(LoaderTracking, FlatSteps):
         self._rows_unsorted = False  # rows appended out of step order (_materialize)
         self._open_flat: list[Any] | None = None
         self._fast = False
+        # NOTE [ Monitor sampling ] (batch.py): (every, detail) set by the monitor before the job starts (None: every
+        # step recorded, ``run``); per epoch, the plan the profiled loader's fetchers follow, (workers, every,
+        # detail) each; the open light step (a step outside the detail: its wait's ends and samples; _lw1 0: none).
+        self.sampling: tuple[int, int] | None = None
+        self._plan: tuple[int, int, int] | None = None
+        self._lw0 = self._lw1 = self._ln = 0
         self.window_start_ns = 0
         self.window_end_ns = 0
         self.closed = False
@@ -225,6 +232,37 @@ class Session(LoaderTracking, FlatSteps):
         if holder is _NOT_INTHREAD and key not in self._iters:
             return self._other_next(it, orig)
         step = self._n_steps
+        plan = self._plan
+        if plan is not None and self.window_start_ns and self.cuda is None \
+                and (self._epoch_batches // plan[0]) % plan[1] >= plan[2]:
+            # Under the monitor, a step its fetchers make without instrumentation (NOTE [ Monitor sampling ],
+            # batch.py): the wait's two wall clocks and the batch's samples, folded into the tail's totals when it
+            # ends (_end_step), and nothing else.
+            t0 = _perf()
+            try:
+                data = orig(it)
+            except BaseException as e:
+                self._wait_raised(e, t0)
+                raise
+            t1 = _perf()
+            if data.__class__ is Instrumented or (holder.__class__ is list and holder[0] is not None
+                                                  and holder[0].w_entry >= t0):
+                # A detail batch all the same (the fetchers' count ran apart from the epoch's): a row, with the
+                # wait's main-thread clocks derived from the fetch's in this thread, unknown (0) with workers.
+                row = StepRow(step, len(self.epochs) - 1, -1, self._pid, 0, t0, 0, 0, 0, True)
+                if holder is _NOT_INTHREAD:
+                    return self._after_wait(row, data, holder, t0, t1, 0, 0, 0, 0)
+                return self._after_wait(row, data, holder, t0, t1, -1, -1, 0, 0)
+            if self._lw1 or self._open_flat is not None or self._open_row is not None:
+                self._end_step(t0)
+            self._n_steps = step + 1
+            self._epoch_batches += 1
+            self._last_next_ns = t1
+            n = count_samples(data, self.loader.batch_size)  # type: ignore[union-attr]
+            self._lw0, self._lw1, self._ln = t0, t1, n[0] if n is not None else 1
+            if self.on_step is not None:
+                self.on_step(True, t0, t1, self._ln)
+            return data
         if self._fast and holder.__class__ is list and self._wait_cpu_probe > 0 \
                 and self._measured_done + 1 < self.steps:
             # The steady state of a num_workers=0 loader (NOTE [ Flat steps ], flat_steps.py): the window open, host
@@ -247,7 +285,7 @@ class Session(LoaderTracking, FlatSteps):
                 f[F_END] = t0
                 self._open_flat = None
                 self._measured_done += 1
-            elif self._open_row is not None:
+            elif self._open_row is not None or self._lw1:
                 self._end_step(t0)
             self._n_steps = step + 1
             self._epoch_batches += 1
@@ -408,6 +446,8 @@ class Session(LoaderTracking, FlatSteps):
         elif c0 < 0:  # no record of the fetch (not instrumented): taken as on its core; every step reads it from now
             row.main_cpu_ns = t1 - t0
             self._wait_cpu_probe = -1
+        if meta is None and self._plan is not None and measured:  # under the monitor: no fetch figures, totals only
+            row.tail = True
         epochs = self.epochs
         if epochs and not epochs[-1].first_batch_ns:
             epochs[-1].first_batch_ns = t1
@@ -442,6 +482,26 @@ class Session(LoaderTracking, FlatSteps):
             self._fast = True  # host clocks: its num_workers=0 steps may be kept flat (NOTE [ Flat steps ])
 
     def _end_step(self, t_ns: int) -> None:
+        w1 = self._lw1
+        if w1:  # a light step (NOTE [ Monitor sampling ], batch.py): into the tail's totals, Tail.add's figures
+            self._lw1 = 0
+            w0, tail = self._lw0, self.tail
+            wait, compute = w1 - w0, t_ns - w1
+            compute = compute if compute > 0 else 0
+            tail.steps += 1
+            tail.samples += self._ln
+            tail.wait_ns += wait
+            tail.idle_ns += wait
+            tail.compute_ns += compute
+            if not tail.first_ns or w0 < tail.first_ns:
+                tail.first_ns = w0
+            if t_ns > tail.last_ns:
+                tail.last_ns = t_ns
+            hist = tail.hist
+            hist["wait"][min(HIST_BINS - 1, (wait // 1000 if wait > 0 else 0).bit_length())] += 1
+            hist["compute"][min(HIST_BINS - 1, (compute // 1000).bit_length())] += 1
+            self._measured_done += 1
+            return
         f = self._open_flat
         if f is not None:  # a flat step (NOTE [ Flat steps ]): measured, host clocks; made a row by _materialize
             self._open_flat = None

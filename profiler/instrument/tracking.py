@@ -20,7 +20,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import torch_hooks
-from .batch import BatchMeta
+from .batch import BatchMeta, sample_plan
 from .loaders import LoaderSelector, call_sites, count_samples, epoch_length
 from .steps import (
     ROLE_ENDED_EARLY,
@@ -76,6 +76,9 @@ class LoaderTracking:
     _open_flat: list[Any] | None
     _fast: bool
     _basis: dict[str, int]
+    sampling: tuple[int, int] | None
+    _plan: tuple[int, int, int] | None
+    _lw1: int
 
     if TYPE_CHECKING:  # the session's own, called from here
         def _on_next(self, it: Any, orig: Callable[[Any], Any]) -> Any: ...
@@ -158,6 +161,12 @@ class LoaderTracking:
 
     def _new_epoch(self, it: Any) -> None:
         self._epoch_batches, self._epoch_done = 0, False
+        # NOTE [ Monitor sampling ] (batch.py): which of this epoch's batches its fresh fetchers make in detail
+        self._plan = None
+        if self.sampling is not None and self.loader is not None:
+            plan = sample_plan(self.loader.num_workers)
+            if plan is not None:
+                self._plan = (max(1, self.loader.num_workers),) + plan
         try:
             self._live_iter = weakref.ref(it)
         except TypeError:
@@ -208,7 +217,7 @@ class LoaderTracking:
         del self._other_entry[loader]
         self.rows, self.metas, self.tail, self.tail_skipped, self.read_from = [], [], Tail(), [], {}
         self._n_steps = self._measured_done = 0
-        self._open_row, self.cuda, self.window_start_ns = None, None, 0
+        self._open_row, self.cuda, self.window_start_ns, self._lw1 = None, None, 0, 0
         self._flat, self._flat_done, self._rows_unsorted, self._open_flat, self._fast = [], 0, False, None, False
         self._basis = {}
         self.restarts += 1

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from .. import thresholds as th
+from ..instrument.batch import set_sampling
 from .changes import ChangePoint, Detector
 from .procs import TreeCounters
 from .record import MonitorRecord
@@ -44,13 +45,15 @@ class Monitor:
                  detail: int = th.MONITOR_DETAIL_STEPS, exporters: list[Exporter] | None = None,
                  status: Callable[[WindowSummary, list[ChangePoint]], None] | None = None,
                  job: dict[str, Any] | None = None, write_every_s: float = th.MONITOR_WRITE_EVERY_S,
-                 max_windows: int | None = None, full_windows: int | None = None, min_window_s: float = 0.0):
+                 max_windows: int | None = None, full_windows: int | None = None, min_window_s: float = 0.0,
+                 sample: bool = True):
         if window_steps < 1 or detail < 0:
             raise ValueError("window_steps must be >= 1 and detail >= 0")
         self.out = out
         self.window_steps, self.window_ns = window_steps, int(window_s * 1e9) if window_s else 0
         self.min_ns = int(min_window_s * 1e9)  # a step window also lasts at least this long (the default window)
         self.detail = detail
+        self.sample = sample  # detail batches chosen in the fetchers (NOTE [ Monitor sampling ]); False: every batch
         # The detail is spread over the window in MONITOR_DETAIL_CHUNKS chunks (at its start, and every chunk_every
         # steps), so a change inside a window is seen by its cause split too, not only by its wait share.
         chunks = max(1, min(th.MONITOR_DETAIL_CHUNKS, detail))
@@ -105,7 +108,15 @@ class Monitor:
                 self._chunk()
 
         session.on_step = on_step
-        session.detail_steps = self.per_chunk
+        if self.sample:
+            # NOTE [ Monitor sampling ] (instrument/batch.py): the fetchers make ``per_chunk`` of every
+            # ``chunk_every`` batches in detail, and the Session keeps exactly those as rows (every row it makes is
+            # detail: its own boundary never moves); the other steps cost it two clock reads into its tail's totals.
+            set_sampling(self.chunk_every, self.per_chunk)
+            session.sampling = (self.chunk_every, self.per_chunk)
+            session.detail_steps = FOREVER
+        else:
+            session.detail_steps = self.per_chunk
 
     def _chunk(self) -> None:
         """A detail chunk starts: the steps since the last one that the Session kept flat are made rows (under the
@@ -116,7 +127,8 @@ class Monitor:
         t = time.perf_counter_ns()
         try:
             s._materialize()
-            s.detail_steps = max(0, s._n_steps - s.warmup) + self.per_chunk
+            if s.sampling is None:  # sampled in the fetchers, the Session's boundary stays put (attach)
+                s.detail_steps = max(0, s._n_steps - s.warmup) + self.per_chunk
         except Exception as e:  # noqa: BLE001 - the monitor must never crash the job it watches
             self.failed = f"{type(e).__name__}: {e}"
             print(f"profiler monitor: stopped watching after an error of its own ({self.failed})", file=sys.stderr)
@@ -187,6 +199,7 @@ class Monitor:
         """The job ended (``status``: ended | interrupted | failed | exit): the last window, the record, the
         exporters closed. Call after the Session stopped (its open step ended)."""
         s = self.session
+        set_sampling(0, 0)  # fetchers made from now on record every batch again
         if s is not None and self.failed is None:
             self.cut(s.window_end_ns or time.perf_counter_ns(), final=True)
         self.rec.status = status

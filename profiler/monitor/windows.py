@@ -6,8 +6,10 @@ followed there, as for ``run``). At each cut the monitor takes out of it the ste
 (their StepRows and BatchMetas, and the Tail totals of the steps beyond the window's detail) and leaves the open
 step in place; the Session's memory is then one window's, however long the job.
 
-Sampling: the first ``detail`` steps of a window are kept in full (rows, per-sample spans: what attribution splits
-by cause); the rest only as the Tail's exact totals (Session.detail_steps is moved forward at every cut). The
+Sampling: the window's detail steps are kept in full (rows, per-sample spans: what attribution splits by cause); the
+rest only as the Tail's exact totals. Which steps are detail is chosen in the fetchers (NOTE [ Monitor sampling ],
+instrument/batch.py: the Session keeps every row it makes); with sampling off (runner.Monitor's ``sample``) the
+first ``detail`` steps of each chunk are (Session.detail_steps is moved forward at every cut). The
 window's idle time is exact; its split by cause is the detail's shares applied to the total, the assumption
 ``run`` states for its own tail (attribution.extend_to_tail). The summary is computed by the same functions as
 ``run``'s record: collect.timeline, stats.stage_durations (what stage_stats describes, without its percentiles and
@@ -146,7 +148,8 @@ def take(s: Session, start_ns: int, end_ns: int, detail: int, other_wait_before:
     s.rows, s.metas = keep, kept_metas
     tail, s.tail = s.tail, Tail()
     n_now = s._n_steps
-    s.detail_steps = max(0, n_now - s.warmup) + detail  # the next window's first detail chunk
+    if s.sampling is None:  # sampled in the fetchers: the Session keeps every row it makes (runner.Monitor.attach)
+        s.detail_steps = max(0, n_now - s.warmup) + detail  # the next window's first detail chunk
     epochs = [e for e in s.epochs if e.iter_start_ns >= start_ns] or s.epochs[-1:]
     last = n_now - 1 if final else n_now - 2
     view = _View(s.t0_ns, rows, metas, epochs, s.accounting, tail, len(rows))
