@@ -22,6 +22,13 @@ signals out of such C code altogether (``import torch``) and raises the first on
 
 Exit status: ``exit_status(exc)`` is 128 + the signal number (130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP), the
 shell convention for "ended by signal N".
+
+A process forked from this one (the job's own ``multiprocessing.Pool``, torchdata.nodes' process mappers, a bare
+``os.fork()``) is the job's, not the profiler's: it gets back the dispositions the job had before ``install()``
+(``_after_fork_in_child``), so ``Pool.terminate()``'s SIGTERM ends it as it would without the profiler, instead of
+raising ``Terminated`` and printing its traceback. The DataLoader workers the profiler's own worker loop sets up
+take the profiler's handling back (``keep_in_worker``): their loop ends quietly on an interrupt, as before. Spawned
+and forkserver children start from a fresh interpreter and never had the handlers.
 """
 from __future__ import annotations
 
@@ -97,6 +104,10 @@ class _State:
 
 _state = _State()
 _installed = False
+# signal -> the disposition the process had when install() took it over (the job's own: a default action)
+_job_had: dict[int, Any] = {}
+# In a forked child: the signals the parent had taken over, given back to the job at the fork (keep_in_worker)
+_ours_at_fork: list[int] = []
 
 
 def _note(state: _State) -> None:
@@ -172,8 +183,10 @@ def install() -> list[int]:
         return []
     taken = []
     for sig in HANDLED:
-        if _is_default(signal.getsignal(sig), sig):
+        prev = signal.getsignal(sig)
+        if _is_default(prev, sig):
             signal.signal(sig, _handler)
+            _job_had[int(sig)] = prev
             taken.append(int(sig))
     if taken and not _installed:
         _state = _State()  # a new run: forget signals a previous one received
@@ -195,6 +208,41 @@ def restore(taken: list[int] | None = None) -> None:
     if not any(signal.getsignal(s) is _handler for s in HANDLED):
         _installed = False
         _state = _State()
+
+
+def _after_fork_in_child() -> None:
+    """os.register_at_fork's child hook: the job's own dispositions back in a process forked from this one (the
+    module docstring says why); what was ours is remembered for ``keep_in_worker``."""
+    global _installed, _state, _ours_at_fork
+    ours = []
+    for sig in HANDLED:
+        try:
+            if signal.getsignal(sig) is _handler:
+                signal.signal(sig, _job_had.get(int(sig), signal.default_int_handler if sig == signal.SIGINT
+                                                 else signal.SIG_DFL))
+                ours.append(int(sig))
+        except (ValueError, OSError):  # not the main thread of the main interpreter: nothing can be changed
+            return
+    _ours_at_fork = ours
+    _installed = False
+    _state = _State()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def keep_in_worker() -> None:
+    """In a DataLoader worker the profiler's worker loop starts: the profiler's handling of the signals it had taken
+    over in the parent, as the worker had before ``_after_fork_in_child`` gave them back (torch's worker loop ends
+    quietly on the KeyboardInterrupt they raise). Nothing in a spawned worker (it never had them)."""
+    global _installed
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for num in _ours_at_fork:
+        if _is_default(signal.getsignal(num), num):
+            signal.signal(num, _handler)
+            _installed = True
 
 
 def uninstall() -> None:

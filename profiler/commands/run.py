@@ -366,7 +366,7 @@ def _nothing_iterated(target: str, outcome: Outcome) -> int:
         return signals.exit_status(outcome.error)
     if outcome.status == "exit" and outcome.exit_code:
         return outcome.exit_code
-    print(f"profiler: {target} iterated no DataLoader in its main process and thread: nothing to profile, no "
-          "record written (the profiler measures the first torch.utils.data.DataLoader the job iterates)",
-          file=sys.stderr)
+    from ..instrument.loaders import nothing_iterated_line
+
+    print(nothing_iterated_line(target), file=sys.stderr)
     return 0

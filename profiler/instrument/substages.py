@@ -19,7 +19,6 @@ dataset) would time only the view's making. Those reads are not lost: the kernel
 (read_bytes, per thread, around each batch), so their blocked time is ``io`` (``blocked_device``) and the storage
 figures include them (analysis/io.py).
 
-
 Stages nest and are counted **exclusively** (self time): a lazy PIL decode triggered inside a transform is decode,
 the rest of the transform is augment. Whatever no stage claims is the dataset's own code — stage ``getitem`` in the
 record, never hidden. The kernel's view of the same time (on a core, waiting for a core, blocked) is measured for the

@@ -24,6 +24,10 @@ Profiling a user's DataLoader unchanged needs these seams. Public API offers non
 
 ``check()`` fails loudly (tests/test_torch_hooks.py) when a torch release moves any of them; ``install`` refuses to
 run (one clear line) rather than profile wrongly.
+
+A DataLoader subclass whose own ``__iter__`` / ``__init__`` (or an iterator subclass whose ``__next__``) never calls
+the hooked one is followed by overrides.py; torchdata's StatefulDataLoader, which also has its own worker loop, by
+torchdata_hooks.py (with its own ``check()``). ``install`` and ``uninstall`` put both in and out.
 """
 from __future__ import annotations
 
@@ -213,6 +217,10 @@ def instrument_fetcher(fetcher: Any, worker_id: int) -> Any:
     timed, collate, fetch = instrumented_parts(source, iterable, fetcher.collate_fn, fetcher.fetch, worker_id)
     if iterable:
         fetcher.dataset_iter = timed
+        for name in ("state_dict", "load_state_dict"):  # torchdata checkpoints the iterator through these
+            method = getattr(source, name, None)
+            if callable(method):
+                setattr(timed, name, method)
     else:
         fetcher.dataset = timed
     fetcher.collate_fn = collate
@@ -224,7 +232,9 @@ def instrument_fetcher(fetcher: Any, worker_id: int) -> Any:
 def lean_out_of(it: Any) -> list[Any] | None:
     """The LEAN_OUT holder of a ``num_workers=0`` iterator's fetch (inline_fetch.inline_map_fetch's), or None
     (another fetch, or an iterator with workers)."""
-    fetcher = getattr(it, "_dataset_fetcher", None) if isinstance(it, _dl._SingleProcessDataLoaderIter) else None
+    # Any in-thread iterator (torchdata's StatefulDataLoader has its own, not a _SingleProcessDataLoaderIter).
+    fetcher = getattr(it, "_dataset_fetcher", None) if isinstance(it, _dl._BaseDataLoaderIter) \
+        and getattr(it, "_num_workers", None) == 0 else None
     return lean_out_holder(getattr(fetcher, "fetch", None))
 
 
@@ -266,12 +276,27 @@ def install_worker_side() -> None:
 _forker: tuple[int, bool] | None = None
 
 
-def profiled_worker_loop(*args: Any, **kwargs: Any) -> Any:
-    """The worker process's entry point while profiling: install the in-worker hooks, then torch's own loop."""
+def note_forker() -> None:
+    """An iter() that may start workers is under way in this process and thread (``_forker``)."""
+    global _forker
+    _forker = (os.getpid(), threading.current_thread() is threading.main_thread())
+
+
+def worker_process_setup() -> None:
+    """What a worker process the profiler starts does before the loader's own loop: end with its parent, no
+    peer-gone noise, the in-worker hooks, and the profiler's signal handling back (signals.keep_in_worker)."""
+    from .. import signals
+
     if _forker is not None and _forker[1] and os.getppid() == _forker[0]:
         worker.die_with_parent()
     worker.quiet_peer_gone()
+    signals.keep_in_worker()
     install_worker_side()
+
+
+def profiled_worker_loop(*args: Any, **kwargs: Any) -> Any:
+    """The worker process's entry point while profiling: install the in-worker hooks, then torch's own loop."""
+    worker_process_setup()
     return _ORIG_WORKER_LOOP(*args, **kwargs)
 
 
@@ -290,8 +315,7 @@ def install(on_next: Callable[[Any, Callable[[Any], Any]], Any],
         return on_next(self, _ORIG_NEXT)
 
     def __iter__(self: Any) -> Any:
-        global _forker
-        _forker = (os.getpid(), threading.current_thread() is threading.main_thread())
+        note_forker()
         return on_iter(self, _ORIG_ITER)
 
     __next__.__wrapped__ = _ORIG_NEXT  # type: ignore[attr-defined]
@@ -300,6 +324,10 @@ def install(on_next: Callable[[Any, Callable[[Any], Any]], Any],
     install_worker_side()
     _dl._BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign]
     DataLoader.__iter__ = __iter__  # type: ignore[method-assign]
+    from . import overrides, torchdata_hooks
+
+    overrides.install(on_next, on_iter)
+    torchdata_hooks.install()
     _installed = True
 
 
@@ -310,6 +338,10 @@ def uninstall() -> None:
     _dl._DatasetKind.create_fetcher = _ORIG_CREATE_FETCHER  # type: ignore[method-assign]
     _dl._BaseDataLoaderIter.__next__ = _unwrapping_next  # type: ignore[method-assign]
     DataLoader.__iter__ = _ORIG_ITER  # type: ignore[method-assign]
+    from . import overrides, torchdata_hooks
+
+    overrides.uninstall()
+    torchdata_hooks.uninstall()
     substages.uninstall_library_stages()
     _installed = False
 
@@ -362,7 +394,13 @@ def override_loader(loader: Any, num_workers: int | None = None, batch_size: int
             raise UserError("--override-batch-size: the profiled DataLoader's batch sampler is not a plain "
                             "BatchSampler; change the batch size in the script instead")
         before = loader.batch_size
+        kind = type(loader.batch_sampler)  # torchdata's stateful BatchSampler stays one
+        try:
+            same = list(inspect.signature(kind).parameters) == ["sampler", "batch_size", "drop_last"]
+        except (TypeError, ValueError):
+            same = False
         object.__setattr__(loader, "batch_size", int(batch_size))
-        object.__setattr__(loader, "batch_sampler", BatchSampler(loader.sampler, int(batch_size), loader.drop_last))
+        object.__setattr__(loader, "batch_sampler", (kind if same else BatchSampler)(loader.sampler, int(batch_size),
+                                                                                      loader.drop_last))
         changed["batch_size"] = [before, int(batch_size)]
     return changed
