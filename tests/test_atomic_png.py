@@ -80,8 +80,8 @@ def test_a_png_that_does_not_fit_leaves_the_previous_one_or_nothing(tmp_path):
                        env={**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"})
     assert p.returncode == 0, p.stderr[-3000:]
     got = json.loads(p.stdout.strip().splitlines()[-1])
-    names = {"where_time_went", "timeline", "utilisation", "latency", "what_would_help", "compare_png", "fit_png",
-             "sweep_png", "ranks_png", "attach_shares"}
+    names = {"step_time", "where_time_went", "timeline", "utilisation", "latency", "what_would_help", "compare_png",
+             "fit_png", "sweep_png", "ranks_png", "attach_shares"}
     assert set(got["sizes"]) == names  # every PNG of every registry (a new one joins this list)
     assert got["errors"] == {f"{f}/{n}": "EFBIG" for f in ("before", "fresh") for n in names}, got["errors"]
     for name, size in got["sizes"].items():

@@ -279,26 +279,3 @@ def epoch_length(loader: Any) -> int | None:
     except Exception:  # noqa: BLE001 - TypeError for iterables; a user's __len__ may raise anything
         return None
 
-
-# --- a job that iterated no DataLoader -----------------------------------------------------------------------------
-def nothing_iterated_line(target: str) -> str:
-    """The one line ``run`` prints when the job iterated no DataLoader: what it saw, and what to do instead.
-
-    What to do is what the profiler measures: a DataLoader's ``next()``. ``profiler.stage()`` on the main thread
-    outside a DataLoader's fetch times nothing, and ``attach`` on such a job finds no DataLoader activity, so neither
-    is offered; a hand-written fetch run by a DataLoader without workers runs where it ran, and is measured."""
-    from . import torchdata_hooks
-
-    at = torchdata_hooks.nodes_loader_at
-    if at is not None:
-        return (f"profiler: {target} iterated a torchdata.nodes Loader ({at}) but no DataLoader: nothing to profile, "
-                "no record written. torchdata.nodes pipelines are not profiled (its ParallelMapper runs the map "
-                "function in threads or processes the profiler does not instrument); to profile this data, load the "
-                "same dataset through torchdata's StatefulDataLoader or a torch DataLoader: both are profiled "
-                "(docs/loaders.md)")
-    return (f"profiler: {target} iterated no DataLoader in its main process and thread: nothing to profile, no record "
-            "written (the profiler measures the first torch.utils.data.DataLoader the job iterates, subclasses such "
-            "as torchdata's StatefulDataLoader included). A hand-written fetch (a get_batch() over a memmap, your own "
-            "iterator) is measured once a DataLoader runs it, e.g. an IterableDataset whose __iter__ yields "
-            "get_batch('train') forever, looped over as `for X, Y in DataLoader(batches, batch_size=None):` "
-            "(no workers: it runs where it ran before; profiler.stage(\"read\") inside it then names its parts)")

@@ -27,7 +27,8 @@ run (one clear line) rather than profile wrongly.
 
 A DataLoader subclass whose own ``__iter__`` / ``__init__`` (or an iterator subclass whose ``__next__``) never calls
 the hooked one is followed by overrides.py; torchdata's StatefulDataLoader, which also has its own worker loop, by
-torchdata_hooks.py (with its own ``check()``). ``install`` and ``uninstall`` put both in and out.
+torchdata_hooks.py (with its own ``check()``). hooks.py installs and removes all three together (both of those call
+into this module, never the other way: no import cycle).
 """
 from __future__ import annotations
 
@@ -324,10 +325,6 @@ def install(on_next: Callable[[Any, Callable[[Any], Any]], Any],
     install_worker_side()
     _dl._BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign]
     DataLoader.__iter__ = __iter__  # type: ignore[method-assign]
-    from . import overrides, torchdata_hooks
-
-    overrides.install(on_next, on_iter)
-    torchdata_hooks.install()
     _installed = True
 
 
@@ -338,10 +335,6 @@ def uninstall() -> None:
     _dl._DatasetKind.create_fetcher = _ORIG_CREATE_FETCHER  # type: ignore[method-assign]
     _dl._BaseDataLoaderIter.__next__ = _unwrapping_next  # type: ignore[method-assign]
     DataLoader.__iter__ = _ORIG_ITER  # type: ignore[method-assign]
-    from . import overrides, torchdata_hooks
-
-    overrides.uninstall()
-    torchdata_hooks.uninstall()
     substages.uninstall_library_stages()
     _installed = False
 
