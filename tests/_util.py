@@ -4,9 +4,9 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pytest
@@ -84,29 +84,37 @@ def write_jpeg(path: Path, size=(1600, 1200), seed=0) -> None:
     path.write_bytes(synthetic_jpeg(np.random.default_rng(seed), size))
 
 
-def on_core_clocks(monkeypatch: pytest.MonkeyPatch, slept: list[int] | None = None) -> Callable[[], int]:
-    """A fake on-CPU clock for the main thread's fetch and steps (patched into the modules that read it; returned),
-    for tests whose threshold is about the profiler's logic, not the machine: it reads the last wall-clock reading
-    (every ``perf_counter_ns`` is recorded), less the ns in ``slept`` (what the test's own code put off its core).
-    So the thread never leaves its core but where the test says: no preemption on a loaded machine can end a lean
-    stretch or make a wait look off its core (whether steps are kept flat, how often clocks are read). Why the last
-    wall reading rather than a clock of its own: every span's on-CPU interval then lies within its wall interval, in
-    whatever order a pair is read (NOTE [ Wall clock outside, on-CPU clock inside ])."""
+def on_core_clocks(monkeypatch: pytest.MonkeyPatch, slept: list[int] | None = None) -> None:
+    """Fake on-CPU clocks for the main thread's fetch and steps (patched into the modules that read it), for tests
+    whose threshold is about the profiler's logic, not the machine: the thread never leaves its core but for the ns in
+    ``slept`` (what the test's own code put off its core), so no preemption on a loaded machine can end a lean stretch
+    or make a wait look off its core (whether steps are kept flat, how often clocks are read).
+
+    Two readings of the wall clock stand in for it, so that every span's on-CPU interval lies within its wall
+    interval, as NOTE [ Wall clock outside, on-CPU clock inside ] has it with real clocks: in the fetch's modules, the
+    thread's last wall-clock reading (a fetch reads some pairs wall first at their end too); in the session, the wall
+    clock now (its wait's pair is read in the NOTE's order, and the DataLoader's own code between the fetch's last
+    reading and the wait's end must not count as off the core)."""
     from profiler.instrument import fetch, inline_fetch, lean_check, proxies, session
 
     real_perf = time.perf_counter_ns
     last = [real_perf()]
     off = slept if slept is not None else [0]
+    me = threading.get_ident()
 
     def perf() -> int:
-        last[0] = v = real_perf()
+        v = real_perf()
+        if threading.get_ident() == me:  # the profiler's sampler thread reads the clock too: its (possibly older,
+            last[0] = v  # stored after a preemption) readings would move this thread's clock back
         return v
 
-    def on_cpu() -> int:
+    def last_reading() -> int:
         return last[0] - 10**9 - off[0]
+
+    def now() -> int:
+        return perf() - 10**9 - off[0]
 
     monkeypatch.setattr(time, "perf_counter_ns", perf)
     for module in (fetch, inline_fetch, lean_check, proxies, session):
         monkeypatch.setattr(module, "_perf", perf)
-        monkeypatch.setattr(module, "_cpu", on_cpu)
-    return on_cpu
+        monkeypatch.setattr(module, "_cpu", now if module is session else last_reading)

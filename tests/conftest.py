@@ -54,12 +54,14 @@ _GROUPS = {"test_storage": "storage", "test_storage_runs": "storage"}
 _SLOW_MODULES = frozenset({
     "test_attach", "test_browser", "test_frameworks", "test_hostile_jobs", "test_monitor", "test_multinode",
     "test_next_jobs", "test_ranks", "test_run", "test_script", "test_storage_runs", "test_sweep", "test_trace_merge",
-    "test_atomic_png", "test_next_jobs_analysis", "test_api",
+    "test_atomic_png", "test_next_jobs_analysis", "test_api", "test_hardening4", "test_render", "test_ram",
 })
 _SLOW_TESTS = frozenset({
     "test_analysis.py::test_oom_advice_is_recomputed_from_the_breakdown",
     "test_cli.py::test_ctrl_c_writes_partial_record",
     "test_cli.py::test_run_then_report_from_saved_record",
+    "test_cli.py::test_bad_run_input",
+    "test_own_cost.py::test_its_own_time_is_taken_out_of_other_first",
     "test_compare.py::test_slow_storage_is_slower_and_blamed_on_io",
     "test_fit.py::test_resnet18_parameter_side_is_exact",
     "test_fit.py::test_resnet50_params_and_weights",
@@ -75,10 +77,6 @@ _SLOW_TESTS = frozenset({
     "test_own_cost.py::test_the_record_carries_its_own_cost",
     "test_ram.py::test_copy_on_read_silent_for_numpy_array",
     "test_ram.py::test_copy_on_read_fires_for_python_list",
-    "test_render.py::test_long_run_reports_stay_bounded",
-    "test_render.py::test_renderers_measure_nothing",
-    "test_render.py::test_gpu_series_and_cuda_timing_are_drawn_from_the_record",
-    "test_render.py::test_one_failing_renderer_costs_no_other",
     "test_hostile.py::test_a_script_run_records_its_argv_redacted",
     "test_hostile.py::test_workers_die_with_a_killed_main_process",
     "test_hostile.py::test_sigterm_during_start_up_is_one_line_at_any_moment",
@@ -95,6 +93,7 @@ _TIMING_TESTS = frozenset({
     "test_ranks.py::test_rank_killed_mid_run_partial_merge_names_it",
     "test_preemption.py::test_a_worker_preempted_by_a_neighbour_is_cpu_bound_not_unexplained",
     "test_counters.py::test_a_lean_fetch_that_leaves_its_core_keeps_its_time_off_it",
+    "test_counters.py::test_lean_batches_keep_their_own_stages_and_files",
 })
 
 

@@ -363,22 +363,24 @@ def _count_clock_reads(modules: tuple[Any, ...], loader: DataLoader, tmp_path: P
     checked step by step afterwards, and reads more)."""
     reads, counting_now = [0], [False]
     on_core = slept is not None
-    real: Any = on_core_clocks(monkeypatch, slept) if on_core else time.thread_time_ns
 
-    def counting() -> int:
-        reads[0] += counting_now[0]
-        return int(real())
+    def counting_of(clock: Any) -> Any:
+        def counting() -> int:
+            reads[0] += counting_now[0]
+            return int(clock())
+        return counting
 
     if on_core:
+        on_core_clocks(monkeypatch, slept)
         for module in modules:
-            monkeypatch.setattr(module, "_cpu", counting)
+            monkeypatch.setattr(module, "_cpu", counting_of(module._cpu))
     with profiler.profile(out=str(tmp_path / "out"), warmup=warmup, steps=steps, plots=False, quiet=True) as run:
         it = iter(loader)
         for _ in range(before):
             next(it)
         if not on_core:
             for module in modules:
-                monkeypatch.setattr(module, "_cpu", counting)
+                monkeypatch.setattr(module, "_cpu", counting_of(time.thread_time_ns))
         counting_now[0] = True
         for _ in range(counted):
             next(it)
