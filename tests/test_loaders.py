@@ -270,8 +270,8 @@ def test_api_loader_and_the_report_header(tmp_path):
     ctx = report_context(rec, {})
     assert ctx["loader_lines"][0].startswith("Profiled loader: Val, 0 workers, batch size 8; created at ")
     assert ctx["loader_lines"][1].startswith("1 other loader ran, not profiled: Train from ")
-    assert {"value": "0 × 8", "label": "workers × batch size"} in ctx["numbers"]
-    assert not any("None" in str(n["value"]) + n["label"] for n in ctx["numbers"])
+    assert {"value": "0 × 8", "label": "workers × batch size"} in ctx["cards"]
+    assert not any("None" in str(n["value"]) + n["label"] for n in ctx["cards"])
     with pytest.raises(UserError):
         profiler.profile(loader="Val@x.py")
 

@@ -22,6 +22,8 @@ import time
 import weakref
 from typing import Any, Callable
 
+from torch import Tensor
+
 from . import clocks, hooks, substages, torch_hooks
 from .batch import M_RUNQ, BatchMeta, Instrumented, fetch_off_core_ns, lean_meta
 from .derived import CLOSE_TIMING_FROM_OFF_NS
@@ -32,7 +34,6 @@ from .loaders import (
     BASIS_CALLS,
     BASIS_STEP,
     LoaderSelector,
-    _Tensor,
     count_samples,
     is_data_folder,
 )
@@ -261,7 +262,7 @@ class Session(LoaderTracking, FlatSteps):
             k = 0
             if data.__class__ is list and len(data) == 2:  # default_collate's (x, y): count_samples' first answer,
                 x, y = data  # written out (its two frames were a fifth of this path)
-                if x.__class__ is _Tensor and y.__class__ is _Tensor:
+                if x.__class__ is Tensor and y.__class__ is Tensor:
                     sx, sy = x.shape, y.shape
                     if sx and sy and sx[0] == sy[0]:
                         k = sx[0]
