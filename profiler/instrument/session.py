@@ -27,6 +27,7 @@ from torch import Tensor
 from . import clocks, hooks, substages, torch_hooks
 from .batch import M_RUNQ, BatchMeta, Instrumented, fetch_off_core_ns, lean_meta
 from .derived import CLOSE_TIMING_FROM_OFF_NS
+from .device_time import DeviceTime
 from .flat_steps import F_END, F_REST_END, FLAT_FOLD_EVERY, FlatSteps
 from .inline_fetch import LEAN_CHECK, inline_call_costs
 from .lean_check import unchecked_since
@@ -83,10 +84,10 @@ class WindowClosed(BaseException):
     """
 
 
-class Session(LoaderTracking, FlatSteps):
+class Session(LoaderTracking, FlatSteps, DeviceTime):
     """One profiling session in this process: hooks installed from ``start()`` to ``stop()``. Its halves: which loader
-    is profiled (tracking.LoaderTracking), the flat steps' rows (flat_steps.FlatSteps); here, the steps and the
-    window."""
+    is profiled (tracking.LoaderTracking), the flat steps' rows (flat_steps.FlatSteps), device time at the window's
+    close (device_time.DeviceTime); here, the steps and the window."""
 
     def __init__(self, warmup: int, steps: int, then: str = "exit",
                  on_step: Callable[[bool, int, int, int], None] | None = None,
@@ -559,38 +560,3 @@ class Session(LoaderTracking, FlatSteps):
     def _settle_basis(self) -> None:
         if self.loader is not None and self._basis:
             self.loader.samples_basis = max(self._basis, key=lambda k: self._basis[k])
-
-    def _device_step_done(self, r: StepRow) -> None:
-        """A tail step's device times are known: its idle by the device's clock, then into the totals."""
-        if r.tail:
-            self._device_idle(r)
-            self.tail.add(r)
-
-    @staticmethod
-    def _device_idle(r: StepRow) -> bool:
-        ws, we = getattr(r, "wait_start_dev", 0), getattr(r, "wait_end_dev", 0)
-        if not (ws and we and r.compute_end_ns):
-            r.idle_ns = r.wait_end_ns - r.wait_start_ns
-            return False
-        if not getattr(r, "h2d_seen", False):  # no h2d stage: the device's step starts when the batch is in hand
-            r.h2d_start_ns = r.h2d_end_ns = we
-        r.idle_ns = max(0, we - ws) + max(0, r.h2d_end_ns - r.h2d_start_ns)
-        return True
-
-    def _resolve_device(self) -> None:
-        import torch
-
-        cuda = self.cuda
-        assert cuda is not None
-        try:
-            cuda.resolve(force=True)
-            self.peak_device_memory_bytes = int(torch.cuda.max_memory_allocated())
-        except Exception:  # noqa: BLE001 - after an OOM or a sticky error: unresolved steps keep host figures
-            for ev, r, which in cuda.queue:  # tail steps whose events never resolved: host figures
-                if which == "compute_end_ns" and r.tail:
-                    r.idle_ns = r.wait_end_ns - r.wait_start_ns
-                    self.tail.add(r)
-            return
-        for r in self.rows:
-            if r.measured and self._device_idle(r):
-                r.device_ok = True
