@@ -103,6 +103,8 @@ def print_short(rec: RunRecord, console: Console, out_files: list[str] | None = 
     lines = loader_lines(rec)
     if lines:
         _one_line(console, lines[0])
+        if len(lines) > 1 and not lines[1].startswith("No other"):  # a loader not profiled (a sanity check, validation)
+            _one_line(console, lines[1])
     _line(console, stage_line(rec))
     _line(console, idle_line(rec))
     prof = (rec.stall or {}).get("profiler") or {}
