@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .batch import BatchMeta, fetch_off_core_ns, lean_meta
+from .batch import LO_N, LO_OWN_NS, BatchMeta, fetch_off_core_ns, lean_meta
 from .loaders import BASIS_CALLS, BASIS_STEP
 from .steps import StepRow, Tail, step_of
 
@@ -92,8 +92,8 @@ class FlatSteps:
         meta = lean_meta(lean, self._pid)
         if n is not None:
             k, basis = n
-        elif lean.n:
-            k, basis = lean.n, BASIS_CALLS
+        elif lean[LO_N]:
+            k, basis = lean[LO_N], BASIS_CALLS
         else:
             k, basis = 1, BASIS_STEP
         tail = step >= self.warmup + self.detail_steps
@@ -112,12 +112,12 @@ class FlatSteps:
         step, epoch, t0, t1, n, lean, rest_end, end = f  # FLAT_FIELDS
         if n is not None:
             k, basis = n
-        elif lean.n:
-            k, basis = lean.n, BASIS_CALLS
+        elif lean[LO_N]:
+            k, basis = lean[LO_N], BASIS_CALLS
         else:
             k, basis = 1, BASIS_STEP
         row = StepRow(step, epoch, -1, self._pid, k, t0, t1, 0, 0, True, h2d_start_ns=t1, h2d_end_ns=t1,
-                      compute_end_ns=end, tail=True, own_wait_ns=lean.own_ns, own_rest_ns=max(0, rest_end - t1))
+                      compute_end_ns=end, tail=True, own_wait_ns=lean[LO_OWN_NS], own_rest_ns=max(0, rest_end - t1))
         return row, basis
 
     def _fold_tail_row(self, row: StepRow, basis: str) -> None:

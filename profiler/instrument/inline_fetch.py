@@ -176,9 +176,9 @@ def inline_map_fetch(fetcher: Any, worker_id: int, close: bool | None = None) ->
             # built), the batch itself returned as torch's fetch returns it. Why: the BatchMeta and envelope built
             # here, and the session's step row built for it, were a third of the profiler's per-batch cost on a
             # light loop, for figures that are the same arithmetic done later (LEAN_OUT says more).
-            out[0] = LeanOut(w_entry, c_entry, w_in, t0, t1, n, c_out, (w_in - w_entry) + (_perf() - t1))
+            out[0] = (w_entry, c_entry, w_in, t0, t1, n, c_out, (w_in - w_entry) + (_perf() - t1))  # LeanOut
             return batch
-        meta = lean_meta(LeanOut(w_entry, c_entry, w_in, t0, t1, n, c_out, 0), pid)
+        meta = lean_meta((w_entry, c_entry, w_in, t0, t1, n, c_out, 0), pid)
         meta.stage_events, meta.pixel_events, meta.skipped = events or (), pixels or (), skipped or ()
         meta.opened = opened or NO_FOLDERS
         reuse_lean(rec, smp)  # handed to the record: the next batch gets its own

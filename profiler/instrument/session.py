@@ -25,7 +25,7 @@ from typing import Any, Callable
 from torch import Tensor
 
 from . import clocks, hooks, substages, torch_hooks
-from .batch import M_RUNQ, BatchMeta, Instrumented, fetch_off_core_ns, lean_meta
+from .batch import LO_N, LO_W_ENTRY, M_RUNQ, BatchMeta, Instrumented, fetch_off_core_ns, lean_meta
 from .derived import CLOSE_TIMING_FROM_OFF_NS
 from .device_time import DeviceTime
 from .flat_steps import F_END, F_REST_END, FLAT_FOLD_EVERY, FlatSteps
@@ -248,7 +248,7 @@ class Session(LoaderTracking, FlatSteps, DeviceTime):
                 raise
             t1 = _perf()
             if data.__class__ is Instrumented or (holder.__class__ is list and holder[0] is not None
-                                                  and holder[0].w_entry >= t0):
+                                                  and holder[0][LO_W_ENTRY] >= t0):
                 # A detail batch all the same (the fetchers' count ran apart from the epoch's): a row, with the
                 # wait's main-thread clocks derived from the fetch's in this thread, unknown (0) with workers.
                 row = StepRow(step, len(self.epochs) - 1, -1, self._pid, 0, t0, 0, 0, 0, True)
@@ -287,7 +287,7 @@ class Session(LoaderTracking, FlatSteps, DeviceTime):
                 raise
             t1 = _perf()
             lean = holder[0]
-            if data.__class__ is Instrumented or lean is None or lean.w_entry < t0:  # not a lean batch: a row, as below
+            if data.__class__ is Instrumented or lean is None or lean[LO_W_ENTRY] < t0:  # not lean: a row, as below
                 row = StepRow(step, len(self.epochs) - 1, -1, self._pid, 0, t0, 0, 0, 0, True,
                               tail=step - self.warmup >= self.detail_steps)
                 return self._after_wait(row, data, holder, t0, t1, -1, -1, 0, 0)
@@ -316,7 +316,7 @@ class Session(LoaderTracking, FlatSteps, DeviceTime):
             flat.append(f)
             self._open_flat = f  # after the append: an interrupt in between leaves it an unended step, not counted
             if self.on_step is not None:
-                self.on_step(True, t0, t1, n[0] if n is not None else lean.n or 1)
+                self.on_step(True, t0, t1, n[0] if n is not None else lean[LO_N] or 1)
             f[F_REST_END] = _perf()  # the end of its bookkeeping (own_rest_ns)
             return data
         # num_workers=0: the batch is made in this thread, and its fetch reads the run-queue wait itself (shared below);
@@ -409,7 +409,7 @@ class Session(LoaderTracking, FlatSteps, DeviceTime):
             batch = data
             lean = holder[0] if holder.__class__ is list else None
             # A lean fetch's clocks, handed over beside the batch (batch.LeanOut): its BatchMeta, made now.
-            meta = lean_meta(lean, self._pid) if lean is not None and lean.w_entry >= t0 else None
+            meta = lean_meta(lean, self._pid) if lean is not None and lean[LO_W_ENTRY] >= t0 else None
         # The step's samples: what the batch holds; else what the dataset calls returned; else one per step.
         li = self.loader
         n = count_samples(batch, li.batch_size if li is not None else None)
