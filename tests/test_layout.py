@@ -114,7 +114,7 @@ LAYER_EXCEPTIONS: dict[tuple[str, str], str] = {
     ("profiler.render", "profiler.analysis.headline"): "pure text from an analyzed record (the headline, the key "
                                                        "figures), the same words in every renderer: to be written into "
                                                        "the record's derived sections, which renderers read",
-    ("profiler.render", "profiler.analysis.whatif"): "binds_label, a what-if row's label: the same",
+    ("profiler.render", "profiler.analysis.binds"): "binds_label, a what-if row's label: the same",
 }
 
 

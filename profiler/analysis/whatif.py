@@ -29,6 +29,14 @@ from typing import TYPE_CHECKING, Any
 
 from .. import thresholds as th
 from ..storage.spec import STORAGE_PRESETS, ThrottleSpec, format_rate
+
+# Re-exported: the labels and phrases were written here first (analysis/binds.py holds them now).
+from .binds import BINDS_LABEL_MAX as BINDS_LABEL_MAX
+from .binds import BINDS_LABELS as BINDS_LABELS
+from .binds import MODEL_SHARE_NAMED_FROM as MODEL_SHARE_NAMED_FROM
+from .binds import binds_label as binds_label
+from .binds import binds_words as binds_words
+from .binds import model_shares_cores
 from .rates import Rates
 
 if TYPE_CHECKING:  # annotations only
@@ -53,9 +61,6 @@ SOFT = 0.02
 # When the cores are used up and the model's own step could go at most this much faster, the model sets the pace:
 # "then bound by" names it rather than the cores (3 %: within the bisection's softness and a step's jitter).
 MODEL_BINDS_WITHIN = 1.03
-# The model is named among those sharing the cores when its threads take at least this share of the job's CPU per
-# sample: below, it is a rounding error next to the loading (a loader-only run's empty step).
-MODEL_SHARE_NAMED_FROM = 0.1
 # The low end of an interval never falls below this share of its prediction before widening: the errors added in
 # quadrature are relative errors of a rate, which cannot fall to 0 because of its measurement's spread.
 MIN_LOW_SHARE = 0.1
@@ -218,48 +223,6 @@ def worker_counts(cores: float, measured: int) -> list[int]:
     return sorted(set(out + [top, measured]))
 
 
-def binds_words(binds: str, r: Rates, n: int | None = None, available: float | None = None) -> str:
-    """What binds, in the words the verdict, the ceilings and the what-if all use (one phrase per stage).
-    ``available``: the cores other load left the job, said when it took a visible part of them."""
-    n = r.workers if n is None else n
-    cores = f"{r.cores:g} core{'s' if r.cores != 1 else ''}"
-    if available is not None and available < r.cores - 0.05:
-        cores = f"the {available:.2f} of {r.cores:g} cores other load left"
-    who = f"{n} worker{'s' if n != 1 else ''}" if n > 0 else "the main process's loading"
-    if binds == "cores":
-        if _model_shares_cores(r):
-            return f"cores: the model and {who} share {cores}"
-        if n == 0:
-            return f"cores: the main process loads and steps on {cores}"
-        return f"cores: {who} and the main process share {cores}"
-    return {"compute": "the model sets the pace", "cpu": f"CPU work per sample in {who}",
-            "io": f"blocked reads in {who}", "storage": "the storage device", "unknown": "not predicted"
-            }.get(binds, binds)
-
-
-# The binding stage as a table cell says it (at most ~30 characters: the issue's "short labels"); the full phrase,
-# with the cores and workers it is about, is binds_words, said once under the table.
-BINDS_LABELS = {"cores": "cores", "compute": "model", "cpu": "CPU per sample", "io": "blocked reads",
-                "storage": "storage", "transfer": "transfer", "h2d": "host-to-device copy", "unknown": "not predicted"}
-BINDS_LABEL_MAX = 30
-
-
-def binds_label(binds: str) -> str:
-    """The short label of a binding stage ("cores", "storage", "model"); an unknown name cut to BINDS_LABEL_MAX."""
-    text = BINDS_LABELS.get(binds, binds)
-    return text if len(text) <= BINDS_LABEL_MAX else text[: BINDS_LABEL_MAX - 1] + "…"
-
-
-def _model_shares_cores(r: Rates) -> bool:
-    """Does the model take a real part of the cores (a CPU run whose model's threads use at least a tenth of the
-    job's CPU per sample)? A loader-only run (``--model none``) has a step of microseconds: its cores are the
-    workers' and the main process's."""
-    if r.device_type != "cpu" or r.compute_s <= 0:
-        return False
-    model = min(r.model_threads, max(int(math.ceil(r.cores)), 1)) * r.compute_s / max(r.batch, 1.0)
-    return model >= MODEL_SHARE_NAMED_FROM * (model + r.cpu_s)
-
-
 def steadiness(r: Rates, m: Model) -> dict[str, Any]:
     """Was the measured window steady enough to predict from? Notices (each with its figure), how much each widens
     the intervals, and the command that would measure it better."""
@@ -346,7 +309,7 @@ def whatif(r: Rates) -> WhatIf:
     for n in worker_counts(r.cores, r.workers):
         a = (f"each worker needs {r.cpu_s * 1e3:.1f} ms on a core and {r.blocked_s * 1e3:.1f} ms blocked per sample, "
              f"as measured; {core_note}")
-        if _model_shares_cores(r):
+        if model_shares_cores(r):
             a += "; the model's threads share the same cores and slow down as workers take them"
         extra = 0.0
         if n == 0 and r.workers > 0 and not r.main_sample_cpu_s:

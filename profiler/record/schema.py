@@ -8,35 +8,129 @@ docs/run_json.md names every field declared here, so the doc, the checker and th
 Constraints ride along as ``Annotated`` metadata: ``Min(0)`` for durations, counts and bytes, ``Min(-1)`` where -1
 means "unknown" or "the main process". ``float`` accepts JSON integers (``0`` is a valid float), never booleans.
 Tables are the columnar ones in ``TABLES``: every value is a list of the table's row count.
+
+This module holds the measured raw sections, the whole ``Record`` and the table rules; it re-exports every name of
+``scalars`` (the typing helpers and the scalar vocabulary), ``sections_job`` (the job, its loaders, attach, torchrun,
+torch.profiler) and ``sections_derived`` (the analysis output), so readers import every section from here alone.
 """
 from __future__ import annotations
 
-import sys
-from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Any
 
-# Required/NotRequired are in typing from 3.11; on 3.10 (the oldest we support) typing_extensions has them, with the
-# TypedDict and introspection helpers that understand them. validate.py takes them from here so they match.
-if sys.version_info >= (3, 11):
-    from typing import NotRequired, Required, TypedDict, get_type_hints, is_typeddict  # noqa: F401
-else:  # pragma: no cover - exercised on 3.10 only
-    from typing_extensions import NotRequired, Required, TypedDict, get_type_hints, is_typeddict  # noqa: F401
-
-
-
-@dataclass(frozen=True)
-class Min:
-    """The smallest value a number may take (inclusive)."""
-    value: float
-
-
-# Scalar vocabulary -------------------------------------------------------------------------------------------------
-Count = Annotated[int, Min(0)]  # how many of something; also bytes
-Id = Annotated[int, Min(-1)]  # a row's batch/worker/index/step number; -1 = unknown, or the main process (worker)
-Counter = Annotated[int, Min(-1)]  # a cumulative /proc/<pid>/io counter; -1 = unreadable
-Seconds = Annotated[float, Min(0)]  # a duration
-Time = float  # an instant: seconds since the run started (host clock)
-Share = Annotated[float, Min(0)]  # a fraction or a percentage
+from .scalars import (  # re-exported: readers import every section from here
+    Count as Count,
+)
+from .scalars import (
+    Counter as Counter,
+)
+from .scalars import (
+    Id as Id,
+)
+from .scalars import (
+    Min as Min,
+)
+from .scalars import (
+    NotRequired as NotRequired,
+)
+from .scalars import (
+    Required as Required,
+)
+from .scalars import (
+    Seconds as Seconds,
+)
+from .scalars import (
+    Share as Share,
+)
+from .scalars import (
+    Time as Time,
+)
+from .scalars import (
+    TypedDict as TypedDict,
+)
+from .scalars import (
+    get_type_hints as get_type_hints,
+)
+from .scalars import (
+    is_typeddict as is_typeddict,
+)
+from .sections_derived import (
+    Ceilings as Ceilings,
+)
+from .sections_derived import (
+    Finding as Finding,
+)
+from .sections_derived import (
+    ProfilerCost as ProfilerCost,
+)
+from .sections_derived import (
+    Ram as Ram,
+)
+from .sections_derived import (
+    Recommendation as Recommendation,
+)
+from .sections_derived import (
+    StageHistogram as StageHistogram,
+)
+from .sections_derived import (
+    StageStats as StageStats,
+)
+from .sections_derived import (
+    Stall as Stall,
+)
+from .sections_derived import (  # re-exported: readers import every section from here
+    Throughput as Throughput,
+)
+from .sections_derived import (
+    Verdict as Verdict,
+)
+from .sections_derived import (
+    WhatIf as WhatIf,
+)
+from .sections_job import (
+    Attach as Attach,
+)
+from .sections_job import (
+    AttachIo as AttachIo,
+)
+from .sections_job import (
+    AttachProcess as AttachProcess,
+)
+from .sections_job import (
+    AttachSampler as AttachSampler,
+)
+from .sections_job import (
+    AttachTarget as AttachTarget,
+)
+from .sections_job import (
+    AttachThread as AttachThread,
+)
+from .sections_job import (
+    Collectives as Collectives,
+)
+from .sections_job import (
+    Distributed as Distributed,
+)
+from .sections_job import (
+    Job as Job,
+)
+from .sections_job import (  # re-exported: readers import every section from here
+    LoaderInfo as LoaderInfo,
+)
+from .sections_job import (
+    OtherLoaderFigures as OtherLoaderFigures,
+)
+from .sections_job import (
+    ReadFrom as ReadFrom,
+)
+from .sections_job import (
+    TorchTrace as TorchTrace,
+)
+from .sections_job import (
+    TorchTraceClock as TorchTraceClock,
+)
+from .sections_job import (
+    TorchTraces as TorchTraces,
+)
 
 
 # Raw sections (collected; validated strictly on load) ------------------------------------------------------------
@@ -345,309 +439,6 @@ class Memory(TypedDict, total=False):
     oom_recommendations: list[Any]
     oom_recommendations_error: str  # why the advice could not be recomputed (the record's own list is kept)
     breakdown: dict[str, Any]
-
-
-class LoaderInfo(TypedDict, total=False):
-    """The profiled DataLoader's own settings (a user's job may differ from config)."""
-    dataset_class: str | None
-    created_at: str | None  # "file:line"
-    num_workers: Count
-    batch_size: Count | None  # null for batch_size=None or a batch_sampler
-    pin_memory: bool
-    persistent_workers: bool
-    prefetch_factor: Count | None
-    multiprocessing_context: str | None
-    collate_fn: str | None
-    sampler: str | None
-    iterated_at: str | None  # "file:line" of the first iter(loader)
-    overridden: dict[str, list[Any]] | None  # {num_workers|batch_size: [script's, profiled]} (run --override-*)
-    created_in: str | None  # "file:line" of the library frame that called DataLoader(...), beside created_at
-    iterated_in: str | None  # "file:line" of the library frame that called iter(loader), beside iterated_at
-    batches_per_epoch: Count | None  # len(loader); null when the loader cannot say
-    chosen: str  # why this loader is the profiled one ("the first loader the job iterated", "named by --loader ...")
-    recreated: Count  # times the job made it afresh for a new epoch (same line, dataset class, workers, batch size)
-    samples_basis: str  # "batch" | "batch length" | "dataset calls" | "one per step": what samples were counted from
-
-
-class OtherLoaderFigures(TypedDict, total=False):
-    """A loader the job iterated besides the profiled one, with the little measured of it."""
-    dataset_class: str
-    created_at: str | None
-    iterated_at: str | None
-    num_workers: Count
-    batch_size: Count | None
-    role: str  # why it is not the profiled one
-    epochs: Count
-    steps: Count
-    samples: Count
-    wait_s: Seconds
-    first_s: Seconds | None  # its first iter(), s since run start
-    last_s: Seconds | None  # its last batch
-
-
-class ReadFrom(TypedDict, total=False):
-    folder: str
-    files_opened: Count
-
-
-class Job(TypedDict, total=False):
-    """What was profiled: the built-in benchmark, a script, a module or an API call."""
-    kind: Required[str]  # "builtin" | "script" | "module" | "api" | "attach"
-    target: str | None
-    argv: list[str]
-    then: str  # "exit" | "continue"
-    ended: str  # "window closed", "script ended", "script raised ValueError", "sys.exit(3)", "interrupted"
-    loader: LoaderInfo | None
-    other_loaders: Count
-    other_loader_figures: list[OtherLoaderFigures]  # the other loaders themselves (at most 50)
-    window_restarts: Count  # times the window restarted on another loader because the profiled one stopped early
-    read_from: list[ReadFrom]  # folders the profiled loader's dataset opened files in, most-opened first
-
-
-# Attach (``python -m profiler attach PID``; job.kind "attach"): sampled from outside, counts not spans -----------
-class AttachSampler(TypedDict, total=False):
-    name: str  # "py-spy"
-    version: str | None
-    mode: str  # "nonblocking": the target is never stopped
-    rate_hz: Count
-    samples: Count  # what the sampler reported in all
-    errors: Count  # samples it could not read
-
-
-class AttachTarget(TypedDict, total=False):
-    pid: Required[Count]  # the main process
-    given_pid: Count  # the PID the user gave (a worker's: its parent was taken)
-    cmdline: list[str]  # redacted
-    start_time_utc: str | None
-    start_ticks: Count | None  # with pid, the process's identity (stat field 22)
-    torch_loaded: bool | None
-    main_in_dataloader_at_start: bool
-
-
-class AttachProcess(TypedDict, total=False):
-    pid: Required[Count]
-    role: Required[str]  # "main" | "worker" | "child" | "forkserver"
-    start_method: str | None  # a worker's: "fork" | "spawn" | "forkserver"
-    what: str | None  # another child's kind ("torch.compile worker", "not Python", ...)
-    found: str  # "discovery" | "sampling" (a worker first seen in the stacks: forked later, or missed at first)
-    cmdline: list[str]
-
-
-class AttachThread(TypedDict, total=False):
-    """One sampled thread: stack samples per stage and the kernel's clocks over the window."""
-    pid: Required[Count]
-    tid: Required[Count]
-    name: str
-    role: Required[str]  # "main" | "worker" | "worker_feeder" | "pin_memory" | "other"
-    worker: Id  # workers in start order; -1 for the main process
-    samples: Required[Count]
-    stages: Required[dict[str, Count]]  # stage (or idle / wait / compute / epoch_start) -> samples
-    wait_stages: dict[str, Count]  # main thread, workers = 0: what the loading inside __next__ was
-    top_frames: list[dict[str, Any]]  # {where: "file:line (function)", samples}
-    wall_s: Seconds
-    on_cpu_s: Seconds
-    runq_s: Seconds
-    states: dict[str, Count]  # scheduler state samples: R, S, D, ...
-
-
-class AttachIo(TypedDict):
-    pid: Count
-    rchar: Count
-    read_bytes: Count
-
-
-class Attach(TypedDict, total=False):
-    sampler: Required[AttachSampler]
-    proc_rate_hz: Count
-    proc_ticks: Count
-    requested_s: Seconds
-    seconds: Required[Seconds]
-    started_utc: str | None
-    stopped_by: str  # "duration" | "interrupted" | "target exited"
-    target: Required[AttachTarget]
-    processes: list[AttachProcess]
-    pin_memory_tid: Count | None
-    ranks: dict[str, int] | None  # torchrun: {rank, local_rank, world_size, ...} of the target
-    siblings: list[dict[str, Any]]  # torchrun: the other ranks {pid, rank, local_rank}
-    gpus: list[dict[str, Any]]  # NVML: {index, name, pids, used_bytes}
-    threads: Required[list[AttachThread]]
-    workers_at_once: Count  # the most DataLoader workers alive at the same time in the window
-    io: list[AttachIo]
-    cpu_util: Share | None  # the machine's CPU share busy over the window
-    absent: dict[str, str]  # figure -> why attach cannot have it
-
-
-# Derived sections (analysis output; never trusted on load, always recomputed) -------------------------------------
-class Throughput(TypedDict, total=False):
-    samples_per_s: Share
-    steps_per_s: Share
-    samples: Count
-    steps: Count
-    window_s: Seconds
-
-
-class StageHistogram(TypedDict):
-    """The stage's observations on log-spaced bins (ms): what latency.png draws, so it needs no timeline."""
-    edges_ms: list[float]  # bin edges, one more than counts; empty when no observation was above 0 ms
-    counts: list[Count]
-    zeros: Count  # observations of 0 ms (not on a log axis)
-
-
-class StageStats(TypedDict, total=False):
-    per: str  # "sample" | "batch" | "step" | "epoch"
-    count: Count
-    total_s: Seconds
-    mean_ms: float
-    p50_ms: float
-    p95_ms: float
-    p99_ms: float
-    max_ms: float
-    bytes: Count
-    percentiles_over: str  # a run longer than the detail cap: which steps the percentiles describe
-    histogram: StageHistogram  # the observations kept in detail (analysis/stats.py)
-    share: Share  # attach: the stage's share of its side's sampled time
-    share_low: Share  # attach: 95 % Wilson interval of that share
-    share_high: Share
-    basis: str  # attach: "sampled" (count = stack samples, total_s = share x sampled thread time)
-
-
-class ProfilerCost(TypedDict, total=False):
-    """The profiler's own main-thread time in the measured steps: reported apart, never attributed to the job."""
-    seconds: Seconds  # taken out of the waits: stall.seconds is net of it
-    rest_s: Seconds  # in the rest of the steps (its bookkeeping after the batch is in hand)
-    share_of_window: Share  # both, over the window
-    measured: bool  # false: the record has no profiler_wait column (written before it was measured)
-
-
-class Stall(TypedDict, total=False):
-    seconds: Seconds
-    fraction: Share
-    by_cause: dict[str, float]
-    share_by_cause: dict[str, float]
-    by_stage: dict[str, float]
-    by_kind: dict[str, float]
-    per_step: dict[str, list[float]]
-    method: str
-    tail: dict[str, Any]  # {steps, idle_s, method}: how the steps beyond the detail were added
-    fraction_low: Share  # attach: 95 % Wilson interval of the sampled wait share
-    fraction_high: Share
-    main_samples: Count  # attach: main-thread stack samples behind the fraction
-    wait_samples: Count  # attach: ... of them inside DataLoader.__next__
-    profiler: ProfilerCost
-
-
-class Recommendation(TypedDict, total=False):
-    action: str
-    reason: str
-    expected_gain: str
-    cause: str
-
-
-class Verdict(TypedDict, total=False):
-    bottleneck: str
-    severity: str
-    summary: str
-    cause_share: float
-    recommendations: list[Recommendation]
-    binds: str  # optional: on shared cores, what binds in the what-if's words ("cores: the model and 2 workers ...")
-
-
-class Finding(TypedDict, total=False):
-    kind: str
-    message: str
-
-
-class Ram(TypedDict, total=False):
-    copy_on_read: dict[str, Any] | None
-    shm_peak_bytes: Count | None
-    processes: list[dict[str, Any]]
-    projection: list[dict[str, Any]]
-    projection_error: str
-    workers_at_once: Count  # the loader's num_workers (analysis/ram.py)
-    worker_processes: Count  # worker processes sampled over the run (more: workers restarted each epoch)
-    summary: str  # the RAM sentence, workers counted at once (analysis/ram.py)
-
-
-class Collectives(TypedDict, total=False):
-    method: str  # how the collective wait was measured (a DDP communication hook) or derived
-    kind: str  # "all_reduce"
-    start: list[Time]
-    end: list[Time]
-
-
-class Distributed(TypedDict, total=False):
-    """One rank of a torchrun job (absent for a single process)."""
-    rank: Count
-    local_rank: Count
-    world_size: Count
-    local_world_size: Count | None
-    group_rank: Count | None
-    backend: str | None  # "gloo" | "nccl" | null (a user's script: its own process group)
-    hostname: str  # a hash of the host name ("host-…"), never the name itself
-    boot_id: str | None  # ranks with one boot id share CLOCK_MONOTONIC
-    pid: Count
-    clock: str  # "CLOCK_MONOTONIC"
-    t0_monotonic_ns: Count  # the run start all of this rank's times are relative to
-    run_id: str | None
-    restart_count: Count | None
-    run_folder: str
-    collectives: Collectives | None
-
-
-class TorchTraceClock(TypedDict, total=False):
-    """The clock pair that places this record's times on torch.profiler (kineto) traces (render/kineto_merge.py)."""
-    ours: str  # "CLOCK_MONOTONIC": the record's times are seconds from t0_monotonic_ns on it
-    theirs: str  # "CLOCK_REALTIME": kineto's events are baseTimeNanoseconds + ts µs on it
-    t0_monotonic_ns: Count
-    # CLOCK_REALTIME - CLOCK_MONOTONIC, the median of the reads (at the start and at each export); in µs: in ns it
-    # is ~1.8e18, beyond the 2**53 a record's number may be (validate.py MAX_ABS)
-    realtime_minus_monotonic_us: int
-    drift_ns: int  # how far the reads spread (an NTP step between them shows here)
-    read_bracket_ns: Count  # the widest bracket of one read: its uncertainty
-
-
-class TorchTrace(TypedDict, total=False):
-    """One Chrome trace torch.profiler exported while the job was profiled."""
-    path: str  # absolute, as exported (the job's file; never changed by the profiler)
-    by: str  # "job" (its own torch.profiler) | "profiler" (run --torch-profiler)
-    exported_s: Time
-
-
-class TorchTraces(TypedDict, total=False):
-    """torch.profiler traces seen during the run (instrument/torch_profiler_hooks.py) and the clocks to merge them."""
-    traces: list[TorchTrace]
-    clock: TorchTraceClock
-    error: str  # run --torch-profiler: why its own trace is missing
-
-
-class WhatIf(TypedDict, total=False):
-    """Predicted samples/s for other settings, from this run alone (analysis/whatif.py)."""
-    measured: dict[str, Any]
-    calibration: float
-    cores_available: float
-    other_load_cores: float
-    core_share: float
-    model: str
-    predictions: list[dict[str, Any]]
-    best_workers: int
-    inputs: dict[str, Any]
-    note: str
-    error: str  # the model could not read this record (no predictions then)
-    # Optional (absent from records analyzed before the intervals; renderers cope without them):
-    binds: str | None  # what binds at the measured setting (a stage name, or "cores")
-    binds_words: str | None  # the same in the words the verdict and the ceilings use
-    steadiness: dict[str, Any]  # {steady, notices, widen, remeasure}: was the window steady enough to predict from
-    interval_method: str  # what each prediction's [low, high] interval is made of
-    storage_note: str  # why there are no storage rows (the job read no files, or their bytes were not measured)
-    advice_rejected: list[dict[str, str]]  # [{action, because}]: advice the consistency check dropped
-
-
-class Ceilings(TypedDict, total=False):
-    """Samples/s each stage alone could sustain, measured or derived; the lowest sets the pace."""
-    samples_per_s: float
-    rows: list[dict[str, Any]]
-    lowest: str | None
-    lowest_words: str  # optional: the shared cores, in the what-if's words, when they set the pace
 
 
 class ModelAlone(TypedDict, total=False):

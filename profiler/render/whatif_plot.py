@@ -61,8 +61,8 @@ _BINDS_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2
 
 def _predictions(ax: Axes, rec: RunRecord) -> None:
     """Every predicted setting as a point with its 95 % interval, colored by the stage that would then bind (short
-    labels: analysis/whatif.py binds_label), the measured setting in black, this run's rate as a dashed line."""
-    from ..analysis.whatif import binds_label
+    labels: analysis/binds.py binds_label), the measured setting in black, this run's rate as a dashed line."""
+    from ..analysis.binds import binds_label
 
     w = rec.whatif or {}
     preds = [p for p in w.get("predictions") or [] if p.get("samples_per_s") is not None]

@@ -82,7 +82,7 @@ def _change(ch: float | None, p: dict[str, Any]) -> str:
 
 def table_rows(rec: RunRecord) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, str]]]:
     """The predictions as the page and the terminal show them: each row with a short binding label (at most ~30
-    characters, analysis/whatif.py ``binds_label``) and the number of its note. The long words are said once, not
+    characters, analysis/binds.py ``binds_label``) and the number of its note. The long words are said once, not
     per row (12 rows on the same shared cores read "cores", and the cores are explained once):
 
     - notes: each distinct assumption once, with the settings it is for (n, settings, text);
@@ -90,7 +90,7 @@ def table_rows(rec: RunRecord) -> tuple[list[dict[str, Any]], list[dict[str, Any
       row (label, words).
 
     A row: setting, sps, change, label, words (its own long phrase, for a tooltip), note (1-based)."""
-    from ..analysis.whatif import binds_label
+    from ..analysis.binds import binds_label
 
     rows: list[dict[str, Any]] = []
     notes: list[dict[str, Any]] = []
