@@ -17,119 +17,50 @@ from __future__ import annotations
 
 from typing import Any
 
-from .scalars import (  # re-exported: readers import every section from here
-    Count as Count,
+# Re-exported: readers import every section, and the vocabulary, from here.
+from .scalars import (  # noqa: F401
+    Count,
+    Counter,
+    Id,
+    Min,
+    NotRequired,
+    Required,
+    Seconds,
+    Share,
+    Time,
+    TypedDict,
+    get_type_hints,
+    is_typeddict,
 )
-from .scalars import (
-    Counter as Counter,
+from .sections_derived import (  # noqa: F401
+    Ceilings,
+    Finding,
+    ProfilerCost,
+    Ram,
+    Recommendation,
+    StageHistogram,
+    StageStats,
+    Stall,
+    Throughput,
+    Verdict,
+    WhatIf,
 )
-from .scalars import (
-    Id as Id,
-)
-from .scalars import (
-    Min as Min,
-)
-from .scalars import (
-    NotRequired as NotRequired,
-)
-from .scalars import (
-    Required as Required,
-)
-from .scalars import (
-    Seconds as Seconds,
-)
-from .scalars import (
-    Share as Share,
-)
-from .scalars import (
-    Time as Time,
-)
-from .scalars import (
-    TypedDict as TypedDict,
-)
-from .scalars import (
-    get_type_hints as get_type_hints,
-)
-from .scalars import (
-    is_typeddict as is_typeddict,
-)
-from .sections_derived import (
-    Ceilings as Ceilings,
-)
-from .sections_derived import (
-    Finding as Finding,
-)
-from .sections_derived import (
-    ProfilerCost as ProfilerCost,
-)
-from .sections_derived import (
-    Ram as Ram,
-)
-from .sections_derived import (
-    Recommendation as Recommendation,
-)
-from .sections_derived import (
-    StageHistogram as StageHistogram,
-)
-from .sections_derived import (
-    StageStats as StageStats,
-)
-from .sections_derived import (
-    Stall as Stall,
-)
-from .sections_derived import (  # re-exported: readers import every section from here
-    Throughput as Throughput,
-)
-from .sections_derived import (
-    Verdict as Verdict,
-)
-from .sections_derived import (
-    WhatIf as WhatIf,
-)
-from .sections_job import (
-    Attach as Attach,
-)
-from .sections_job import (
-    AttachIo as AttachIo,
-)
-from .sections_job import (
-    AttachProcess as AttachProcess,
-)
-from .sections_job import (
-    AttachSampler as AttachSampler,
-)
-from .sections_job import (
-    AttachTarget as AttachTarget,
-)
-from .sections_job import (
-    AttachThread as AttachThread,
-)
-from .sections_job import (
-    Collectives as Collectives,
-)
-from .sections_job import (
-    Distributed as Distributed,
-)
-from .sections_job import (
-    Job as Job,
-)
-from .sections_job import (  # re-exported: readers import every section from here
-    LoaderInfo as LoaderInfo,
-)
-from .sections_job import (
-    OtherLoaderFigures as OtherLoaderFigures,
-)
-from .sections_job import (
-    ReadFrom as ReadFrom,
-)
-from .sections_job import (
-    TorchTrace as TorchTrace,
-)
-from .sections_job import (
-    TorchTraceClock as TorchTraceClock,
-)
-from .sections_job import (
-    TorchTraces as TorchTraces,
+from .sections_job import (  # noqa: F401
+    Attach,
+    AttachIo,
+    AttachProcess,
+    AttachSampler,
+    AttachTarget,
+    AttachThread,
+    Collectives,
+    Distributed,
+    Job,
+    LoaderInfo,
+    OtherLoaderFigures,
+    ReadFrom,
+    TorchTrace,
+    TorchTraceClock,
+    TorchTraces,
 )
 
 
