@@ -101,7 +101,9 @@ def test_run_then_report_from_saved_record(tmp_path, images, capsys, monkeypatch
     printed = capsys.readouterr().out
     head = headline(analyze(load(out / "run.json")))
     assert " ".join(head.split()) in " ".join(printed.split())
-    assert len(printed.splitlines()) <= 45 and max(len(ln) for ln in printed.splitlines()) <= 80, printed
+    # A path longer than the terminal (pytest-xdist's tmp folders are) is one word: it may run past 80, nothing else
+    assert len(printed.splitlines()) <= 45, printed
+    assert max(len(ln) for ln in printed.splitlines() if " " in ln.strip()) <= 80, printed
     assert "Verdict:" not in printed and "┏" not in printed  # no banner, no table: those are --details
     assert main(["report", str(out / "run.json"), "--out", str(tmp_path / "detailed"), "--details"]) == 0
     printed = capsys.readouterr().out

@@ -91,7 +91,8 @@ def waited_for(rec: RunRecord, cause: str) -> str:
                                              ("other" if k == "other" else "cpu")) == cause)
     if cause == "cpu" and by_kind.get("runqueue", 0.0) > by_kind.get("on_cpu", 0.0):
         n = _workers(rec)
-        return f"a free core ({n} workers oversubscribed)" if n else "a free core (oversubscribed)"
+        return (f"a free core ({n} worker{'s' if n != 1 else ''} oversubscribed)" if n
+                else "a free core (oversubscribed)")
     stage = _top(by_stage, of_cause)
     if stage is None:
         return f"{vocab.CAUSE[cause].words}{_in_workers(rec)}" if cause in vocab.CAUSE else cause
@@ -166,7 +167,7 @@ def key_figures(rec: RunRecord) -> list[Figure]:
     n = _workers(rec)
     steps, warm = int(win.get("steps", 0) or 0), int(win.get("warmup_steps", 0) or 0)
     return [
-        Figure(f"{sps:,.0f} samples/s" if sps >= 100 else f"{sps:.1f} samples/s", "throughput, measured window"),
+        Figure(f"{sps:,.1f} samples/s", "throughput, measured window"),  # the record's figure, as the tables give it
         Figure(_pct(float(st.get("fraction", 0.0) or 0.0)), f"waiting for input ({float(st.get('seconds', 0)):.2f} s)"),
         Figure(f"{'—' if n is None else n} × {batch_size(rec)}", "workers × batch size"),
         Figure(f"{float(win.get('seconds', 0) or 0):.1f} s", f"window: {steps} steps, {warm} warm-up"),
