@@ -259,6 +259,8 @@ def test_tiny_batches_on_busy_cores_are_not_told_to_shrink(tmp_path):
     runq = float(np.mean([r for r, m in zip(steps["main_runq"], steps["measured"]) if m])) * 1e3
     transfer = rec["stages"]["transfer"]["mean_ms"]
     advice = " ".join(r["action"] + r["reason"] for r in rec["verdict"].get("recommendations") or [])
+    # The batch's bytes are measured (its 8 x 64 float32 tensor, 2 KB, and whatever else it holds), not assumed
+    assert 2048 <= rec["job"]["loader"]["batch_bytes"] < 4096, rec["job"]["loader"]
     if runq >= 0.25 * transfer:
         assert "Send compact batches" not in advice, (runq, transfer, advice)
     if "Give the main process a core" in advice:

@@ -28,6 +28,9 @@ from torch import Tensor as _Tensor
 # it must stay a few microseconds however odd the batch.
 MAX_DEPTH = 4
 MAX_VISITS = 64
+# Batches whose tensor bytes are weighed for job.loader.batch_bytes: the first few say a batch's size (a loader's
+# batches are one shape but for a short last one), and walking each batch would cost the job on every step.
+BATCH_BYTES_OF = 8
 
 # Bases of a step's sample count, best first (job.loader.samples_basis in run.json).
 BASIS_BATCH = "batch"  # the leading dimension of the batch's tensors
@@ -278,4 +281,34 @@ def epoch_length(loader: Any) -> int | None:
         return int(len(loader))
     except Exception:  # noqa: BLE001 - TypeError for iterables; a user's __len__ may raise anything
         return None
+
+
+def tensor_bytes(batch: Any) -> int | None:
+    """Bytes of the tensors (and numpy arrays) a batch holds, through tuples, lists, dicts and objects' attributes;
+    None when it holds none or cannot be walked.
+
+    What the transfer advice weighs against the time a batch took to reach the main process: 2 KB cannot take 20 ms
+    to move through shared memory, so a slow hand-off of a small batch is the main process waiting for a core, not
+    bytes (issue 31 item 10). Bounded like the sample count (MAX_VISITS objects), and called on a few batches only.
+    """
+    total, seen, stack, visits = 0, False, [batch], 0
+    try:
+        while stack and visits < MAX_VISITS * 4:
+            e = stack.pop()
+            visits += 1
+            if isinstance(e, _Tensor):
+                total += int(e.nelement()) * int(e.element_size())
+                seen = True
+            elif type(e).__module__ == "numpy" and hasattr(e, "nbytes") and hasattr(e, "shape"):
+                total += int(e.nbytes)
+                seen = True
+            elif isinstance(e, (list, tuple)):
+                stack.extend(e[:MAX_VISITS])
+            elif isinstance(e, Mapping):
+                stack.extend(list(e.values())[:MAX_VISITS])
+            elif hasattr(e, "__dict__") and not isinstance(e, type):
+                stack.extend(list(vars(e).values())[:MAX_VISITS])
+    except Exception:  # noqa: BLE001 - a user's batch object may raise anything from its attributes
+        return None
+    return total if seen else None
 

@@ -34,9 +34,11 @@ from .lean_check import unchecked_since
 from .loaders import (
     BASIS_CALLS,
     BASIS_STEP,
+    BATCH_BYTES_OF,
     LoaderSelector,
     count_samples,
     is_data_folder,
+    tensor_bytes,
 )
 from .proxies import call_cost_ns
 from .steps import (
@@ -128,6 +130,8 @@ class Session(LoaderTracking, FlatSteps, DeviceTime):
         self._epoch_done = False  # its last iterator raised StopIteration
         self._live_iter: Any = None  # weakref.ref to its last iterator (dead: the job dropped it)
         self._basis: dict[str, int] = {}  # samples basis -> steps counted on it
+        self._bytes_of: Any = None  # the LoaderInfo whose batches _bytes holds (a window restarted: another loader)
+        self._bytes: list[int] = []  # tensor bytes of its first BATCH_BYTES_OF batches (job.loader.batch_bytes)
         self.restarts = 0  # times the window restarted on another loader
         self._open_row: StepRow | None = None
         # NOTE [ Flat steps ] (flat_steps.py): the steps kept flat until the window closes (FLAT_FIELDS each); the
@@ -377,6 +381,15 @@ class Session(LoaderTracking, FlatSteps, DeviceTime):
             t1, c1, q1 = clocks.sched_snapshot(end=True)
         return self._after_wait(row, data, holder, t0, t1, c0, c1, q0, q1)
 
+    def _note_bytes(self, li: Any, batch: Any) -> None:
+        """Bytes of one of the loader's first batches: the transfer advice tells bytes from scheduling with it."""
+        if self._bytes_of is not li:
+            self._bytes_of, self._bytes = li, []
+        b = tensor_bytes(batch)
+        if b is not None:
+            self._bytes.append(b)
+            li.batch_bytes = sum(self._bytes) / len(self._bytes)
+
     def _wait_raised(self, e: BaseException, t0: int) -> None:
         """next() raised: the epoch's end (StopIteration) or the job's own error. The previous step ended at ``t0``."""
         if isinstance(e, StopIteration):
@@ -421,6 +434,8 @@ class Session(LoaderTracking, FlatSteps, DeviceTime):
             row.n_samples, basis = 1, BASIS_STEP
         counted = self._basis
         counted[basis] = counted.get(basis, 0) + 1
+        if li is not None and (self._bytes_of is not li or len(self._bytes) < BATCH_BYTES_OF):
+            self._note_bytes(li, batch)
         if meta is not None:
             row.worker_id = meta.worker_id
             row.pid = meta.pid

@@ -120,6 +120,7 @@ class LoaderInfo:
     chosen: str = "the first loader the job iterated"  # why this loader is the profiled one
     recreated: int = 0  # times the job made this loader afresh for a new epoch (same line, dataset, settings)
     samples_basis: str | None = None  # what a step's sample count came from (loaders.BASIS_*; most steps')
+    batch_bytes: float | None = None  # mean bytes of the tensors in the first BATCH_BYTES_OF measured batches
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

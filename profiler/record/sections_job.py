@@ -31,6 +31,7 @@ class LoaderInfo(TypedDict, total=False):
     chosen: str  # why this loader is the profiled one ("the first loader the job iterated", "named by --loader ...")
     recreated: Count  # times the job made it afresh for a new epoch (same line, dataset class, workers, batch size)
     samples_basis: str  # "batch" | "batch length" | "dataset calls" | "one per step": what samples were counted from
+    batch_bytes: float | None  # mean bytes of a batch's tensors over the first measured batches; null: none held
 
 
 class OtherLoaderFigures(TypedDict, total=False):
