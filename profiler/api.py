@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, overload
@@ -86,18 +85,9 @@ class ProfileRun:
         """The output folder: ``out`` (claimed for this run), else a new reports/<time>_api; the temp folder when
         neither can be made, said in one line."""
         from . import outdir
-        from .errors import UserError
         from .harness.runner import default_run_name
 
-        name = default_run_name(RunConfig(), "api")
-        try:
-            if self._out_arg:
-                return outdir.claim(outdir.prepare_out(self._out_arg, flag="out="))
-            return outdir.create_run_dir("reports", name, flag="out=")
-        except UserError as e:
-            fallback = outdir.create_run_dir(tempfile.gettempdir(), f"profiler-{name}", flag="out=")
-            _say(f"{e}; writing to {fallback} instead")
-            return fallback
+        return outdir.api_run_dir(self._out_arg, default_run_name(RunConfig(), "api"), _say)
 
     def _write(self, rec: RunRecord) -> None:
         """Save and report ``rec`` (the window closed, or the block ended). Never raises but a held signal."""

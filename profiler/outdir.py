@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -197,3 +197,19 @@ def claim(path: Path, flag: str = "--out") -> Path:
         pass  # a filesystem without flock (some network mounts): run unlocked rather than not at all
     _claims[path] = fd
     return path
+
+
+def api_run_dir(out_arg: os.PathLike[str] | str | None, name: str, say: Callable[[str], None]) -> Path:
+    """The folder of a ``profile()`` block (run or monitor): ``out=`` claimed, or a new one under reports/; where
+    neither can be had, one in the temp folder, said in one line. A library call must not fail the user's program
+    over where its record goes."""
+    import tempfile
+
+    try:
+        if out_arg:
+            return claim(prepare_out(out_arg, flag="out="))
+        return create_run_dir("reports", name, flag="out=")
+    except UserError as e:
+        fallback = create_run_dir(tempfile.gettempdir(), f"profiler-{name}", flag="out=")
+        say(f"{e}; writing to {fallback} instead")
+        return fallback

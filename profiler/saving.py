@@ -44,13 +44,14 @@ class Saved:
     late_signal: KeyboardInterrupt | None = None
 
 
-def save_record(rec: RunRecord, path: Path) -> Path:
+def save_record(rec: RunRecord, path: Path, tag: str = "") -> Path:
     """Save run.json at ``path``; if that fails (disk full, folder gone, read-only), keep the measurement in the temp
-    folder and say where, rather than lose it. UserError (one line) when neither can be written."""
+    folder and say where, rather than lose it. UserError (one line) when neither can be written. ``tag`` tells the
+    fallback files of one process's several records apart (attach's ranks)."""
     try:
-        return rec.save(path)
+        return Path(rec.save(path))
     except OSError as e:
-        fallback = Path(tempfile.gettempdir()) / f"profiler-{os.getpid()}-run.json"
+        fallback = Path(tempfile.gettempdir()) / f"profiler-{os.getpid()}-{tag}run.json"
         try:
             rec.save(fallback)
         except OSError:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -174,18 +173,7 @@ def _save(rec: Any, path: Path, tag: str) -> Path:
     and ``--rank-of`` saves one record per rank from one process (on a full disk the second replaced the first)."""
     from ..saving import save_record
 
-    if not tag:
-        return save_record(rec, path)
-    try:
-        return Path(rec.save(path))
-    except OSError as e:
-        fallback = Path(tempfile.gettempdir()) / f"profiler-{os.getpid()}-attach-{tag}run.json"
-        try:
-            rec.save(fallback)
-        except OSError:
-            raise UserError(f"could not save the record to {path} ({e.strerror or e}) nor to {fallback}") from None
-        print(f"profiler: could not save {path} ({e.strerror or e}); the record is in {fallback}", file=sys.stderr)
-        return fallback
+    return save_record(rec, path, f"attach-{tag}" if tag else "")
 
 
 def write_ranks_view(out: Path, by_rank: dict[int, dict[str, object]], paths: dict[int, str], console: object,

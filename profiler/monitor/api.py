@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
@@ -47,17 +46,8 @@ class MonitorBlock:
         from datetime import datetime
 
         from .. import outdir
-        from ..errors import UserError
 
-        name = f"{datetime.now():%Y%m%d-%H%M%S}_monitor_api"
-        try:
-            if self._out_arg:
-                return outdir.claim(outdir.prepare_out(self._out_arg, flag="out="))
-            return outdir.create_run_dir("reports", name, flag="out=")
-        except UserError as e:
-            fallback = outdir.create_run_dir(tempfile.gettempdir(), f"profiler-{name}", flag="out=")
-            _say(f"{e}; writing to {fallback} instead")
-            return fallback
+        return outdir.api_run_dir(self._out_arg, f"{datetime.now():%Y%m%d-%H%M%S}_monitor_api", _say)
 
     def __enter__(self) -> MonitorBlock:
         from ..instrument import substages
