@@ -70,8 +70,10 @@ def test_two_signals_close_together_still_write_the_record(tmp_path, cpu_job, wh
     """Two SIGINTs 0.05 s apart, inside the window or as it ends: the record of what was sampled is written (was: an
     empty --out and "interrupted before anything was measured" in 4 of 5 runs), exit 130."""
     out = tmp_path / "att"
-    a = attach_proc(cpu_job.pid, out, "--duration", "2" if when == "at_end" else "30", "--no-plots")
-    time.sleep(2.0 if when == "at_end" else 1.0)  # at_end: the window's 2 s from about the "sampling" line
+    a = attach_proc(cpu_job.pid, out, "--duration", "4" if when == "at_end" else "30", "--no-plots")
+    # at_end: the window's 4 s from about the "sampling" line; inside: 3 s in, so that py-spy (which starts sampling
+    # a while after that line on a loaded machine) has samples to write
+    time.sleep(4.0 if when == "at_end" else 3.0)
     a.send_signal(signal.SIGINT)
     time.sleep(0.05)
     a.send_signal(signal.SIGINT)

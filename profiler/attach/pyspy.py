@@ -324,7 +324,9 @@ class Recording:
         if m:
             res.samples, res.errors = int(m.group(1)), int(m.group(2))
         res.stopped_by = "signal" if self._stopped else ("duration" if target_alive else "target exited")
-        if not text and self._proc.returncode not in (0, None):
+        if not text and self._proc.returncode not in (0, None) and not self._stopped:
+            # py-spy's own failure; one we stopped before its first sample wrote nothing and is no error of its own:
+            # the caller says the attach was interrupted before anything was measured (exit 130/143, not 2)
             raise SamplerError(explain(self.pid, log))
         return res
 
