@@ -1,6 +1,6 @@
 """A job whose input cause changes mid-run, keyed on the step (sequential sampler): cpu-bound (the dataset spins a
 core), then io-bound (it evicts a file from the page cache and reads it back, then blocks: a sleep), then cpu-bound
-again. argv: DATA_FILE STEPS_PER_PHASE [WORKERS] [BATCH]."""
+again. argv: DATA_FILE STEPS_PER_PHASE [WORKERS] [BATCH] [STEPS_OF_THE_LAST_PHASE] (default: STEPS_PER_PHASE)."""
 import os
 import sys
 import time
@@ -12,13 +12,14 @@ PATH = sys.argv[1]
 PHASE = int(sys.argv[2])
 WORKERS = int(sys.argv[3]) if len(sys.argv) > 3 else 2
 BATCH = int(sys.argv[4]) if len(sys.argv) > 4 else 4
+LAST = int(sys.argv[5]) if len(sys.argv) > 5 else PHASE
 SPIN_S = 0.010  # per sample, on a core
 BLOCK_S = 0.012  # per sample, off the core
 
 
 class Phased(Dataset):
     def __len__(self):
-        return 3 * PHASE * BATCH
+        return (2 * PHASE + LAST) * BATCH
 
     def __getitem__(self, i):
         step = i // BATCH
