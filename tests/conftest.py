@@ -119,7 +119,22 @@ def _ignore_here(signum: int, frame: object) -> None:
     """SIGHUP in pytest itself: ignored, as nohup asked (children start with the default action)."""
 
 
+# Real jobs whose outcome depends on the machine's load and were seen to fail once in a full run beside other load
+# (each passed alone and in other full runs): a py-spy that starts late, memory read every ~3 s, a re-forking job's
+# process count, a forked Pool under the profiler (a timeout seen once: a hang, if real, fails all three tries).
+# Each gets up to two more tries (pytest-rerunfailures): three failures in a row still fail the suite.
+_RERUN_ON_LOAD = frozenset({
+    "test_hardening4.py::test_a_reforking_job_keeps_the_record_flat",
+    "test_hardening4.py::test_two_signals_close_together_still_write_the_record",
+    "test_hardening4.py::test_attach_onto_a_full_disk_saves_the_record_in_the_temp_folder",
+    "test_next_jobs_analysis.py::test_copy_on_read_is_shared_pages_turning_private_not_heap_growth",
+    "test_next_jobs.py::test_a_jobs_own_pool_is_left_its_signals_and_the_run_is_profiled",
+    "test_attach.py::test_attach_agrees_with_run",
+})
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    reruns = config.pluginmanager.hasplugin("rerunfailures")
     for item in items:
         module = item.path.stem
         group = _GROUPS.get(module) or (module if module in _ONE_WORKER_PER_MODULE else None)
@@ -130,3 +145,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.slow)
         if key in _TIMING_TESTS:
             item.add_marker(pytest.mark.timing)
+        if reruns and key in _RERUN_ON_LOAD:
+            item.add_marker(pytest.mark.flaky(reruns=2))
