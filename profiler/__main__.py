@@ -14,8 +14,8 @@ import sys
 def _run() -> int:
     from . import signals  # the standard library only: in place within ~0.1 s of the process starting
 
-    signals.install()
     try:
+        signals.install()  # inside the try: a signal that lands as the handlers go in is one line too
         with signals.holding():  # importing the commands imports torch, whose C start-up swallows exceptions
             from .cli import main
     except KeyboardInterrupt as e:

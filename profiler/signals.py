@@ -181,16 +181,14 @@ def install() -> list[int]:
     global _installed, _state
     if threading.current_thread() is not threading.main_thread():
         return []
-    taken = []
-    for sig in HANDLED:
-        prev = signal.getsignal(sig)
-        if _is_default(prev, sig):
-            signal.signal(sig, _handler)
-            _job_had[int(sig)] = prev
-            taken.append(int(sig))
+    prevs = {sig: signal.getsignal(sig) for sig in HANDLED}
+    taken = [int(sig) for sig, prev in prevs.items() if _is_default(prev, sig)]
     if taken and not _installed:
-        _state = _State()  # a new run: forget signals a previous one received
+        _state = _State()  # a new run: forget signals a previous one received (before a handler can record one)
     _installed = _installed or bool(taken)
+    for sig in taken:
+        _job_had[sig] = prevs[signal.Signals(sig)]
+        signal.signal(sig, _handler)  # a signal may be raised from here on: the state above is already in place
     return taken
 
 

@@ -427,7 +427,7 @@ def test_rank_of_a_worker_or_the_agent_samples_every_rank_and_the_agent_alone_is
         # 11: --rank-of the agent, and 6: --rank-of a DataLoader worker's PID: every rank, merged
         for name, pid in (("of_agent", p.pid), ("of_worker", worker)):
             rc, _ = attach_here(tmp_path / name, "--rank-of", str(pid), "--duration", "2", "--no-plots")
-            assert rc == 0, name
+            assert rc == 0, (name, capsys.readouterr().err)
             view = json.loads((tmp_path / name / "ranks.json").read_text())
             assert view["present"] == [0, 1], (name, view.get("present"))
             assert all((tmp_path / name / f"attach-rank{k}" / "run.json").exists() for k in (0, 1))
@@ -498,3 +498,39 @@ def test_run_and_attach_agree_on_one_execution(tmp_path, job_argv):
     run, att = _pair(tmp_path, job_argv)
     assert run["verdict"]["bottleneck"] == att["verdict"]["bottleneck"], (run["stall"]["share_by_cause"],
                                                                           att["stall"]["share_by_cause"])
+
+
+# -- py-spy that fails its first read of a busy target (CI, beside other tests): started again ----------------------
+
+def test_a_py_spy_record_that_fails_before_its_first_sample_is_started_again(tmp_path, cpu_job):
+    """The first ``record`` exits 1 with nothing written (as py-spy did under load: 'no reason given'); the window
+    is sampled by the restart, and a target that can never be read still fails after RECORD_RESTARTS."""
+    from profiler.attach import discover, session
+
+    real = pyspy.find_binary()
+    flaky = tmp_path / "py-spy"
+    flaky.write_text(f'#!/bin/sh\nif [ "$1" = record ] && [ ! -e "{tmp_path}/failed" ]; then\n'
+                     f'  touch "{tmp_path}/failed"; exit 1\nfi\nexec "{real}" "$@"\n')
+    flaky.chmod(0o755)
+    target = discover.find(cpu_job.pid, str(flaky))
+    (got,) = session.sample([target], str(flaky), 3.0, 20)
+    assert (tmp_path / "failed").exists()  # the first start did fail
+    assert got.stacks.stacks and got.stacks.samples > 0, got.stacks.log
+
+    RECORD_TRIES = pyspy.RECORD_RESTARTS + 2  # one more than it may take, so a missing limit fails the test
+    never = tmp_path / "never"
+    never.write_text("#!/bin/sh\nexit 1\n")
+    never.chmod(0o755)
+    rec = pyspy.Recording(str(never), cpu_job.pid, 20, 2.0)
+    try:
+        for _ in range(RECORD_TRIES):
+            while rec.running():
+                time.sleep(0.05)
+            assert rec.failed_before_first_sample()
+            if not rec.restart(2.0):
+                break
+        assert rec.restarts == pyspy.RECORD_RESTARTS
+        with pytest.raises(pyspy.SamplerError):
+            rec.result(target_alive=True)
+    finally:
+        rec.kill()

@@ -36,6 +36,11 @@ from ..errors import UserError
 DUMP_TIMEOUT_S = 10.0
 #: How long py-spy may take to write its file after SIGINT or the end of its duration. It only serialises counts.
 STOP_TIMEOUT_S = 15.0
+#: Times a ``record`` that ended by itself with an error before its first sample is started again. Why: on a loaded
+#: machine py-spy can fail its first read of a busy target and exit with an empty message; the next start a moment
+#: later reads it (seen in CI beside other tests: --rank-of a worker failed one rank of two, exit 2). Two, because
+#: a target py-spy really cannot read fails the same way each time and the window must not be spent on it.
+RECORD_RESTARTS = 2
 
 
 class SamplerError(UserError):
@@ -288,13 +293,32 @@ class Recording:
         self.path = Path(self._dir) / "stacks.txt"
         self._log = Path(self._dir) / "py-spy.log"
         self._stopped = False
-        cmd = [binary, "record", "--pid", str(pid), "--nonblocking", "--format", "raw", "--rate", str(rate_hz),
-               "--duration", str(max(1, round(duration_s))), "--threads", "--idle", "--subprocesses",
-               "--full-filenames", "--output", str(self.path)]
+        self._binary, self._rate_hz = binary, rate_hz
+        self.restarts = 0
+        self._start(duration_s)
+
+    def _start(self, duration_s: float) -> None:
+        cmd = [self._binary, "record", "--pid", str(self.pid), "--nonblocking", "--format", "raw", "--rate",
+               str(self._rate_hz), "--duration", str(max(1, round(duration_s))), "--threads", "--idle",
+               "--subprocesses", "--full-filenames", "--output", str(self.path)]
         self.command = cmd
-        with open(self._log, "wb") as log:
+        with open(self._log, "ab") as log:  # a restart's log follows the failed start's: both explain a failure
             self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                           env=_env(), start_new_session=True)
+
+    def failed_before_first_sample(self) -> bool:
+        """py-spy ended by itself, with an error, before it wrote anything (not stopped by us, not a clean end)."""
+        return (not self._stopped and self._proc.poll() not in (0, None)
+                and not (self.path.exists() and self.path.stat().st_size))
+
+    def restart(self, duration_s: float) -> bool:
+        """Start py-spy again for ``duration_s`` after ``failed_before_first_sample`` (``RECORD_RESTARTS`` times at
+        most); False when no restart is left, and the caller lets the failure stand."""
+        if self.restarts >= RECORD_RESTARTS:
+            return False
+        self.restarts += 1
+        self._start(duration_s)
+        return True
 
     def running(self) -> bool:
         return self._proc.poll() is None

@@ -59,6 +59,9 @@ POLL_S = 0.2
 #: second over a 30 s window (600 samples per thread, ±4 points at worst) is plenty, and each tick costs attach ~0.3 ms
 #: of CPU per few threads.
 PROC_RATE_MAX_HZ = 20
+#: A py-spy that failed before its first sample is restarted only while this much of the window is left. Why 0.5 s:
+#: py-spy needs ~0.1-0.5 s to parse the target's symbols before it samples; a shorter rest would sample nothing.
+MIN_RESTART_WINDOW_S = 0.5
 
 
 def _gone(t: discover.Target) -> bool:
@@ -125,6 +128,9 @@ def _window(targets: list[discover.Target], recs: list[pyspy.Recording], t0: flo
             if exited[i]:
                 continue
             gone = _gone(t)
+            left = duration_s - (time.monotonic() - t0)
+            if not gone and r.failed_before_first_sample() and left >= MIN_RESTART_WINDOW_S and r.restart(left + 5):
+                continue  # py-spy's first read of a busy target failed: sample the rest of the window
             if gone or not r.running():  # the target exited, or py-spy ended by itself
                 ended[i] = time.monotonic() - t0
                 # py-spy stops when the interpreter starts finalising: the process may take a moment to go
