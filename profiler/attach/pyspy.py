@@ -27,7 +27,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import UserError
 
@@ -41,6 +41,17 @@ STOP_TIMEOUT_S = 15.0
 #: later reads it (seen in CI beside other tests: --rank-of a worker failed one rank of two, exit 2). Two, because
 #: a target py-spy really cannot read fails the same way each time and the window must not be spent on it.
 RECORD_RESTARTS = 2
+#: A ``record`` is ended (SIGINT: it writes its file) and a fresh one started every this many seconds of a long
+#: window; the pieces' stacks are folded here. Why: py-spy keeps every stack and every process it has seen, dead ones
+#: included, until it ends; on a job that re-forks its workers every second its memory grew 7.5 -> 70 MB and its CPU
+#: 5.8 -> 7.3 % of a core over 30 min (scripts/bench_attach_long.py). Why 300 s: a 30 s default window never rotates
+#: (no gap, no extra start-up), a piece's growth stays at ~10 MB, and the ~0.1-0.5 s gap that each rotation leaves
+#: (the new py-spy parsing the target's symbols) is <= 0.2 % of the time sampled.
+ROTATE_S = 300.0
+#: A rotation is skipped when less than this (or less than the rotation period, when shorter) is left of the record's
+#: duration: a piece that short would only add a gap and a start-up. Why 10 s: twice the 5 s backstop that attach
+#: adds to its window (it stops py-spy itself), so the window's end is never preceded by a needless rotation.
+MIN_PIECE_S = 10.0
 
 
 class SamplerError(UserError):
@@ -280,31 +291,56 @@ def parse_raw(text: str, cmdlines: dict[int, str] | None = None,
 _SUMMARY = re.compile(r"Samples: (\d+) Errors: (\d+)")
 
 
+#: A folded stack's identity: process chain, thread id, thread name, frames (see ``Recording``).
+_StackKey = tuple[tuple[int, ...], int, str, tuple[Frame, ...]]
+#: What attach knows of the job's processes and threads, for ``parse_raw``: (cmdlines, threads).
+Known = tuple[dict[int, str], dict[tuple[int, int], str]]
+
+
 class Recording:
     """One ``py-spy record`` of the target and its child processes for up to ``duration_s``, never blocking it.
 
     Started in a session of its own, so a Ctrl-C meant for ``attach`` reaches py-spy only when we pass it on (and
     then it writes what it has). ``stop()`` asks it to finish early; ``result()`` waits for the file and parses it.
+
+    Rotation: py-spy holds every stack and process it has seen until it ends, so over a long window (a job re-forking
+    its workers) its memory and CPU grow. ``poll()`` (called by the window's loop) ends the current py-spy every
+    ``rotate_s`` seconds by SIGINT, starts a fresh one for the rest of the duration at once, and folds the ended
+    piece's stacks into ``_folded`` (counts of identical (pids, tid, thread name, frames) summed, frames shared), parsed
+    with what ``known()`` returns then (attach's command lines and thread names, as ``result`` gets them). Between two
+    pieces up to ~0.5 s goes unsampled (the new py-spy parsing the target's symbols): attach reports shares of the
+    time sampled, which a gap that short does not move. A rotation is no failure: it does not count in ``restarts``.
     """
 
-    def __init__(self, binary: str, pid: int, rate_hz: int, duration_s: float) -> None:
+    def __init__(self, binary: str, pid: int, rate_hz: int, duration_s: float, rotate_s: float | None = None,
+                 known: Callable[[], Known] | None = None) -> None:
         self.pid = pid
         self._dir = tempfile.mkdtemp(prefix="profiler-attach-")
-        self.path = Path(self._dir) / "stacks.txt"
         self._log = Path(self._dir) / "py-spy.log"
         self._stopped = False
         self._binary, self._rate_hz = binary, rate_hz
+        self._rotate_s = ROTATE_S if rotate_s is None else rotate_s
+        self._known = known
+        self._folded: dict[_StackKey, int] = {}
+        self._frames: dict[Frame, Frame] = {}  # one object per distinct frame across pieces
+        self._ending: list[tuple[subprocess.Popen[bytes], Path]] = []  # rotated out, still writing their file
+        self.pieces = 0
         self.restarts = 0
         self._start(duration_s)
 
     def _start(self, duration_s: float) -> None:
+        self.pieces += 1
+        self.path = Path(self._dir) / f"stacks-{self.pieces}.txt"
         cmd = [self._binary, "record", "--pid", str(self.pid), "--nonblocking", "--format", "raw", "--rate",
                str(self._rate_hz), "--duration", str(max(1, round(duration_s))), "--threads", "--idle",
                "--subprocesses", "--full-filenames", "--output", str(self.path)]
-        self.command = cmd
+        if self.pieces == 1:
+            self.command = cmd  # what the record names: the first piece's command (later ones differ in --duration)
         with open(self._log, "ab") as log:  # a restart's log follows the failed start's: both explain a failure
             self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                           env=_env(), start_new_session=True)
+        self._piece_t0 = time.monotonic()
+        self._deadline = self._piece_t0 + duration_s
 
     def failed_before_first_sample(self) -> bool:
         """py-spy ended by itself, with an error, before it wrote anything (not stopped by us, not a clean end)."""
@@ -320,6 +356,44 @@ class Recording:
         self._start(duration_s)
         return True
 
+    def poll(self) -> None:
+        """Rotate when the current piece is ``rotate_s`` old, and fold the pieces that finished writing since."""
+        now = time.monotonic()
+        left = self._deadline - now
+        if (not self._stopped and self.running() and now - self._piece_t0 >= self._rotate_s
+                and left >= min(MIN_PIECE_S, self._rotate_s)):
+            try:
+                os.kill(self._proc.pid, signal.SIGINT)
+            except ProcessLookupError:
+                pass
+            self._ending.append((self._proc, self.path))
+            self._start(left)  # at once: the old one stops sampling on SIGINT, the new one is parsing symbols
+        self._collect(wait=False)
+
+    def _collect(self, wait: bool) -> None:
+        """Fold the rotated-out pieces that have exited (all of them, waiting, when ``wait``)."""
+        pending = []
+        for proc, path in self._ending:
+            if wait:
+                try:
+                    proc.wait(timeout=STOP_TIMEOUT_S)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            if proc.poll() is None:
+                pending.append((proc, path))
+                continue
+            text = path.read_text(errors="replace") if path.exists() else ""
+            path.unlink(missing_ok=True)
+            self._fold(parse_raw(text, *(self._known() if self._known else ({}, {}))))
+        self._ending = pending
+
+    def _fold(self, stacks: list[Stack]) -> None:
+        for st in stacks:
+            frames = tuple(self._frames.setdefault(f, f) for f in st.frames)
+            key = (st.pids, st.tid, st.thread_name, frames)
+            self._folded[key] = self._folded.get(key, 0) + st.count
+
     def running(self) -> bool:
         return self._proc.poll() is None
 
@@ -334,21 +408,25 @@ class Recording:
 
     def result(self, target_alive: bool, cmdlines: dict[int, str] | None = None,
                threads: dict[tuple[int, int], str] | None = None) -> RecordingResult:
-        """Wait for py-spy's file and parse it (``cmdlines``, ``threads``: what attach knows, see ``parse_raw``)."""
+        """Wait for py-spy's file and parse it (``cmdlines``, ``threads``: what attach knows, see ``parse_raw``),
+        merged with the pieces rotated out before: stacks folded, samples and errors summed, logs in order."""
         try:
             self._proc.wait(timeout=STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait()
+        self._collect(wait=True)
         log = self._log.read_text(errors="replace") if self._log.exists() else ""
         text = self.path.read_text(errors="replace") if self.path.exists() else ""
         self.cleanup()
-        res = RecordingResult(stacks=parse_raw(text, cmdlines, threads), log=log)
-        m = _SUMMARY.search(log)
-        if m:
-            res.samples, res.errors = int(m.group(1)), int(m.group(2))
+        rotated = bool(self._folded)
+        self._fold(parse_raw(text, cmdlines, threads))
+        res = RecordingResult(stacks=[Stack(p, t, n, f, c) for (p, t, n, f), c in self._folded.items()], log=log)
+        for m in _SUMMARY.finditer(log):  # one summary per piece that ended cleanly
+            res.samples += int(m.group(1))
+            res.errors += int(m.group(2))
         res.stopped_by = "signal" if self._stopped else ("duration" if target_alive else "target exited")
-        if not text and self._proc.returncode not in (0, None) and not self._stopped:
+        if not text and not rotated and self._proc.returncode not in (0, None) and not self._stopped:
             # py-spy's own failure; one we stopped before its first sample wrote nothing and is no error of its own:
             # the caller says the attach was interrupted before anything was measured (exit 130/143, not 2)
             raise SamplerError(explain(self.pid, log))
@@ -356,9 +434,11 @@ class Recording:
 
     def kill(self) -> None:
         """Last resort on our own way out: nothing of ours is left running."""
-        if self.running():
-            self._proc.kill()
-            self._proc.wait()
+        for proc in [self._proc, *(p for p, _ in self._ending)]:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        self._ending = []
         self.cleanup()
 
     def cleanup(self) -> None:

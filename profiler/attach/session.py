@@ -88,6 +88,13 @@ def _threads(target: discover.Target) -> dict[tuple[int, int], str]:
     return out
 
 
+def _known(t: discover.Target, k: procfs.StateSampler, th: dict[tuple[int, int], str]) -> pyspy.Known:
+    """What attach read itself (command lines, thread names), for parsing py-spy's lines by it. Also called from the
+    window's loop while the /proc reader's thread adds to ``k``: copies made by C calls, not Python loops over it."""
+    cmdlines = {**{p.pid: " ".join(p.cmdline) for p in list(t.processes) if p.cmdline}, **k.cmdlines}
+    return cmdlines, {**dict.fromkeys(k.windows, ""), **th}
+
+
 def adopt_workers(target: discover.Target, stacks: pyspy.RecordingResult) -> list[discover.Proc]:
     """Workers the stacks show that discovery did not list as workers: forked after it (a new epoch's workers when
     they are not persistent) or missed by its one look (a child caught mid-fork, a read that failed under load).
@@ -131,6 +138,8 @@ def _window(targets: list[discover.Target], recs: list[pyspy.Recording], t0: flo
             left = duration_s - (time.monotonic() - t0)
             if not gone and r.failed_before_first_sample() and left >= MIN_RESTART_WINDOW_S and r.restart(left + 5):
                 continue  # py-spy's first read of a busy target failed: sample the rest of the window
+            if not gone:
+                r.poll()  # a fresh py-spy every pyspy.ROTATE_S: its memory and CPU grow with what it has seen
             if gone or not r.running():  # the target exited, or py-spy ended by itself
                 ended[i] = time.monotonic() - t0
                 # py-spy stops when the interpreter starts finalising: the process may take a moment to go
@@ -161,7 +170,8 @@ def sample(targets: list[discover.Target], binary: str, duration_s: float, rate_
             kernels.append(k)
             threads.append(th)
             # we stop py-spy ourselves; its own duration is only a backstop
-            recs.append(pyspy.Recording(binary, t.pid, rate_hz, duration_s + 5))
+            recs.append(pyspy.Recording(binary, t.pid, rate_hz, duration_s + 5,
+                                        known=functools.partial(_known, t, k, th)))
     except BaseException:
         for r in recs:
             r.kill()
@@ -198,9 +208,8 @@ def sample(targets: list[discover.Target], binary: str, duration_s: float, rate_
         for i, (t, r, k, th) in enumerate(zip(targets, recs, kernels, threads)):
             # what attach read itself (command lines, threads): py-spy's lines are split by it, not by text the job
             # controls (profiler/attach/pyspy.py parse_raw)
-            cmdlines = {**{p.pid: " ".join(p.cmdline) for p in t.processes if p.cmdline}, **k.cmdlines}
-            result = r.result(target_alive=not exited[i], cmdlines=cmdlines,
-                              threads={**{key: "" for key in k.windows}, **th})
+            cmdlines, known_threads = _known(t, k, th)
+            result = r.result(target_alive=not exited[i], cmdlines=cmdlines, threads=known_threads)
             adopt_workers(t, result)
             th.update({key: procfs.read_text(f"/proc/{key[0]}/task/{key[1]}/comm") or "" for key in k.windows
                        if key not in th})
