@@ -1,17 +1,20 @@
-"""attach's own cost over a long attach to a job that re-forks its DataLoader workers every epoch.
+"""attach's whole cost (attach + py-spy) over a long attach to a job that re-forks its DataLoader workers every epoch.
 
-    python scripts/bench_attach_long.py [--minutes 30] [--every 60] [--per-epoch 64] [--rate 20]
+    python scripts/bench_attach_long.py [--minutes 30] [--every 60] [--slice 300] [--per-epoch 1024] [--rate 20]
 
 Starts tests/jobs/h4_refork.py (2 workers, persistent_workers=False: a new pair of worker processes every epoch,
 about one a second with the default 1,024 samples per epoch), attaches to it with ``python -m profiler attach`` for the
-whole duration, and every ``--every`` seconds reads the CPU seconds attach has spent so far: its own process and
-py-spy (its child), from /proc (utime + stime). Prints one line per interval (attach's share of one core in it, the
-worker processes forked so far), then the record's size and the slope.
+whole duration, and every ``--every`` seconds reads the CPU seconds spent so far by attach's own process and by py-spy
+(its children: live, and reaped ones, which rotation leaves: profiler/attach/pyspy.py ROTATE_S), from /proc (utime +
+stime), and their resident memory (VmRSS; py-spy's summed over its live processes). Prints one line per reading,
+then one per ``--slice`` seconds: attach's and py-spy's share of one core, their RSS at most, and the machine's
+1-minute load average (the bench competes with whatever else runs), then the record's size.
 
-Why a slope and not one figure: the leak this guards against (attach reading every dead worker's threads at each
-tick) showed as a share of a core that rose with time (3 % → 18 % in 45 s); flat cost is a first-quarter and last-
-quarter share that agree. Last line: ``attach_cpu_last_over_first: X`` (the mean share of a core in the last quarter
-of the intervals over that in the first; 1.0 = flat).
+Why slices and a ratio: the leaks this guards against (attach reading every dead worker's threads; py-spy keeping
+every dead process and stack it has seen, 7.5 -> 70 MB and 5.8 -> 7.3 % of a core over 30 min before rotation)
+showed as cost that rose with time; flat cost is a first and a last slice that agree. Last lines: the last slice over
+the first for py-spy's and attach's RSS, and last: ``attach_total_cpu_last_over_first: X`` (attach + py-spy's share
+of a core in the last slice over the first; 1.0 = flat).
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,10 +43,37 @@ def _cpu(pid: int) -> tuple[float, float]:
     return own, kids + sum(procfs.cpu_s(c) or 0.0 for c in procfs.children(pid))
 
 
+def _rss_mb(pid: int) -> float:
+    text = procfs.read_text(f"/proc/{pid}/status") or ""
+    line = next((ln for ln in text.splitlines() if ln.startswith("VmRSS:")), "")
+    return int(line.split()[1]) / 1024 if line else 0.0
+
+
+@dataclass
+class Reading:
+    t: float  # seconds since the first reading
+    attach: float  # share of a core since the previous reading
+    spy: float
+    attach_rss: float  # MB
+    spy_rss: float
+    load: float  # 1-minute load average
+
+
+def _slices(rows: list[Reading], every: float) -> list[list[Reading]]:
+    out: list[list[Reading]] = []
+    for r in rows:
+        k = int((r.t - 1e-6) // every)
+        while len(out) <= k:
+            out.append([])
+        out[k].append(r)
+    return [s for s in out if s]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--minutes", type=float, default=30.0)
     ap.add_argument("--every", type=float, default=60.0, help="seconds between readings")
+    ap.add_argument("--slice", type=float, default=300.0, help="seconds per reported slice")
     ap.add_argument("--per-epoch", type=int, default=1024,
                     help="samples per epoch (smaller: more re-forks; 1,024: a new pair about every second)")
     ap.add_argument("--rate", type=int, default=20)
@@ -52,6 +83,7 @@ def main() -> int:
     job = subprocess.Popen([sys.executable, str(JOB), "0", str(args.per_epoch), "2"], stdout=subprocess.PIPE,
                            text=True, start_new_session=True)
     att = None
+    rows: list[Reading] = []
     try:
         assert job.stdout is not None
         assert "READY" in job.stdout.readline()
@@ -59,20 +91,21 @@ def main() -> int:
                                 "--rate", str(args.rate), "--out", str(out), "--no-plots"], cwd=ROOT,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         time.sleep(min(15.0, args.every))  # discovery and py-spy's start-up are not the steady state
-        shares: list[float] = []
         last_t, (last_a, last_p) = time.monotonic(), _cpu(att.pid)
         t_start = last_t
         print(f"job {job.pid} (re-forks its 2 workers every epoch of {args.per_epoch} samples), attach {att.pid}, "
-              f"{args.minutes:g} min at {args.rate} Hz", flush=True)
+              f"{args.minutes:g} min at {args.rate} Hz; {os.cpu_count()} cores", flush=True)
         while att.poll() is None:
             time.sleep(args.every)
             if att.poll() is not None:
                 break
             t, (a, py) = time.monotonic(), _cpu(att.pid)
-            own, spy = (a - last_a) / (t - last_t), (py - last_p) / (t - last_t)
-            shares.append(own + spy)
-            print(f"t={t - t_start:7.0f} s  attach {own * 100:5.1f} % + py-spy {spy * 100:5.1f} % of a core",
-                  flush=True)
+            spy_rss = sum(_rss_mb(c) for c in procfs.children(att.pid))
+            r = Reading(t - t_start, (a - last_a) / (t - last_t), (py - last_p) / (t - last_t), _rss_mb(att.pid),
+                        spy_rss, os.getloadavg()[0])
+            rows.append(r)
+            print(f"t={r.t:7.0f} s  attach {r.attach * 100:5.1f} % + py-spy {r.spy * 100:5.1f} % of a core; RSS "
+                  f"attach {r.attach_rss:5.1f} MB, py-spy {r.spy_rss:5.1f} MB; load {r.load:.1f}", flush=True)
             last_t, last_a, last_p = t, a, py
         _, err = att.communicate(timeout=120)
         print(f"attach exit {att.returncode}{(': ' + err.strip().splitlines()[-1]) if err.strip() else ''}")
@@ -85,17 +118,29 @@ def main() -> int:
     rj = out / "run.json"
     if rj.exists():
         rec = json.loads(rj.read_text())
-        a = rec.get("attach") or {}
-        print(f"run.json {rj.stat().st_size:,} bytes; worker processes seen {a.get('workers_seen')}, folded "
-              f"{a.get('workers_folded')}, thread rows {len(a.get('threads') or [])}; verdict "
+        att_rec = rec.get("attach") or {}
+        print(f"run.json {rj.stat().st_size:,} bytes; worker processes seen {att_rec.get('workers_seen')}, folded "
+              f"{att_rec.get('workers_folded')}, thread rows {len(att_rec.get('threads') or [])}; verdict "
               f"{(rec.get('verdict') or {}).get('bottleneck')}")
-    if len(shares) < 4:
-        print("attach_cpu_last_over_first: n/a (too few intervals)")
+    slices = _slices(rows, args.slice)
+    if len(slices) < 2:
+        print("attach_total_cpu_last_over_first: n/a (too few slices)")
         return 1
-    q = max(1, len(shares) // 4)
-    first, last = sum(shares[:q]) / q, sum(shares[-q:]) / q
-    print(f"attach's share of a core: first quarter {first * 100:.1f} %, last quarter {last * 100:.1f} %")
-    print(f"attach_cpu_last_over_first: {last / first:.3f}" if first > 0 else "attach_cpu_last_over_first: n/a")
+    cpu: list[float] = []
+    rss: list[tuple[float, float]] = []
+    for i, sl in enumerate(slices):
+        own, spy = sum(r.attach for r in sl) / len(sl), sum(r.spy for r in sl) / len(sl)
+        ar, sr = max(r.attach_rss for r in sl), max(r.spy_rss for r in sl)
+        cpu.append(own + spy)
+        rss.append((ar, sr))
+        print(f"slice {i + 1} (to t={sl[-1].t:.0f} s): attach {own * 100:.1f} % + py-spy {spy * 100:.1f} % = "
+              f"{(own + spy) * 100:.1f} % of a core; RSS at most attach {ar:.1f} MB, py-spy {sr:.1f} MB; "
+              f"load {min(r.load for r in sl):.1f}-{max(r.load for r in sl):.1f}")
+    for name, k in (("attach", 0), ("py-spy", 1)):
+        first, last = rss[0][k], rss[-1][k]
+        print(f"{name}_rss_last_over_first: {last / first:.3f}" if first > 0 else f"{name}_rss_last_over_first: n/a")
+    print(f"attach_total_cpu_last_over_first: {cpu[-1] / cpu[0]:.3f}" if cpu[0] > 0 else
+          "attach_total_cpu_last_over_first: n/a")
     return 0
 
 
