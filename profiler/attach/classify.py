@@ -8,6 +8,11 @@ time), the main thread inside the DataLoader's ``__next__`` (``wait``), starting
 main thread anywhere else (``compute``: the model step, the optimiser, logging — whatever the job does between
 batches). Frames are matched on the innermost library frame below the dataset's call, as ``run`` counts the
 innermost named stage (self time).
+
+torchdata's ``StatefulDataLoader`` is a DataLoader to the user: its workers run torchdata's own copy of the worker
+loop (``torchdata/stateful_dataloader/worker.py``) and its iterators' ``__next__`` / ``_next_data`` / ``__iter__``
+live in ``torchdata/stateful_dataloader/stateful_dataloader.py``; both files are read as torch's own
+(``WORKER_PYS``, ``DATALOADER_PYS``). Its fetchers are torch's (``fetch.py``), so the stages inside are the same.
 """
 from __future__ import annotations
 
@@ -17,6 +22,14 @@ from .pyspy import Frame
 
 DATALOADER_PY = "torch/utils/data/dataloader.py"
 WORKER_PY = "torch/utils/data/_utils/worker.py"
+#: The files whose ``__next__`` / ``__iter__`` are a DataLoader's iterator's (the main thread's wait, an epoch's
+#: start): torch's, and torchdata's StatefulDataLoader's (its iterators' ``__next__`` calls torch's, but its
+#: ``__iter__`` / ``_get_iterator`` and, under the profiler, a ``__next__`` whose torch frame is hidden are its own).
+DATALOADER_PYS = (DATALOADER_PY, "torchdata/stateful_dataloader/stateful_dataloader.py")
+#: The files whose ``_worker_loop`` is a DataLoader worker's main loop: torch's, and torchdata's own copy, which every
+#: StatefulDataLoader worker runs instead (torch's never appears in its stack: before this, attach found no worker
+#: of a StatefulDataLoader job and read its wait as the main process's own reads).
+WORKER_PYS = (WORKER_PY, "torchdata/stateful_dataloader/worker.py")
 FETCH_PY = "torch/utils/data/_utils/fetch.py"
 COLLATE_PY = "torch/utils/data/_utils/collate.py"
 PIN_PY = "torch/utils/data/_utils/pin_memory.py"
@@ -51,8 +64,22 @@ def _is(f: Frame, path: str, name: str = "") -> bool:
     return path in f.file and (not name or f.name == name or f.name.endswith("." + name))
 
 
+def _any_is(f: Frame, paths: Sequence[str], name: str) -> bool:
+    return any(_is(f, path, name) for path in paths)
+
+
+def _worker_loop_at(frames: Sequence[Frame]) -> int | None:
+    """Index of the (torch's or torchdata's) worker loop's frame, or None."""
+    return next((i for i, f in enumerate(frames) if _any_is(f, WORKER_PYS, "_worker_loop")), None)
+
+
+def in_dataloader(frames: Sequence[Frame]) -> bool:
+    """Is any of these frames a DataLoader's (torch's or torchdata's StatefulDataLoader's) own code?"""
+    return any(path in f.file for f in frames for path in DATALOADER_PYS)
+
+
 def role(frames: Sequence[Frame], thread_name: str, in_worker_process: bool) -> str:
-    if any(_is(f, WORKER_PY, "_worker_loop") for f in frames):
+    if _worker_loop_at(frames) is not None:
         return WORKER
     if any(_is(f, PIN_PY, "_pin_memory_loop") for f in frames):
         return PIN_MEMORY
@@ -85,7 +112,7 @@ def _producing(frames: Sequence[Frame], start: int) -> str | None:
 
 def worker_stage(frames: Sequence[Frame]) -> str:
     """A worker process's main thread: a stage, ``transfer`` (putting a batch on the queue), or ``idle``."""
-    start = next((i for i, f in enumerate(frames) if _is(f, WORKER_PY, "_worker_loop")), 0)
+    start = _worker_loop_at(frames) or 0
     st = _producing(frames, start)
     if st is not None:
         return st
@@ -138,12 +165,12 @@ def main_stage(frames: Sequence[Frame]) -> tuple[str, str | None]:
     the batch itself — workers = 0 —, ``transfer`` when it was taking a worker's batch in (``_receiving``), else
     None)."""
     for i, f in enumerate(frames):
-        if _is(f, DATALOADER_PY, "__next__"):
+        if _any_is(f, DATALOADER_PYS, "__next__"):
             inner = _producing(frames, i)
             if inner is None and _receiving(frames[i:]):
                 inner = "transfer"
             return "wait", inner
-        if _is(f, DATALOADER_PY, "__iter__") or _is(f, DATALOADER_PY, "_get_iterator"):
+        if _any_is(f, DATALOADER_PYS, "__iter__") or _any_is(f, DATALOADER_PYS, "_get_iterator"):
             return "epoch_start", None
     return "compute", None
 

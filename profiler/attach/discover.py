@@ -190,7 +190,7 @@ def find(pid: int, binary: str) -> Target:
     pin = next((t.tid for t in main_dump if classify.role(t.frames, t.name or "", False) == classify.PIN_MEMORY),
                None)
     main_thread = next((t for t in main_dump if t.tid == pid), main_dump[0] if main_dump else None)
-    in_dl = main_thread is not None and any(classify.DATALOADER_PY in f.file for f in main_thread.frames)
+    in_dl = main_thread is not None and classify.in_dataloader(main_thread.frames)
     ranks = procfs.environ_value(pid, RANK_VARS)
     siblings = _siblings(pid, ranks)
     gpus, gpu_absent = gpus_of([p.pid for p in procs if p.role in ("main", "worker")])

@@ -1,0 +1,113 @@
+"""The next jobs, third round (issue 31's last gaps): MONAI's ThreadDataLoader profiled through its background
+thread, kornia's augmentations named ``augment``, and ``attach`` reading torchdata's StatefulDataLoader (its own worker
+loop and iterator) as the DataLoader it is.
+
+Real libraries, real jobs (tests/jobs/nj3_*.py) run as a user runs them; each test skips when its library is absent
+(the ``frameworks`` extra installs them).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from profiler.attach import classify
+from profiler.attach.pyspy import Frame
+
+ROOT = Path(__file__).resolve().parent.parent
+JOBS = ROOT / "tests" / "jobs"
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+STEPS, WARMUP = 6, 2
+
+
+def run_job(tmp_path: Path, job: str, *args: str, name: str = "run") -> tuple[subprocess.CompletedProcess,
+                                                                           dict[str, Any] | None]:
+    """``python -m profiler run tests/jobs/<job> ARGS``: the process and its record (None: none written)."""
+    out = tmp_path / name
+    p = subprocess.run([sys.executable, "-m", "profiler", "run", "--no-plots", "--no-progress", "--steps", str(STEPS),
+                        "--warmup", str(WARMUP), "--out", str(out), str(JOBS / job), *args],
+                       capture_output=True, text=True, timeout=400, cwd=tmp_path, env=ENV)
+    f = out / "run.json"
+    return p, (json.loads(f.read_text()) if f.exists() else None)
+
+
+# -- 3. attach: torchdata's StatefulDataLoader is a DataLoader ------------------------------------------------------
+
+TD = "/site-packages/torchdata/stateful_dataloader/"
+TORCH = "/site-packages/torch/utils/data/"
+
+
+def F(file: str, name: str) -> Frame:  # noqa: N802 - a frame, outermost first as py-spy's are read
+    return Frame(name, file, 1)
+
+
+STATEFUL_WORKER = [F("job.py", "<module>"), F(TD + "stateful_dataloader.py", "StatefulDataLoader.__iter__"),
+                   F("multiprocessing/process.py", "BaseProcess._bootstrap"),
+                   F(TD + "worker.py", "_worker_loop"), F(TORCH + "_utils/fetch.py", "_MapDatasetFetcher.fetch"),
+                   F("job.py", "HeavySamples.__getitem__")]
+STATEFUL_MAIN_NEXT = [F("job.py", "<module>"),
+                      F(TD + "stateful_dataloader.py", "_StatefulBaseDataLoaderIter.__next__"),
+                      F(TORCH + "dataloader.py", "_BaseDataLoaderIter.__next__"),
+                      F(TD + "stateful_dataloader.py", "_StatefulMultiProcessingDataLoaderIter._next_data"),
+                      F("multiprocessing/queues.py", "Queue.get")]
+STATEFUL_MAIN_ITER = [F("job.py", "<module>"), F(TD + "stateful_dataloader.py", "StatefulDataLoader.__iter__"),
+                      F(TD + "stateful_dataloader.py", "StatefulDataLoader._get_iterator")]
+
+
+def test_torchdatas_worker_loop_and_iterator_are_read_as_the_dataloaders():
+    """The frames py-spy shows for a StatefulDataLoader job (tests/jobs/nj3_stateful_attach.py, dumped): its workers
+    run torchdata's own _worker_loop (never torch's), its epoch starts in its own __iter__."""
+    assert classify.role(STATEFUL_WORKER, "MainThread", True) == classify.WORKER
+    assert classify.worker_stage(STATEFUL_WORKER) == "getitem"
+    assert classify.main_stage(STATEFUL_MAIN_NEXT) == ("wait", None)
+    assert classify.main_stage(STATEFUL_MAIN_ITER) == ("epoch_start", None)
+    assert classify.in_dataloader(STATEFUL_MAIN_ITER) and not classify.in_dataloader(STATEFUL_WORKER[:1])
+    # A thread of the main process that is no worker stays what it was.
+    assert classify.role([F("job.py", "<module>"), F("threading.py", "Thread.run")], "Thread-1", False) \
+        == classify.OTHER
+
+
+@contextmanager
+def job(script: str, *argv: str) -> Iterator[subprocess.Popen]:
+    """A job running until the block ends; yields once it printed READY (its first step done)."""
+    p = subprocess.Popen([sys.executable, str(JOBS / script), *argv], stdout=subprocess.PIPE, text=True,
+                         start_new_session=True, env=ENV)
+    try:
+        assert p.stdout is not None
+        line = p.stdout.readline()
+        assert "READY" in line, f"job did not start: {line!r}"
+        yield p
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGTERM)
+        p.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_attach_finds_a_stateful_dataloaders_workers_wait_and_cause(tmp_path):
+    """A StatefulDataLoader job (2 workers, ~10 ms of CPU per sample, a tiny model) attached to for 4 s: both
+    workers found, the main thread's wait measured inside the loader, the cause the workers' CPU work (was: no
+    worker found, and the wait read as the main process's own storage reads, verdict io)."""
+    pytest.importorskip("torchdata.stateful_dataloader")
+    from profiler.cli import main
+
+    with job("nj3_stateful_attach.py", "2", "0") as p:
+        out = tmp_path / "att"
+        rc = main(["attach", str(p.pid), "--duration", "4", "--rate", "50", "--no-plots", "--out", str(out)])
+    assert rc == 0
+    rec = json.loads((out / "run.json").read_text())
+    a = rec["attach"]
+    workers = [q for q in a["processes"] if q["role"] == "worker"]
+    assert len(workers) == 2 and a["workers_at_once"] == 2, a["processes"]
+    assert rec["stall"]["wait_samples"] > 0 and rec["stall"]["fraction"] > 0.5, rec["stall"]
+    assert rec["verdict"]["bottleneck"] == "cpu", rec["verdict"]["summary"]
+    assert rec["stall"]["share_by_cause"]["cpu"] > 0.5, rec["stall"]
+    assert "workers = 0" not in rec["verdict"]["summary"]
