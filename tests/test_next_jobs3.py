@@ -111,3 +111,60 @@ def test_attach_finds_a_stateful_dataloaders_workers_wait_and_cause(tmp_path):
     assert rec["verdict"]["bottleneck"] == "cpu", rec["verdict"]["summary"]
     assert rec["stall"]["share_by_cause"]["cpu"] > 0.5, rec["stall"]
     assert "workers = 0" not in rec["verdict"]["summary"]
+
+
+# -- 2. kornia's augmentations are augment ---------------------------------------------------------------------------
+
+def test_each_kornia_augmentation_called_in_a_sample_is_augment_and_kornia_is_put_back():
+    """kornia (0.9) clones its base forward into every augmentation class, so the stage is on the base's __call__
+    (which it inherits from nn.Module): set while profiling, deleted after, the classes as kornia made them."""
+    K = pytest.importorskip("kornia.augmentation")  # noqa: N806 - kornia's own alias
+    import torch
+    from kornia.augmentation.base import _BasicAugmentationBase
+
+    from profiler.instrument import substages
+
+    assert "__call__" not in _BasicAugmentationBase.__dict__
+    flip, jitter = K.RandomHorizontalFlip(p=1.0), K.ColorJitter(0.2, 0.2, 0.2, 0.1, p=1.0)
+    x = torch.rand(1, 3, 16, 16)
+    want = flip(x)
+    assert substages.install_library_stages() == []
+    try:
+        assert "__call__" in _BasicAugmentationBase.__dict__
+        smp = substages.begin_batch([])
+        got = flip(x)
+        jitter(x)
+        K.AugmentationSequential(flip, jitter)(x)
+        substages.end_batch()
+        assert torch.equal(got, want)  # what the job's code observes is unchanged
+        names = [name for _, name, _ in smp.events]
+        assert names.count("augment") == 4 and all(ns >= 0 for _, _, ns in smp.events), smp.events
+    finally:
+        substages.uninstall_library_stages()
+    assert "__call__" not in _BasicAugmentationBase.__dict__
+    assert torch.equal(flip(x), want)
+
+
+def test_attach_names_kornia_and_monai_frames_as_run_does():
+    kornia = [F("job.py", "Augmented.__getitem__"), F("torch/nn/modules/module.py", "Module._call_impl"),
+              F("/site-packages/kornia/augmentation/base.py", "RandomAffine.forward"),
+              F("/site-packages/kornia/geometry/transform/imgwarp.py", "warp_affine")]
+    assert classify.sample_stage(kornia) == "augment"
+    monai = [F("job.py", "D.__getitem__"), F("/site-packages/monai/transforms/compose.py", "Compose.__call__"),
+             F("/site-packages/monai/transforms/io/array.py", "LoadImage.__call__"), F("/PIL/Image.py", "open")]
+    assert classify.sample_stage(monai) == "decode"
+    assert classify.sample_stage(monai[:2]) == "augment"
+
+
+@pytest.mark.slow
+def test_a_jobs_kornia_augmentations_in_its_workers_are_the_augment_stage(tmp_path):
+    """tests/jobs/nj3_kornia.py: every sample goes through three kornia augmentations (an AugmentationSequential or
+    called one by one) in 2 workers: every measured sample has an augment stage (was: all of it "your __getitem__
+    (rest)")."""
+    pytest.importorskip("kornia.augmentation")
+    p, rec = run_job(tmp_path, "nj3_kornia.py", "2")
+    assert p.returncode == 0 and rec is not None, p.stderr[-3000:]
+    stages = rec["stages"]
+    assert stages["augment"]["count"] == STEPS * 4, stages
+    assert stages["augment"]["mean_ms"] > 0
+    assert "Traceback" not in p.stderr, p.stderr[-3000:]

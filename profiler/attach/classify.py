@@ -1,13 +1,14 @@
 """Sampled stacks → the project's vocabulary (profiler/vocab.py): which thread is which, and what each sample was.
 
 The same names as ``run``: the well-known library calls ``run`` wraps (PIL and torchvision.io → decode, torchvision
-transforms → augment, torchvision.io.read_file → read, torch.load / np.load under their own names), the default
-collate → collate, the rest of the dataset's call → getitem; a worker's queue-feeder thread pickling and sending a
-batch → transfer. What only ``attach`` sees is named too: a worker waiting for its next index (``idle``: not input
-time), the main thread inside the DataLoader's ``__next__`` (``wait``), starting an epoch (``epoch_start``), and the
-main thread anywhere else (``compute``: the model step, the optimiser, logging — whatever the job does between
-batches). Frames are matched on the innermost library frame below the dataset's call, as ``run`` counts the
-innermost named stage (self time).
+transforms, albumentations, kornia augmentations and MONAI transforms → augment, MONAI's image loading → decode,
+torchvision.io.read_file → read, torch.load / np.load under their own names), the default collate → collate, the
+rest of the dataset's call → getitem; a worker's queue-feeder thread pickling and sending a batch → transfer. What
+only ``attach`` sees is named too: a worker waiting for its next index (``idle``: not input time), the main thread
+inside the DataLoader's ``__next__`` (``wait``), starting an epoch (``epoch_start``), and the main thread anywhere
+else (``compute``: the model step, the optimiser, logging — whatever the job does between batches). Frames are
+matched on the innermost library frame below the dataset's call, as ``run`` counts the innermost named stage (self
+time).
 
 torchdata's ``StatefulDataLoader`` is a DataLoader to the user: its workers run torchdata's own copy of the worker
 loop (``torchdata/stateful_dataloader/worker.py``) and its iterators' ``__next__`` / ``_next_data`` / ``__iter__``
@@ -54,6 +55,9 @@ _LIBRARY_STAGES: tuple[tuple[str, str, str], ...] = (
     ("/PIL/", "", "decode"),
     ("torchvision/transforms/", "", "augment"),
     ("/albumentations/", "", "augment"),
+    ("/kornia/augmentation/", "", "augment"),  # below it kornia's geometry/filters/enhance: the augmentation's work
+    ("/monai/transforms/io/", "", "decode"),  # LoadImage reads and decodes in one call, as run names it
+    ("/monai/transforms/", "", "augment"),
     ("torch/serialization.py", "", "torch.load"),
     ("numpy/lib/npyio.py", "load", "np.load"),
     ("numpy/lib/_npyio_impl.py", "load", "np.load"),

@@ -8,9 +8,9 @@ does in between. Two ways to name the parts:
 - Library calls that mean the same thing in every dataset, named automatically while profiling: PIL ``Image.open``
   and the lazy ``ImageFile.load`` (decode), torchvision v1 ``Compose`` and v2 transforms (augment),
   ``torchvision.io`` decoders (decode) and ``read_file`` (read), ``torch.load`` and ``np.load`` (their own names);
-  OpenCV ``cv2.imread`` / ``cv2.imdecode`` (decode), albumentations and MONAI ``Compose`` and kornia augmentations
-  (augment), MONAI ``LoadImage`` (decode: it reads and decodes in one call, as PIL's ``Image.open`` + ``load`` do,
-  so its time is decode).
+  OpenCV ``cv2.imread`` / ``cv2.imdecode`` (decode), albumentations and MONAI ``Compose`` and each kornia
+  augmentation called (augment), MONAI ``LoadImage`` (decode: it reads and decodes in one call, as PIL's
+  ``Image.open`` + ``load`` do, so its time is decode).
 
 Not named: ``np.memmap`` slicing. Slicing a memory map makes a view and reads nothing; the bytes are fetched by page
 faults wherever the view's data is first touched (``.astype``, ``np.array``, ``torch.from_numpy(...)`` then a copy),
@@ -192,8 +192,11 @@ LIBRARY_STAGES: tuple[tuple[str, str, str], ...] = (
     # Compose of five transforms would pay it six times per sample (transforms called without Compose are unnamed,
     # as torchvision v1's are).
     ("albumentations", "Compose.__call__", "augment"),
-    # kornia: every augmentation's forward (nn.Module.__call__ looks forward up on the class).
-    ("kornia.augmentation.base", "_BasicAugmentationBase.forward", "augment"),
+    # kornia: every augmentation's call. Not its forward: kornia (0.9) gives each augmentation class its own clone of
+    # _BasicAugmentationBase.forward (``__init_subclass__``, for torch.compile's caches), so a wrapper on the base's
+    # forward was never called. The base has no ``__call__`` of its own (nn.Module's): one is set on it while
+    # profiling (it runs the augmentation's forward, hooks and all) and deleted after (INHERITED).
+    ("kornia.augmentation.base", "_BasicAugmentationBase.__call__", "augment"),
     # MONAI: Compose (monai.data.Dataset and CacheDataset call it); LoadImage reads and decodes.
     ("monai.transforms.compose", "Compose.__call__", "augment"),
     ("monai.transforms.io.array", "LoadImage.__call__", "decode"),
@@ -204,6 +207,8 @@ _PIXELS = {"ImageFile.load": _pixels_of_self, "decode_image": _pixels_of_result,
            "imdecode": _pixels_of_hwc}
 _patched: list[tuple[Any, str, Any]] = []
 _lock = threading.Lock()
+#: In _patched: the class had no attribute of its own (it inherited the one wrapped): deleted when put back.
+INHERITED: Any = object()
 
 
 # LIBRARY_STAGES entries not wrapped yet because their module is not imported, and len(sys.modules) when that was
@@ -246,12 +251,15 @@ def wrap_imported() -> list[str]:
                 *outer, attr = path.split(".")
                 for part in outer:
                     owner = getattr(owner, part)
-                original = owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)
+                own = owner.__dict__.get(attr, INHERITED) if isinstance(owner, type) else getattr(owner, attr)
+                # A dunder the class inherits (kornia's __call__, nn.Module's): the inherited one is wrapped on it.
+                original = getattr(owner, attr) if own is INHERITED and attr.startswith("__") else \
+                    owner.__dict__[attr] if own is INHERITED else own
             except Exception:  # noqa: BLE001 - an API that moved: that stage stays unnamed
                 missing.append(f"{mod_name}.{path}")
                 continue
             setattr(owner, attr, _named(name, original, _PIXELS.get(path)))
-            _patched.append((owner, attr, original))
+            _patched.append((owner, attr, own))
     return missing
 
 
@@ -260,4 +268,7 @@ def uninstall_library_stages() -> None:
         _waiting.clear()
         while _patched:
             owner, attr, original = _patched.pop()
-            setattr(owner, attr, original)
+            if original is INHERITED:
+                delattr(owner, attr)
+            else:
+                setattr(owner, attr, original)
