@@ -168,3 +168,127 @@ def test_a_jobs_kornia_augmentations_in_its_workers_are_the_augment_stage(tmp_pa
     assert stages["augment"]["count"] == STEPS * 4, stages
     assert stages["augment"]["mean_ms"] > 0
     assert "Traceback" not in p.stderr, p.stderr[-3000:]
+
+
+# -- 1. MONAI's ThreadDataLoader: batches taken in a background thread ----------------------------------------------
+
+class _Threaded:
+    """ThreadDataLoader's shape without MONAI (its ThreadBuffer written out): the parent's iterator taken in a
+    background thread, each batch handed over a queue and yielded ``repeats`` times. Made a DataLoader subclass
+    inside the session (as a job importing MONAI after the profiler started makes it)."""
+
+    @staticmethod
+    def make() -> type:
+        import queue
+        import threading
+
+        from torch.utils.data import DataLoader
+
+        class Threaded(DataLoader):
+            repeats = 1
+
+            def __iter__(self):
+                q: queue.Queue = queue.Queue(1)
+                src = super().__iter__()
+
+                def pump():
+                    for b in src:
+                        q.put(b)
+                    q.put(None)
+
+                threading.Thread(target=pump, daemon=True).start()
+                while (b := q.get()) is not None:
+                    for _ in range(self.repeats):
+                        yield b
+
+        return Threaded
+
+
+def _session_over(make_loader, epochs: int = 2) -> tuple[Any, list[list[list[int]]]]:
+    from profiler.instrument.session import Session
+
+    s = Session(warmup=0, steps=1000, then="continue").start()
+    try:
+        loader = make_loader()
+        got = [[b.tolist() for b in loader] for _ in range(epochs)]
+    finally:
+        s.stop()
+    return s, got
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_loader_taken_in_a_background_thread_is_stepped_in_the_main_thread(workers):
+    """Every batch the main thread takes is a step (was: none, the next() hook ran in the other thread), with the
+    batch's own figures: its worker (2 workers) or its in-thread fetch (0), from the second batch on."""
+    cls = None
+
+    def make():
+        nonlocal cls
+        cls = _Threaded.make()
+        return cls(list(range(32)), batch_size=4, num_workers=workers)
+
+    s, got = _session_over(make)
+    want = [[list(range(i, i + 4)) for i in range(0, 32, 4)]] * 2
+    assert got == want  # what the job's loop sees is unchanged
+    assert s.loader is not None and s.loader.num_workers == workers and s.loader.batch_size == 4
+    assert len(s.rows) == 16 and len(s.epochs) == 2, (len(s.rows), len(s.epochs))
+    assert all(r.n_samples == 4 for r in s.rows)
+    with_meta = [r for r in s.rows if r.batch >= 0]
+    assert len(with_meta) >= 15, [(r.step, r.batch, r.worker_id) for r in s.rows]  # all but the first one's, at most
+    if workers:
+        assert {r.worker_id for r in with_meta} == {0, 1}
+    assert cls is not None and not hasattr(cls.__dict__["__iter__"], "_profiler_own")  # put back
+
+
+def test_a_repeated_batch_is_a_step_without_worker_figures():
+    def make():
+        cls = _Threaded.make()
+        cls.repeats = 3
+        return cls(list(range(16)), batch_size=4, num_workers=2)
+
+    s, got = _session_over(make, epochs=1)
+    assert got == [[list(range(i, i + 4)) for i in range(0, 16, 4) for _ in range(3)]]
+    assert len(s.rows) == 12
+    assert 3 <= len([r for r in s.rows if r.batch >= 0]) <= 4  # each batch's figures once (the first's maybe not)
+
+
+def test_a_generator_iter_taken_in_the_main_thread_is_profiled_as_before():
+    """timm's MultiEpochsDataLoader / a subclass that transforms its parent's batches: the parent's iterator is
+    taken in the main thread, its steps are its own (no double count, no step lost)."""
+    from torch.utils.data import DataLoader
+
+    def make():
+        class Doubled(DataLoader):
+            def __iter__(self):
+                for b in super().__iter__():
+                    yield b * 2
+
+        return Doubled(list(range(16)), batch_size=4, num_workers=0)
+
+    s, got = _session_over(make)
+    assert got == [[[2 * i for i in range(j, j + 4)] for j in range(0, 16, 4)]] * 2
+    assert len(s.rows) == 8 and s.measured_steps == 8 and len(s.epochs) == 2
+
+
+@pytest.mark.slow
+def test_a_monai_thread_dataloader_job_gets_its_steps_workers_and_verdict(tmp_path):
+    """tests/jobs/nj3_thread.py: MONAI's ThreadDataLoader (2 workers, ~10 ms of CPU per sample, buffer_size 1) run
+    through the CLI: every measured step, the dataset class, 2 workers, 8 samples per step, the workers' figures
+    for every measured batch, verdict cpu (was: 0 measured steps, a partial run without a verdict)."""
+    pytest.importorskip("monai.data")
+    p, rec = run_job(tmp_path, "nj3_thread.py", "2", "40")
+    assert p.returncode == 0 and rec is not None, p.stderr[-3000:]
+    assert not rec["partial"], rec["partial_reason"]
+    loader = rec["job"]["loader"]
+    assert loader["dataset_class"].endswith("HeavySamples") and loader["num_workers"] == 2
+    assert loader["iterated_at"].endswith("nj3_thread.py:" + str(_line_of("nj3_thread.py", "for batch in loader")))
+    t = rec["throughput"]
+    assert t["steps"] == STEPS and t["samples"] == STEPS * 8, t
+    assert rec["stages"]["getitem"]["count"] == STEPS * 8, rec["stages"]  # every measured batch's worker figures
+    assert rec["verdict"]["bottleneck"] == "cpu", rec["verdict"]["summary"]
+    assert rec["stall"]["fraction"] > 0.5
+    assert "Traceback" not in p.stderr, p.stderr[-3000:]
+
+
+def _line_of(job: str, text: str) -> int:
+    return next(i for i, line in enumerate((JOBS / job).read_text().splitlines(), 1) if text in line)

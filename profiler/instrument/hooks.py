@@ -12,11 +12,12 @@ from typing import Any, Callable
 from . import overrides, torch_hooks, torchdata_hooks
 
 
-def install(on_next: Callable[[Any, Callable[[Any], Any]], Any], on_iter: Callable[[Any, Callable[[Any], Any]], Any]
-            ) -> None:
-    """torch's seams first (the subclass wrappers hand their calls to the same ``on_next`` / ``on_iter``)."""
+def install(on_next: Callable[[Any, Callable[[Any], Any]], Any], on_iter: Callable[[Any, Callable[[Any], Any]], Any],
+            on_relay: Callable[[Any, Any], Any] | None = None) -> None:
+    """torch's seams first (the subclass wrappers hand their calls to the same ``on_next`` / ``on_iter``; a
+    subclass's generator ``__iter__`` hands its generator to ``on_relay``: relay.py)."""
     torch_hooks.install(on_next, on_iter)
-    overrides.install(on_next, on_iter)
+    overrides.install(on_next, on_iter, on_relay)
     torchdata_hooks.install()
 
 

@@ -11,8 +11,11 @@ whose *own* ``__iter__`` / ``__next__`` / ``__init__`` is a plain function whose
 names neither ``super`` nor the method (nor ``iter`` / ``next``): it makes the iterator, the batch or the loader
 itself (:func:`bypasses`). That method is wrapped like torch's: ``__iter__`` through the session's ``on_iter``,
 ``__next__`` through ``on_next``, ``__init__`` then the creation callback. A method that calls its parent's is left
-alone: the parent's hook sees it as before (MONAI's ``DataLoader``, timm's ``MultiEpochsDataLoader``, MONAI's
-``ThreadDataLoader``, whose generator ``__iter__`` calls ``super().__iter__()`` when it starts).
+alone: the parent's hook sees it as before (MONAI's ``DataLoader``, timm's ``MultiEpochsDataLoader``). One kind is
+wrapped all the same: a *generator* ``__iter__`` that calls its parent's (MONAI's ``ThreadDataLoader``, timm's
+``MultiEpochsDataLoader``): the generator it returns goes to the session's ``on_relay``, because the parent's
+iterator it makes may be taken in another thread (ThreadDataLoader's ThreadBuffer), where the session's ``next()``
+hook leaves it alone; relay.py then steps the generator in the main thread instead (NOTE [ Relayed loaders ]).
 
 Not followed, and why (docs/loaders.md): a generator ``__iter__`` that makes its iterator without any DataLoader's
 ``__iter__`` (its body runs at the first ``next()``, after the epoch began: there is no call to time); a loader
@@ -37,6 +40,8 @@ _ROOT_METHODS: dict[type, tuple[str, ...]] = {DataLoader: ("__iter__", "__init__
 
 _on_iter: Callable[[Any, Callable[[Any], Any]], Any] | None = None
 _on_next: Callable[[Any, Callable[[Any], Any]], Any] | None = None
+# (loader, the generator its own __iter__ returned) -> what the job iterates (relay.py: NOTE [ Relayed loaders ])
+_on_relay: Callable[[Any, Any], Any] | None = None
 _wrapped: list[tuple[type, str, Any]] = []  # (class, method name, the class's own function) to put back
 _subclass_hooks: list[tuple[type, Any]] = []  # (root, the __init_subclass__ its __dict__ had, or None)
 
@@ -130,6 +135,28 @@ def _init_wrapper(own: Any) -> Any:
     return __init__
 
 
+def _relay_wrapper(own: Any) -> Any:
+    """A generator ``__iter__`` that calls its parent's (MONAI's ThreadDataLoader): its generator, handed to the
+    session, which may step it in the main thread when the parent's iterator is taken in another (relay.py)."""
+    @functools.wraps(own)
+    def __iter__(self: Any) -> Any:
+        gen = own(self)
+        on_relay = _on_relay
+        if on_relay is None or not (hasattr(self, "dataset") and hasattr(self, "num_workers")):
+            return gen
+        return on_relay(self, gen)
+
+    __iter__._profiler_own = own  # type: ignore[attr-defined]
+    return __iter__
+
+
+def relays(fn: Any) -> bool:
+    """Is ``fn`` (a DataLoader subclass's own ``__iter__``) a generator that calls its parent's? Its body runs at
+    the first ``next()``, and what it does with the parent's iterator (another thread may take it) is seen then."""
+    return getattr(fn, "__code__", None) is not None and bool(fn.__code__.co_flags & inspect.CO_GENERATOR) \
+        and calls_parent(fn, "__iter__")
+
+
 _WRAPPERS = {"__iter__": _iter_wrapper, "__next__": _next_wrapper, "__init__": _init_wrapper}
 
 
@@ -141,7 +168,14 @@ def follow(cls: type) -> list[str]:
             continue
         for name in names:
             fn = cls.__dict__.get(name)
-            if fn is None or getattr(fn, "_profiler_own", None) is not None or not bypasses(fn, name):
+            if fn is None or getattr(fn, "_profiler_own", None) is not None:
+                continue
+            if name == "__iter__" and relays(fn):
+                setattr(cls, name, _relay_wrapper(fn))
+                _wrapped.append((cls, name, fn))
+                done.append(name)
+                continue
+            if not bypasses(fn, name):
                 continue
             setattr(cls, name, _WRAPPERS[name](fn))
             _wrapped.append((cls, name, fn))
@@ -184,10 +218,11 @@ def _hook_subclassing(root: type) -> None:
 
 
 def install(on_next: Callable[[Any, Callable[[Any], Any]], Any],
-            on_iter: Callable[[Any, Callable[[Any], Any]], Any]) -> None:
-    """Follow the subclasses defined so far and those defined from now on (torch_hooks.install calls it)."""
-    global _on_iter, _on_next
-    _on_iter, _on_next = on_iter, on_next
+            on_iter: Callable[[Any, Callable[[Any], Any]], Any],
+            on_relay: Callable[[Any, Any], Any] | None = None) -> None:
+    """Follow the subclasses defined so far and those defined from now on (hooks.install calls it)."""
+    global _on_iter, _on_next, _on_relay
+    _on_iter, _on_next, _on_relay = on_iter, on_next, on_relay
     if _subclass_hooks:
         return
     for root in _ROOT_METHODS:
@@ -199,8 +234,8 @@ def install(on_next: Callable[[Any, Callable[[Any], Any]], Any],
 def uninstall() -> None:
     """Put every wrapped method back (a bypassing ``__next__`` keeps opening envelopes: persistent workers started
     while profiling still send them) and stop following new subclasses."""
-    global _on_iter, _on_next
-    _on_iter = _on_next = None
+    global _on_iter, _on_next, _on_relay
+    _on_iter = _on_next = _on_relay = None
     for cls, name, fn in reversed(_wrapped):
         if name != "__next__":
             setattr(cls, name, fn)
