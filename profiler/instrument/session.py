@@ -41,6 +41,7 @@ from .loaders import (
     tensor_bytes,
 )
 from .proxies import call_cost_ns
+from .relay import Relays
 from .steps import (
     DETAIL_STEPS,
     MAX_TAIL_SKIPPED,
@@ -86,7 +87,7 @@ class WindowClosed(BaseException):
     """
 
 
-class Session(LoaderTracking, FlatSteps, DeviceTime):
+class Session(Relays, LoaderTracking, FlatSteps, DeviceTime):
     """One profiling session in this process: hooks installed from ``start()`` to ``stop()``. Its halves: which loader
     is profiled (tracking.LoaderTracking), the flat steps' rows (flat_steps.FlatSteps), device time at the window's
     close (device_time.DeviceTime); here, the steps and the window."""
@@ -171,7 +172,7 @@ class Session(LoaderTracking, FlatSteps, DeviceTime):
         self.accounting = clocks.accounting()
         self.accounting["own_per_call_ns"] = call_cost_ns()
         self.accounting["own_per_inline_call_ns"] = list(inline_call_costs())
-        hooks.install(self._on_next, self._on_iter)
+        hooks.install(self._on_next, self._on_iter, self._on_relay)
         substages.main_hook = self
         torch_hooks.watch_loader_creation(self._loader_created)
         return self
@@ -232,7 +233,7 @@ class Session(LoaderTracking, FlatSteps, DeviceTime):
         # Once per batch of the profiled loader, on the job's critical path: written for few bytecodes (locals, no
         # helper frames, no temporaries), measured by scripts/bench_overhead_light.py.
         if self.closed or _get_ident() != self._owner_thread:
-            return torch_hooks.unwrap(orig(it))
+            return self._off_thread_next(it, orig)  # left alone, unless relayed (relay.py)
         key = id(it)
         holder = self._inthread.get(key, _NOT_INTHREAD)
         if holder is _NOT_INTHREAD and key not in self._iters:
