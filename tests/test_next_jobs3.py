@@ -292,3 +292,14 @@ def test_a_monai_thread_dataloader_job_gets_its_steps_workers_and_verdict(tmp_pa
 
 def _line_of(job: str, text: str) -> int:
     return next(i for i, line in enumerate((JOBS / job).read_text().splitlines(), 1) if text in line)
+
+
+def test_attach_reads_the_main_threads_wait_on_monais_thread_buffer_as_the_wait():
+    mt = "/site-packages/monai/data/thread_buffer.py"
+    waiting = [F("job.py", "<module>"), F(mt, "ThreadDataLoader.__iter__"), F(mt, "buffer_iterator"),
+               F(mt, "ThreadBuffer.__iter__"), F("queue.py", "Queue.get"), F("threading.py", "Condition.wait")]
+    assert classify.main_stage(waiting) == ("wait", None)
+    starting = [F("job.py", "<module>"), F(mt, "ThreadDataLoader.__iter__"),
+                F(TORCH + "dataloader.py", "DataLoader.__iter__")]
+    assert classify.main_stage(starting) == ("epoch_start", None)
+    assert classify.main_stage([F("job.py", "<module>"), F("job.py", "train_step")]) == ("compute", None)

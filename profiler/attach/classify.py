@@ -31,6 +31,10 @@ DATALOADER_PYS = (DATALOADER_PY, "torchdata/stateful_dataloader/stateful_dataloa
 #: StatefulDataLoader worker runs instead (torch's never appears in its stack: before this, attach found no worker
 #: of a StatefulDataLoader job and read its wait as the main process's own reads).
 WORKER_PYS = (WORKER_PY, "torchdata/stateful_dataloader/worker.py")
+#: Where a main thread waits for a batch another thread of its process takes from the DataLoader (MONAI's
+#: ThreadDataLoader: its ThreadBuffer's queue, instrument/relay.py). ``buffer_iterator``, not ThreadDataLoader's own
+#: ``__iter__``, which also holds the epoch's start (its DataLoader.__iter__ runs before buffer_iterator is entered).
+RELAY_WAITS = (("monai/data/thread_buffer.py", "buffer_iterator"),)
 FETCH_PY = "torch/utils/data/_utils/fetch.py"
 COLLATE_PY = "torch/utils/data/_utils/collate.py"
 PIN_PY = "torch/utils/data/_utils/pin_memory.py"
@@ -176,6 +180,8 @@ def main_stage(frames: Sequence[Frame]) -> tuple[str, str | None]:
             return "wait", inner
         if _any_is(f, DATALOADER_PYS, "__iter__") or _any_is(f, DATALOADER_PYS, "_get_iterator"):
             return "epoch_start", None
+        if any(_is(f, path, name) for path, name in RELAY_WAITS):
+            return "wait", None  # the batch is taken from its workers in the relay thread: none of this thread's
     return "compute", None
 
 

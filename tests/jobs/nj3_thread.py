@@ -2,7 +2,8 @@
 iterator in a background thread (ThreadBuffer) and handed to the training loop over a queue.
 
 argv: [workers] [steps] [repeats] [buffer_size]
-CPU-heavy samples (~10 ms of one core each), a tiny model: the workers' CPU work is the bottleneck.
+CPU-heavy samples (~10 ms of one core each), a tiny model: the workers' CPU work is the bottleneck. Prints 'READY'
+once the first step is done; steps 0: epochs for ever (to attach to).
 """
 import sys
 
@@ -36,12 +37,15 @@ if __name__ == "__main__":
     model = torch.nn.Linear(32, 4)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     done = 0
-    for batch in loader:
-        loss = model(batch["image"]).square().mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        done += 1
-        if done >= steps:
-            break
+    while not done or not steps or done < steps:
+        for batch in loader:
+            loss = model(batch["image"]).square().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            done += 1
+            if done == 1:
+                print("READY", flush=True)
+            if steps and done >= steps:
+                break
     print("steps", done, flush=True)
