@@ -388,34 +388,81 @@ def test_window_option() -> None:
             parse_window(bad)
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-def test_sampled_fetches_detail_exactly_the_planned_batches(workers: int, tmp_path: Path) -> None:
-    """NOTE [ Monitor sampling ] (instrument/batch.py): under the monitor the fetchers instrument only the planned
-    batches (window 50, detail 8: 2 of every 12, 18 of each 100-batch epoch) and the windows' steps and samples stay
-    exact over all of them. An envelope on any other batch, or a planned one without its figures, would change the
-    detail count; after the monitor, a fetcher records every batch again (``run``'s way)."""
-    code = f"""
+def _planned(chunks: list[list[int]], epoch_len: int) -> int:
+    """Batches of the detail ranges the monitor set (epoch, lo, hi) that the epochs delivered."""
+    return sum(max(0, min(hi, epoch_len) - lo) for _, lo, hi in chunks)
+
+
+_SAMPLED_JOB = """
+import json, sys, time
 import torch
 from torch.utils.data import DataLoader, Dataset
 import profiler
 from profiler.instrument import batch
 
-class Small(Dataset):
-    def __len__(self): return 400
-    def __getitem__(self, i): return torch.full((4,), float(i))
+WORKERS, EPOCHS, LEN, SLEEP = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+WINDOW, DETAIL, OUT = sys.argv[5], int(sys.argv[6]), sys.argv[7]
 
-loader = DataLoader(Small(), batch_size=4, num_workers={workers})
-with profiler.profile(out={str(tmp_path / 'mon')!r}, monitor=True, window=50, detail=8, quiet=True, plots=False):
-    assert batch.SAMPLING == [12, 2], batch.SAMPLING
-    for epoch in range(2):
+class Small(Dataset):
+    def __len__(self): return LEN * 4
+    def __getitem__(self, i):
+        if SLEEP:
+            time.sleep(SLEEP)
+        return torch.full((4,), float(i))
+
+loader = DataLoader(Small(), batch_size=4, num_workers=WORKERS)
+window = int(WINDOW) if WINDOW.isdigit() else WINDOW
+with profiler.profile(out=OUT, monitor=True, window=window, detail=DETAIL, quiet=True, plots=False) as mon:
+    assert batch.SAMPLING == [1], batch.SAMPLING
+    for epoch in range(EPOCHS):
         for x in loader:
             pass
-assert batch.SAMPLING == [0, 0] and batch.sample_plan({workers}) is None
+m = mon._mon
+assert batch.SAMPLING == [0] and batch.sample_plan(-1, 0) is None and batch.sample_plan(0, WORKERS) is None
+print(json.dumps({"chunks_set": m.chunks_set, "recent": m.recent, "per_chunk": m.per_chunk}))
 """
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180, cwd=str(ROOT))
+
+
+def _sampled(tmp_path: Path, workers: int, epochs: int, length: int, sleep: float, window: str, detail: int
+             ) -> tuple[dict, list[WindowSummary]]:
+    r = subprocess.run([sys.executable, "-c", _SAMPLED_JOB, str(workers), str(epochs), str(length), str(sleep),
+                        window, str(detail), str(tmp_path / "mon")],
+                       capture_output=True, text=True, timeout=180, cwd=str(ROOT))
     assert r.returncode == 0, r.stderr[-3000:]
-    ws = load(tmp_path / "mon").windows
+    return json.loads(r.stdout.strip().splitlines()[-1]), load(tmp_path / "mon").windows
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_sampled_fetches_detail_exactly_the_planned_batches(workers: int, tmp_path: Path) -> None:
+    """NOTE [ Monitor sampling ] (instrument/batch.py): under the monitor the fetchers instrument only the batches of
+    the detail ranges the monitor set (window 50, detail 8: 4 chunks of 2 per window, two 100-batch epochs) and the
+    windows' steps and samples stay exact over all of them. An envelope on any other batch, or a planned one without
+    its figures, would change the detail count; after the monitor, a fetcher records every batch again (``run``'s
+    way)."""
+    plan, ws = _sampled(tmp_path, workers, 2, 100, 0.0, "50", 8)
     assert sum(w.steps for w in ws) == 200 and sum(w.samples for w in ws) == 800
-    assert sum(w.detail_steps for w in ws) == 36
+    assert plan["chunks_set"] == len(plan["recent"]) >= 8  # 4 windows of 50 steps, 4 chunks each (the last: fewer)
+    assert sum(w.detail_steps for w in ws) == _planned(plan["recent"], 100) >= 14
     for w in ws:  # the cause split spreads the window's whole idle time
         assert sum(w.idle_by_cause_s.values()) == pytest.approx(w.idle_s, rel=1e-3, abs=1e-6)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("rate", ["fast", "slow"])
+def test_detail_per_window_is_bounded_whatever_the_step_rate(workers: int, rate: str, tmp_path: Path) -> None:
+    """A window gets about ``--detail`` detail steps however many steps it holds (runner.Monitor.detail_plan): a
+    time window of a fast loop (no sleep: ~1,000 steps or more per 0.1 s window) and of a slow one (2 ms per sample,
+    8 ms per batch: a few dozen steps per 0.4 s window) both hold at most ``detail`` of them in detail (a chunk
+    placed near a window's end may run into the next: one chunk more), and every one of them that the plan set."""
+    fast = rate == "fast"
+    epochs, length = (4, 4000) if fast else (1, 150)
+    plan, ws = _sampled(tmp_path, workers, epochs, length, 0.0 if fast else 0.002, "0.1s" if fast else "0.4s", 8)
+    per_chunk = plan["per_chunk"]
+    assert per_chunk == 2 and len(ws) >= 2
+    assert sum(w.steps for w in ws) == epochs * length
+    for w in ws:
+        assert w.detail_steps <= 8 + per_chunk, (w.steps, w.detail_steps)
+    if plan["chunks_set"] == len(plan["recent"]):  # every chunk's range known: the detail is exactly the plan's
+        assert sum(w.detail_steps for w in ws) == _planned(plan["recent"], length)
+    # Bounded by windows, not by steps: the detail is a small share of a fast job's steps.
+    assert sum(w.detail_steps for w in ws) <= (len(ws) + 1) * 8

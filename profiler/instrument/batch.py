@@ -342,37 +342,81 @@ def fetch_off_core_ns(m: tuple[int, ...]) -> int:
 
 
 # NOTE [ Monitor sampling ]
-#     Under ``profiler monitor`` (and only there: ``run`` leaves SAMPLING at (0, 0) and records every batch), of every
-#     ``every`` batches a fetcher makes the first ``detail`` are *detail* batches, instrumented as ``run`` instruments
-#     them (their envelope or LeanOut), and the rest are made by the user's own dataset and collate_fn with no clock
-#     read and no envelope: the main side then takes a step for a counter and two clock reads (session.py). Why in the
-#     fetcher: the per-call timing and the envelope were most of the monitor's cost on a light loop (~+20 % CPU per
-#     batch with num_workers=0), and a batch whose figures the window does not keep need not be timed at all.
-#     Why each fetcher by its own count: torch hands a map-style epoch's batches to its W workers in turn, so a worker's
-#     c-th batch is the epoch's ~c·W+w-th; with ``ceil(every / W)`` and ``detail // W`` per worker (sample_plan) the
-#     workers' detail batches form one run of ~``detail`` consecutive batches every ``every``, with no message between
-#     the processes, and the main side knows which steps to time closely (the wait's on-CPU clock and run-queue wait:
-#     session.py) from its own count of the epoch's batches (every fetcher is made afresh each epoch, persistent
-#     workers' included). Where the guess is wrong (an iterable dataset whose workers end unevenly, a worker started
-#     by spawn, which does not inherit SAMPLING and details every batch), the main side still details exactly the
-#     batches that arrive with an envelope, with the wait's main-thread clocks unknown (0) on those it did not
+#     Under ``profiler monitor`` (and only there: ``run`` leaves SAMPLING off and records every batch), the fetchers
+#     make a *detail* batch, instrumented as ``run`` instruments it (its envelope or LeanOut), only when its index in
+#     the epoch lies in the detail range [lo, hi) the monitor has set, and every other batch with the user's own
+#     dataset and collate_fn, with no clock read and no envelope: the main side then takes a step for a counter and
+#     two clock reads (session.py). Why in the fetcher: the per-call timing and the envelope were most of the
+#     monitor's cost on a light loop (~+20 % CPU per batch with num_workers=0), and a batch whose figures the window
+#     does not keep need not be timed at all.
+#     Why a range the monitor sets (set_detail_range), not a fixed ``detail`` of every ``every`` batches: a window
+#     needs about ``--detail`` detail steps whatever its length, and a window's length in steps is known only as the
+#     job runs (a default window lasts 1,000 steps *and* 10 s: ~30,000 steps of a light loop, 6 % of them detail
+#     under a fixed plan, and detail batches cost most). The monitor (runner.Monitor) places each chunk by steps and
+#     time (a window's k-th of C chunks once k/C of its steps and of its seconds have passed), so a window of 20 steps
+#     and one of 30,000 both get ``--detail``.
+#     How the fetchers know it: torch hands a map-style epoch's batches to its W workers in turn, so worker w's c-th
+#     batch is the epoch's c·W+w-th; the range lives in an anonymous shared mapping made before the workers fork
+#     (one 8-byte word, lo << 32 | hi, written and read whole), and the monitor places a chunk at least
+#     ``prefetch_factor·W + 1`` batches ahead of the batch the main side waits for (detail_margin), beyond every index
+#     torch has handed out, so the main side and the workers agree on every batch without a message. The main side
+#     reads the same range (DETAIL_RANGE, its own copy) to know which steps to time closely (the wait's on-CPU clock
+#     and run-queue wait: session.py); the Session empties it at each epoch (tracking.py). Where the guess is wrong
+#     (an iterable dataset whose workers end unevenly, a worker started by spawn, which does not inherit SAMPLING and
+#     details every batch, a range left over from an epoch that ended early), the main side still details exactly
+#     the batches that arrive with an envelope, with the wait's main-thread clocks unknown (0) on those it did not
 #     expect: the window's cause split rests on fewer or more batches (it says how many, detail_steps), never on a
 #     batch without its figures.
-SAMPLING: list[int] = [0, 0]  # [every, detail]; every 0: every batch is a detail batch (``run``)
+SAMPLING: list[int] = [0]  # [1]: the fetchers made from now on are sampled (monitor); [0]: every batch (``run``)
+NO_RANGE = (1 << 32) - 1  # lo == hi == NO_RANGE: no batch is detail
+DETAIL_RANGE: list[int] = [NO_RANGE, NO_RANGE]  # the main process's [lo, hi) (its thread's fetcher reads it too)
+_WORD = struct.Struct("=Q")
+_shared: Any = None  # the mmap the forked workers read the range from (made once, before any worker forks)
 
 
-def set_sampling(every: int, detail: int) -> None:
-    """Sample the fetchers made from now on (this process and the workers it forks): ``detail`` of every ``every``
-    batches in detail; ``set_sampling(0, 0)``: every batch (``run``'s way)."""
-    SAMPLING[:] = [every, detail] if every > 0 and 0 <= detail < every else [0, 0]
+def set_sampling(on: bool) -> None:
+    """Sample the fetchers made from now on (this process and the workers it forks): detail only the batches of the
+    detail range (empty until set_detail_range); off: every batch (``run``'s way)."""
+    global _shared
+    if on and _shared is None:
+        import mmap
+
+        _shared = mmap.mmap(-1, _WORD.size)  # MAP_SHARED: a forked worker sees the main process's writes
+    SAMPLING[0] = 1 if on else 0
+    set_detail_range(NO_RANGE, NO_RANGE)
 
 
-def sample_plan(workers: int) -> tuple[int, int] | None:
-    """A fetcher's (every, detail) when the loader has ``workers`` workers (0: the main thread), or None: not
-    sampled. NOTE [ Monitor sampling ]."""
-    every, detail = SAMPLING
-    if not every:
+def set_detail_range(lo: int, hi: int) -> None:
+    """The epoch's batches [lo, hi) are detail batches (main process only; NOTE [ Monitor sampling ])."""
+    lo, hi = min(max(lo, 0), NO_RANGE), min(max(hi, 0), NO_RANGE)
+    DETAIL_RANGE[0], DETAIL_RANGE[1] = lo, hi
+    if _shared is not None:
+        _WORD.pack_into(_shared, 0, lo << 32 | hi)  # one aligned 8-byte store: a worker never reads half of it
+
+
+def _shared_range() -> tuple[int, int]:
+    v: int = _WORD.unpack_from(_shared)[0]
+    return v >> 32, v & NO_RANGE
+
+
+def _main_range() -> tuple[int, int]:
+    return DETAIL_RANGE[0], DETAIL_RANGE[1]
+
+
+def detail_margin(workers: int, prefetch_factor: int | None) -> int:
+    """How many batches ahead of the one the main side waits for a detail range may start: torch has handed out at
+    most ``prefetch_factor·W`` indices beyond it (0 with num_workers=0: the batch is made inside next())."""
+    return (workers * (prefetch_factor or 2) + 1) if workers > 0 else 0
+
+
+def sample_plan(worker_id: int, workers: int) -> tuple[int, int, Any] | None:
+    """A fetcher's (W, w, range reader) when the loader has ``workers`` workers (0: the main thread's fetcher,
+    ``worker_id`` -1), or None: not sampled. Its c-th batch is the epoch's c·W+w-th; the reader returns the detail
+    range (lo, hi). NOTE [ Monitor sampling ]."""
+    if not SAMPLING[0]:
         return None
-    w = max(1, workers)
-    # Rounded so the workers together detail no more than ``detail`` of ``every`` (one batch each at least)
-    return -(-every // w), (max(1, detail // w) if detail else 0)
+    if worker_id < 0 or workers < 1:
+        return 1, 0, _main_range
+    if _shared is None:  # sampling on without its mapping: cannot happen (set_sampling makes it); detail all
+        return None
+    return workers, worker_id, _shared_range

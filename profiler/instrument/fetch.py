@@ -192,14 +192,16 @@ def instrumented_parts(source: Any, iterable: bool, collate_fn: Any, inner_fetch
     pid = os.getpid()
     per_call = call_cost_ns()
     width = len(CALL_FIELDS)
-    plan = sample_plan(worker_count(worker_id))  # NOTE [ Monitor sampling ] (batch.py); None under ``run``
+    plan = sample_plan(worker_id, worker_count(worker_id))  # NOTE [ Monitor sampling ] (batch.py); None: ``run``
     made = [0]  # batches this fetcher made (its sampling count)
 
     def fetch(possibly_batched_index: Any) -> Any:
         if plan is not None:
             c = made[0]
             made[0] = c + 1
-            if c % plan[0] >= plan[1]:  # not a detail batch: torch's fetch, the proxies passing straight through
+            i = c * plan[0] + plan[1]  # its index in the epoch
+            lo, hi = plan[2]()
+            if not lo <= i < hi:  # not a detail batch: torch's fetch, the proxies passing straight through
                 skip_fetch()
                 return inner_fetch(possibly_batched_index)
         c_entry = _cpu()

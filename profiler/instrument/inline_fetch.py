@@ -124,7 +124,7 @@ def inline_map_fetch(fetcher: Any, worker_id: int, close: bool | None = None) ->
     lean_smp = substages.SampleStages(lean_rec.calls, len(CALL_FIELDS))
     out: list[LeanOut | None] = [None]  # the last lean fetch's LEAN_OUT (lean_out_holder)
     # NOTE [ Monitor sampling ] (batch.py): None under ``run`` and in the calibration (close given)
-    plan = sample_plan(_fetch.worker_count(worker_id)) if close is None else None
+    plan = sample_plan(worker_id, _fetch.worker_count(worker_id)) if close is None else None
     made = [0]  # batches this fetcher made (its sampling count)
 
     def lean_batch(possibly_batched_index: Any, w_entry: int, c_entry: int) -> Any:
@@ -189,7 +189,9 @@ def inline_map_fetch(fetcher: Any, worker_id: int, close: bool | None = None) ->
         if plan is not None:
             c = made[0]
             made[0] = c + 1
-            if c % plan[0] >= plan[1]:  # not a detail batch: torch's fetch itself, no clock, no LeanOut
+            i = c * plan[0] + plan[1]  # its index in the epoch
+            lo, hi = plan[2]()
+            if not lo <= i < hi:  # not a detail batch: torch's fetch itself, no clock, no LeanOut
                 _fetch.skip_fetch()
                 if fetcher.auto_collation:
                     dataset = fetcher.dataset

@@ -142,11 +142,12 @@ class Session(Relays, LoaderTracking, FlatSteps, DeviceTime):
         self._rows_unsorted = False  # rows appended out of step order (_materialize)
         self._open_flat: list[Any] | None = None
         self._fast = False
-        # NOTE [ Monitor sampling ] (batch.py): (every, detail) set by the monitor before the job starts (None: every
-        # step recorded, ``run``); per epoch, the plan the profiled loader's fetchers follow, (workers, every,
-        # detail) each; the open light step (a step outside the detail: its wait's ends and samples; _lw1 0: none).
+        # NOTE [ Monitor sampling ] (batch.py): set by the monitor before the job starts (None: every step recorded,
+        # ``run``); per epoch, the detail range the profiled loader's fetchers follow (batch.DETAIL_RANGE, [lo, hi)
+        # of the epoch's batches); the open light step (a step outside the detail: its wait's ends and samples;
+        # _lw1 0: none).
         self.sampling: tuple[int, int] | None = None
-        self._plan: tuple[int, int, int] | None = None
+        self._plan: list[int] | None = None
         self._lw0 = self._lw1 = self._ln = 0
         self.window_start_ns = 0
         self.window_end_ns = 0
@@ -241,7 +242,7 @@ class Session(Relays, LoaderTracking, FlatSteps, DeviceTime):
         step = self._n_steps
         plan = self._plan
         if plan is not None and self.window_start_ns and self.cuda is None \
-                and (self._epoch_batches // plan[0]) % plan[1] >= plan[2]:
+                and not plan[0] <= self._epoch_batches < plan[1]:
             # Under the monitor, a step its fetchers make without instrumentation (NOTE [ Monitor sampling ],
             # batch.py): the wait's two wall clocks and the batch's samples, folded into the tail's totals when it
             # ends (_end_step), and nothing else.

@@ -20,7 +20,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import torch_hooks
-from .batch import BatchMeta, sample_plan
+from .batch import DETAIL_RANGE, NO_RANGE, SAMPLING, BatchMeta, set_detail_range
 from .loaders import LoaderSelector, call_sites, count_samples, epoch_length
 from .steps import (
     ROLE_ENDED_EARLY,
@@ -77,7 +77,7 @@ class LoaderTracking:
     _fast: bool
     _basis: dict[str, int]
     sampling: tuple[int, int] | None
-    _plan: tuple[int, int, int] | None
+    _plan: list[int] | None
     _lw1: int
 
     if TYPE_CHECKING:  # the session's own, called from here
@@ -161,12 +161,12 @@ class LoaderTracking:
 
     def _new_epoch(self, it: Any) -> None:
         self._epoch_batches, self._epoch_done = 0, False
-        # NOTE [ Monitor sampling ] (batch.py): which of this epoch's batches its fresh fetchers make in detail
+        # NOTE [ Monitor sampling ] (batch.py): this epoch's fresh fetchers make in detail only the batches of the
+        # detail range the monitor sets from now on (the last epoch's, emptied here, indexed that epoch's batches)
         self._plan = None
-        if self.sampling is not None and self.loader is not None:
-            plan = sample_plan(self.loader.num_workers)
-            if plan is not None:
-                self._plan = (max(1, self.loader.num_workers),) + plan
+        if self.sampling is not None and self.loader is not None and SAMPLING[0]:
+            set_detail_range(NO_RANGE, NO_RANGE)
+            self._plan = DETAIL_RANGE
         try:
             self._live_iter = weakref.ref(it)
         except TypeError:

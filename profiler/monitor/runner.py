@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from .. import thresholds as th
-from ..instrument.batch import set_sampling
+from ..instrument.batch import detail_margin, set_detail_range, set_sampling
 from .changes import ChangePoint, Detector
 from .procs import TreeCounters
 from .record import MonitorRecord
@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 #: The Session's own window never closes under the monitor: the job's end (or a signal) closes it.
 FOREVER = 1 << 62
+#: The last detail ranges a Monitor keeps (Monitor.recent): what the tests compare the windows' detail with.
+CHUNKS_KEPT = 64
 
 
 def _cores() -> float:
@@ -54,12 +56,21 @@ class Monitor:
         self.min_ns = int(min_window_s * 1e9)  # a step window also lasts at least this long (the default window)
         self.detail = detail
         self.sample = sample  # detail batches chosen in the fetchers (NOTE [ Monitor sampling ]); False: every batch
-        # The detail is spread over the window in MONITOR_DETAIL_CHUNKS chunks (at its start, and every chunk_every
-        # steps), so a change inside a window is seen by its cause split too, not only by its wait share.
-        chunks = max(1, min(th.MONITOR_DETAIL_CHUNKS, detail))
-        self.per_chunk = -(-detail // chunks) if detail else 0
-        self.chunk_every = max(1, self.per_chunk, (window_steps // chunks) if not window_s else
-                               th.MONITOR_DETAIL_CHUNK_EVERY)
+        # The detail is spread over the window in MONITOR_DETAIL_CHUNKS chunks, so a change inside a window is seen
+        # by its cause split too, not only by its wait share. The k-th of C chunks starts once k/C of the window's
+        # steps *and* of its seconds have passed (a step window's minimum length, a time window's length): however
+        # many steps the window turns out to hold, it gets C chunks at most, ``detail`` steps (detail_plan).
+        self.chunks = max(1, min(th.MONITOR_DETAIL_CHUNKS, detail))
+        self.per_chunk = -(-detail // self.chunks) if detail else 0
+        self.span_steps = 0 if window_s else window_steps  # what k/C is of
+        self.span_ns = self.window_ns or self.min_ns
+        self.k = 0  # the next chunk of the window
+        self.due_n = 0  # ... starts at the first step with n >= due_n and t0 >= due_ns (the cut's own test follows)
+        self.due_ns = 0
+        self.range_epoch = -1  # the epoch (len(session.epochs)) of the detail range set last, and its end
+        self.range_hi = 0
+        self.chunks_set = 0  # detail ranges set (chunks), and the last few: (epoch, lo, hi), for the tests and --long
+        self.recent: list[tuple[int, int, int]] = []
         self.exporters = list(exporters or [])
         self.status = status
         started = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -97,43 +108,97 @@ class Monitor:
         chained = session.on_step
 
         def on_step(measured: bool, t0: int, t1: int, n: int) -> None:
+            # Once per step of the job, on its critical path: one counter and two comparisons unless a chunk or a
+            # cut is due (due_n / due_ns hold the next one's step and time).
             if chained is not None:
                 chained(measured, t0, t1, n)
-            self.n += 1
-            if (self.n > self.window_steps and (not self.min_ns or t0 - (self.cut_ns or session.window_start_ns)
-                                                >= self.min_ns)) \
-                    or (self.window_ns and self.cut_ns and t0 - self.cut_ns >= self.window_ns):
-                self.cut(t0)
-            elif self.n % self.chunk_every == 1 and self.n > 1:
-                self._chunk()
+            k = self.n + 1
+            self.n = k
+            if k >= self.due_n and t0 >= self.due_ns:
+                self._due(t0)
 
         session.on_step = on_step
         if self.sample:
-            # NOTE [ Monitor sampling ] (instrument/batch.py): the fetchers make ``per_chunk`` of every
-            # ``chunk_every`` batches in detail, and the Session keeps exactly those as rows (every row it makes is
-            # detail: its own boundary never moves); the other steps cost it two clock reads into its tail's totals.
-            set_sampling(self.chunk_every, self.per_chunk)
-            session.sampling = (self.chunk_every, self.per_chunk)
+            # NOTE [ Monitor sampling ] (instrument/batch.py): the fetchers make only the batches of the detail
+            # range in detail, and the Session keeps exactly those as rows (every row it makes is detail: its own
+            # boundary never moves); the other steps cost it two clock reads into its tail's totals.
+            set_sampling(True)
+            session.sampling = (self.chunks, self.per_chunk)
             session.detail_steps = FOREVER
         else:
             session.detail_steps = self.per_chunk
 
-    def _chunk(self) -> None:
+    def detail_plan(self, k: int) -> tuple[int, int]:
+        """(steps since the cut, ns since the cut) from which the window's ``k``-th chunk may start."""
+        c = self.chunks
+        return -(-k * self.span_steps // c), k * self.span_ns // c
+
+    def _set_due(self, start_ns: int) -> None:
+        """The next event of the window that started at ``start_ns``: its next chunk, or else its cut."""
+        if self.k < self.chunks and self.per_chunk:
+            dn, dt = self.detail_plan(self.k)
+            self.due_n, self.due_ns = max(dn, 1), start_ns + dt
+        elif self.window_ns:
+            self.due_n, self.due_ns = 0, start_ns + self.window_ns
+        else:
+            self.due_n, self.due_ns = self.window_steps + 1, start_ns + self.min_ns
+
+    def _due(self, t0: int) -> None:
+        s = self.session
+        if s is None:
+            return
+        start = self.cut_ns or s.window_start_ns or t0
+        if (self.n > self.window_steps and (not self.min_ns or t0 - start >= self.min_ns)) \
+                or (self.window_ns and t0 - start >= self.window_ns):
+            self.cut(t0)  # (its chunk 0 follows at once: the due test is met again below)
+            start = t0
+            if self.failed is not None:
+                return
+        if self.k < self.chunks and self.per_chunk:
+            dn, dt = self.detail_plan(self.k)
+            if self.n >= dn and t0 - start >= dt:
+                if self._chunk():
+                    self.k += 1
+                else:  # the last chunk's batches are still ahead: try again at the next step
+                    self.due_n, self.due_ns = self.n + 1, 0
+                    return
+        if self.failed is None:
+            self._set_due(start)
+
+    def _chunk(self) -> bool:
         """A detail chunk starts: the steps since the last one that the Session kept flat are made rows (under the
-        boundary they were taken with), then the next ``per_chunk`` steps are kept in detail."""
+        boundary they were taken with), then the next ``per_chunk`` steps are kept in detail (sampled: the detail
+        range is set for the fetchers, ahead of every batch torch has asked for). False: not now (the last chunk's
+        range is not passed yet)."""
         s = self.session
         if s is None or self.failed is not None:
-            return
+            return True
         t = time.perf_counter_ns()
         try:
+            epoch = len(s.epochs)
+            at = s._epoch_batches  # the epoch's index of the batch the next step waits for
+            if s.sampling is not None:
+                if epoch == self.range_epoch and at < self.range_hi:
+                    return False
+                li = s.loader
+                loader = s._loader_ref() if s._loader_ref is not None else None
+                workers = li.num_workers if li is not None else 0
+                lo = at + detail_margin(workers, getattr(loader, "prefetch_factor", None))
+                set_detail_range(lo, lo + self.per_chunk)
+                self.range_epoch, self.range_hi = epoch, lo + self.per_chunk
+                self.chunks_set += 1
+                self.recent.append((epoch - 1, lo, lo + self.per_chunk))
+                del self.recent[:-CHUNKS_KEPT]
             s._materialize()
             if s.sampling is None:  # sampled in the fetchers, the Session's boundary stays put (attach)
                 s.detail_steps = max(0, s._n_steps - s.warmup) + self.per_chunk
         except Exception as e:  # noqa: BLE001 - the monitor must never crash the job it watches
             self.failed = f"{type(e).__name__}: {e}"
+            self.due_n = FOREVER
             print(f"profiler monitor: stopped watching after an error of its own ({self.failed})", file=sys.stderr)
         finally:
             self.cost_ns += time.perf_counter_ns() - t
+        return True
 
     def cut(self, end_ns: int, final: bool = False) -> WindowSummary | None:
         """End the window at ``end_ns`` (the open step's wait start); never raises into the job."""
@@ -151,6 +216,9 @@ class Monitor:
         finally:
             self.cost_ns += time.perf_counter_ns() - t
             self.n = 1 if not final else 0
+            self.k = 0
+            if self.failed is not None:
+                self.due_n = FOREVER
 
     def _cut(self, s: Session, end_ns: int, final: bool) -> WindowSummary | None:
         start = self.cut_ns or s.window_start_ns or end_ns
@@ -199,7 +267,7 @@ class Monitor:
         """The job ended (``status``: ended | interrupted | failed | exit): the last window, the record, the
         exporters closed. Call after the Session stopped (its open step ended)."""
         s = self.session
-        set_sampling(0, 0)  # fetchers made from now on record every batch again
+        set_sampling(False)  # fetchers made from now on record every batch again
         if s is not None and self.failed is None:
             self.cut(s.window_end_ns or time.perf_counter_ns(), final=True)
         self.rec.status = status
