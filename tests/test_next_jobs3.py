@@ -21,6 +21,7 @@ import pytest
 
 from profiler.attach import classify
 from profiler.attach.pyspy import Frame
+from profiler.instrument.relay import RELAYED_NOTE
 
 ROOT = Path(__file__).resolve().parent.parent
 JOBS = ROOT / "tests" / "jobs"
@@ -233,6 +234,7 @@ def test_a_loader_taken_in_a_background_thread_is_stepped_in_the_main_thread(wor
     assert s.loader is not None and s.loader.num_workers == workers and s.loader.batch_size == 4
     assert len(s.rows) == 16 and len(s.epochs) == 2, (len(s.rows), len(s.epochs))
     assert all(r.n_samples == 4 for r in s.rows)
+    assert s.loader.chosen.endswith(RELAYED_NOTE) and s.loader.chosen.count(RELAYED_NOTE) == 1
     with_meta = [r for r in s.rows if r.batch >= 0]
     assert len(with_meta) >= 15, [(r.step, r.batch, r.worker_id) for r in s.rows]  # all but the first one's, at most
     if workers:
@@ -268,6 +270,7 @@ def test_a_generator_iter_taken_in_the_main_thread_is_profiled_as_before():
     s, got = _session_over(make)
     assert got == [[[2 * i for i in range(j, j + 4)] for j in range(0, 16, 4)]] * 2
     assert len(s.rows) == 8 and s.measured_steps == 8 and len(s.epochs) == 2
+    assert s.loader is not None and RELAYED_NOTE not in s.loader.chosen
 
 
 @pytest.mark.slow
@@ -287,6 +290,7 @@ def test_a_monai_thread_dataloader_job_gets_its_steps_workers_and_verdict(tmp_pa
     assert rec["stages"]["getitem"]["count"] == STEPS * 8, rec["stages"]  # every measured batch's worker figures
     assert rec["verdict"]["bottleneck"] == "cpu", rec["verdict"]["summary"]
     assert rec["stall"]["fraction"] > 0.5
+    assert "background thread" in loader["chosen"]
     assert "Traceback" not in p.stderr, p.stderr[-3000:]
 
 

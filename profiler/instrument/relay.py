@@ -35,11 +35,17 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from . import torch_hooks
 from .batch import LO_W_ENTRY, BatchMeta, Instrumented, lean_meta
+from .steps import LoaderInfo
 
 #: Batches a relay thread may have taken ahead of the main thread (their BatchMeta kept until taken): MONAI's
 #: ThreadBuffer holds ``buffer_size`` (default 1) plus the one being put. Why a bound at all: a relay that drops
 #: batches (a consumer that breaks early and leaves the thread running) must not grow memory; the oldest go first.
 MAX_KEPT = 64
+#: Added to the profiled loader's ``chosen`` (run.json job.loader.chosen; the loader line of the reports) once found
+#: relayed: what a step means for it.
+RELAYED_NOTE = ("; its batches are taken from the DataLoader in a background thread and handed over a queue (as "
+                "MONAI's ThreadDataLoader does): a step is the main thread's next(), a batch yielded again a step of "
+                "its own")
 
 
 class Relay:
@@ -106,6 +112,7 @@ class Relays:
     _owner_pid: int
     _owner_thread: int | None
     _loader_ref: Any
+    loader: LoaderInfo | None
 
     if TYPE_CHECKING:
         def _on_next(self, it: Any, orig: Callable[[Any], Any]) -> Any: ...
@@ -159,6 +166,9 @@ class Relays:
         self._iters.discard(box.inner_id)
         self._inthread.pop(box.inner_id, None)
         self._iters.add(id(box))
+        li = self.loader
+        if li is not None and RELAYED_NOTE not in li.chosen:
+            li.chosen += RELAYED_NOTE
 
     def _off_thread_next(self, it: Any, orig: Callable[[Any], Any]) -> Any:
         """``next()`` on a loader's iterator in a thread other than the job's main one (session._on_next's first
