@@ -16,6 +16,7 @@ and to tell DataLoader workers and the pin-memory thread apart by their frames.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -52,6 +53,10 @@ ROTATE_S = 300.0
 #: duration: a piece that short would only add a gap and a start-up. Why 10 s: twice the 5 s backstop that attach
 #: adds to its window (it stops py-spy itself), so the window's end is never preceded by a needless rotation.
 MIN_PIECE_S = 10.0
+#: Lines of py-spy's file parsed at once when folding a piece (see ``Recording._fold_file``). Why 500: a line parsed
+#: (its text, then a Stack of ~30 frames with full paths, before they are shared) is ~5-7 KB (1,161 lines: 8 MB at
+#: the peak), so 500 keep the parse's transient at ~3 MB whatever the piece's size; the parse's cost is the same.
+FOLD_LINES = 500
 
 
 class SamplerError(UserError):
@@ -322,7 +327,11 @@ class Recording:
         self._rotate_s = ROTATE_S if rotate_s is None else rotate_s
         self._known = known
         self._folded: dict[_StackKey, int] = {}
-        self._frames: dict[Frame, Frame] = {}  # one object per distinct frame across pieces
+        # one object per distinct frame, frame tuple and process chain across pieces: the workers a loader re-forks
+        # run the same code, so a dead worker's stacks cost their keys, not their frames again
+        self._frames: dict[Frame, Frame] = {}
+        self._stacks: dict[tuple[Frame, ...], tuple[Frame, ...]] = {}
+        self._chains: dict[tuple[int, ...], tuple[int, ...]] = {}
         self._ending: list[tuple[subprocess.Popen[bytes], Path]] = []  # rotated out, still writing their file
         self.pieces = 0
         self.restarts = 0
@@ -383,15 +392,30 @@ class Recording:
             if proc.poll() is None:
                 pending.append((proc, path))
                 continue
-            text = path.read_text(errors="replace") if path.exists() else ""
+            self._fold_file(path, *(self._known() if self._known else ({}, {})))
             path.unlink(missing_ok=True)
-            self._fold(parse_raw(text, *(self._known() if self._known else ({}, {}))))
         self._ending = pending
+
+    def _fold_file(self, path: Path, cmdlines: dict[int, str] | None,
+                   threads: dict[tuple[int, int], str] | None) -> bool:
+        """Parse one piece's file ``FOLD_LINES`` lines at a time into ``_folded``; whether it held anything. In
+        chunks: a 5-minute piece of a re-forking job is thousands of lines of full paths, and parsed whole it was
+        ~30 MB of attach's memory at once (frames not yet shared), which the allocator then kept (measured: +29 MB
+        at the first rotation of scripts/bench_attach_long.py)."""
+        if not path.exists():
+            return False
+        had = False
+        with open(path, errors="replace") as f:
+            while chunk := list(itertools.islice(f, FOLD_LINES)):
+                had = True
+                self._fold(parse_raw("".join(chunk), cmdlines, threads))
+        return had
 
     def _fold(self, stacks: list[Stack]) -> None:
         for st in stacks:
             frames = tuple(self._frames.setdefault(f, f) for f in st.frames)
-            key = (st.pids, st.tid, st.thread_name, frames)
+            frames = self._stacks.setdefault(frames, frames)
+            key = (self._chains.setdefault(st.pids, st.pids), st.tid, sys.intern(st.thread_name), frames)
             self._folded[key] = self._folded.get(key, 0) + st.count
 
     def running(self) -> bool:
@@ -417,16 +441,15 @@ class Recording:
             self._proc.wait()
         self._collect(wait=True)
         log = self._log.read_text(errors="replace") if self._log.exists() else ""
-        text = self.path.read_text(errors="replace") if self.path.exists() else ""
-        self.cleanup()
         rotated = bool(self._folded)
-        self._fold(parse_raw(text, cmdlines, threads))
+        had = self._fold_file(self.path, cmdlines, threads)
+        self.cleanup()
         res = RecordingResult(stacks=[Stack(p, t, n, f, c) for (p, t, n, f), c in self._folded.items()], log=log)
         for m in _SUMMARY.finditer(log):  # one summary per piece that ended cleanly
             res.samples += int(m.group(1))
             res.errors += int(m.group(2))
         res.stopped_by = "signal" if self._stopped else ("duration" if target_alive else "target exited")
-        if not text and not rotated and self._proc.returncode not in (0, None) and not self._stopped:
+        if not had and not rotated and self._proc.returncode not in (0, None) and not self._stopped:
             # py-spy's own failure; one we stopped before its first sample wrote nothing and is no error of its own:
             # the caller says the attach was interrupted before anything was measured (exit 130/143, not 2)
             raise SamplerError(explain(self.pid, log))
