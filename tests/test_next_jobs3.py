@@ -307,3 +307,33 @@ def test_attach_reads_the_main_threads_wait_on_monais_thread_buffer_as_the_wait(
                 F(TORCH + "dataloader.py", "DataLoader.__iter__")]
     assert classify.main_stage(starting) == ("epoch_start", None)
     assert classify.main_stage([F("job.py", "<module>"), F("job.py", "train_step")]) == ("compute", None)
+
+
+def test_a_relayed_loader_that_is_not_the_profiled_one_is_left_alone_and_holds_no_batch():
+    """A second relayed loader (a validation pass) iterated while the first is profiled: its batches are as without
+    the profiler, nothing of it is kept, the profiled loader's steps are its own."""
+    from profiler.instrument import relay
+    from profiler.instrument.session import Session
+
+    s = Session(warmup=0, steps=1000, then="continue").start()
+    kept: list[int] = []
+    keep = relay.Relay.keep
+
+    def counting(self, batch, meta):
+        kept.append(id(self))
+        keep(self, batch, meta)
+
+    relay.Relay.keep = counting  # type: ignore[method-assign]
+    try:
+        cls = _Threaded.make()
+        train, val = cls(list(range(16)), batch_size=4, num_workers=0), cls(list(range(8)), batch_size=2)
+        got = []
+        for b in train:
+            got.append(b.tolist())
+            got.append([v.tolist() for v in val])
+    finally:
+        relay.Relay.keep = keep  # type: ignore[method-assign]
+        s.stop()
+    assert got[1] == [[0, 1], [2, 3], [4, 5], [6, 7]] and got[0] == [0, 1, 2, 3]
+    assert len(s.rows) == 4 and s.others and s.others[0].batch_size == 2
+    assert len(set(kept)) == 1  # one epoch's relay of the profiled loader kept metas, the other's none

@@ -187,6 +187,8 @@ class Relays:
                     pass
             if box.inner_id in self._iters:
                 self._relay_swap(box)
+        if id(box) not in self._iters:  # a loader that is not the profiled one: nothing kept (no batch held)
+            return torch_hooks.unwrap(orig(it))
         t0 = time.perf_counter_ns()
         data = orig(it)
         if data.__class__ is Instrumented:
