@@ -261,7 +261,20 @@ class Session(Relays, LoaderTracking, FlatSteps, DeviceTime):
                 if holder is _NOT_INTHREAD:
                     return self._after_wait(row, data, holder, t0, t1, 0, 0, 0, 0)
                 return self._after_wait(row, data, holder, t0, t1, -1, -1, 0, 0)
-            if self._lw1 or self._open_flat is not None or self._open_row is not None:
+            w1 = self._lw1
+            if w1:  # the last step was light too: it ends here, into the tail's totals (_end_step's, written out)
+                tail = self.tail
+                w0 = self._lw0
+                tail.steps += 1
+                tail.samples += self._ln
+                tail.wait_ns += w1 - w0
+                tail.idle_ns += w1 - w0
+                tail.compute_ns += t0 - w1  # (> 0: its next() returned before this one began)
+                tail.last_ns = t0
+                if not tail.first_ns:
+                    tail.first_ns = w0
+                self._measured_done += 1
+            elif self._open_flat is not None or self._open_row is not None:
                 self._end_step(t0)
             self._n_steps = step + 1
             self._epoch_batches += 1
@@ -278,7 +291,7 @@ class Session(Relays, LoaderTracking, FlatSteps, DeviceTime):
                 k = n[0] if n is not None else 1
             self._lw0, self._lw1, self._ln = t0, t1, k
             if self.on_step is not None:
-                self.on_step(True, t0, t1, self._ln)
+                self.on_step(True, t0, t1, k)
             return data
         if self._fast and holder.__class__ is list and self._wait_cpu_probe > 0 \
                 and self._measured_done + 1 < self.steps:
