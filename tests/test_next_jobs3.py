@@ -288,6 +288,7 @@ def test_a_monai_thread_dataloader_job_gets_its_steps_workers_and_verdict(tmp_pa
     t = rec["throughput"]
     assert t["steps"] == STEPS and t["samples"] == STEPS * 8, t
     assert rec["stages"]["getitem"]["count"] == STEPS * 8, rec["stages"]  # every measured batch's worker figures
+    assert set(rec["timeline"]["steps"]["worker"]) == {0, 1}  # each batch's own worker (round robin over 2)
     assert rec["verdict"]["bottleneck"] == "cpu", rec["verdict"]["summary"]
     assert rec["stall"]["fraction"] > 0.5
     assert "background thread" in loader["chosen"]
