@@ -338,3 +338,45 @@ def test_a_relayed_loader_that_is_not_the_profiled_one_is_left_alone_and_holds_n
     assert got[1] == [[0, 1], [2, 3], [4, 5], [6, 7]] and got[0] == [0, 1, 2, 3]
     assert len(s.rows) == 4 and s.others and s.others[0].batch_size == 2
     assert len(set(kept)) == 1  # one epoch's relay of the profiled loader kept metas, the other's none
+
+
+def _thread_context() -> Any:
+    """MONAI's ThreadDataLoader(use_thread_workers=True) context (monai.data.thread_buffer), written out: torch's
+    worker loop started in threads of this process, thread queues for process queues."""
+    import queue
+    import threading
+    from multiprocessing.context import SpawnContext
+
+    class ProcessThread(threading.Thread):
+        @property
+        def pid(self):
+            return id(self)
+
+    class ProcessQueue(queue.Queue):
+        def close(self):
+            pass
+
+        def cancel_join_thread(self):
+            pass
+
+    class ProcessThreadContext(SpawnContext):
+        _name = "processthread"
+        Process = ProcessThread  # type: ignore[assignment]
+        Queue = ProcessQueue  # type: ignore[assignment]
+
+    return ProcessThreadContext()
+
+
+def test_thread_workers_are_profiled_and_leave_the_processes_settings_alone():
+    """Workers that are threads of the job's process get the in-worker hooks only: the process's excepthook (and
+    signal handling, parent-death signal) are the job's, not a worker's."""
+    import sys as _sys
+
+    from torch.utils.data import DataLoader
+
+    hook = _sys.excepthook
+    s, got = _session_over(lambda: DataLoader(list(range(16)), batch_size=4, num_workers=2,
+                                              multiprocessing_context=_thread_context()), epochs=1)
+    assert _sys.excepthook is hook
+    assert got == [[list(range(i, i + 4)) for i in range(0, 16, 4)]]
+    assert len(s.rows) == 4 and len([r for r in s.rows if r.batch >= 0]) == 4  # each batch's figures, from threads

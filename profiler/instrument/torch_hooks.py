@@ -288,6 +288,11 @@ def worker_process_setup() -> None:
     peer-gone noise, the in-worker hooks, and the profiler's signal handling back (signals.keep_in_worker)."""
     from .. import signals
 
+    if threading.current_thread() is not threading.main_thread():
+        # A "worker" that is a thread of the job's own process (MONAI's ThreadDataLoader(use_thread_workers=True)
+        # starts torch's loop in threads): the process-wide settings below are the job's; only the hooks.
+        install_worker_side()
+        return
     if _forker is not None and _forker[1] and os.getppid() == _forker[0]:
         worker.die_with_parent()
     worker.quiet_peer_gone()
