@@ -3,9 +3,10 @@
 The loop is scripts/bench_overhead_light.py's (a TensorDataset in memory, batch 32, a tiny MLP on one thread), for
 ``num_workers`` 0 and 2. Each round runs both loops, the order flipped every round so drift hits both alike, and
 takes the process tree's CPU time per batch (``getrusage``: this process over the measured steps — the loop, the
-monitor's hooks and its cuts — plus the workers over their life, reaped when the iterator ends). The monitor's start
-and its final write happen once per job, not per batch, and are left out; the cuts inside the loop (one per
-``--window`` steps: the window's summary, the record's rewrite) are in.
+monitor's hooks and its cuts — plus the workers over their life, reaped when the iterator ends, prorated to the
+measured steps). The monitor's start, the loop's first SKIP (100) steps (the loader's adoption and first-batch
+probes) and its final write happen once per job, not per batch, and are left out of both loops alike; the cuts
+inside the loop (one per ``--window`` steps: the window's summary, the record's rewrite) are in.
 
     python scripts/bench_monitor.py [--rounds 7] [--batches 3000] [--window 1000] [--workers 0,2]
 
@@ -42,6 +43,7 @@ from profiler import thresholds as th  # noqa: E402
 
 BATCH = 32
 FEATURES = 64
+SKIP = 100  # steps each loop runs before its measured ones (both loops alike)
 
 
 def _cpu(who: int) -> float:
@@ -68,10 +70,11 @@ def run_loop(ds: TensorDataset, model: torch.nn.Module, opt: torch.optim.Optimiz
     ctx: Any = profiler.profile(out=out, monitor=True, window=window, plots=False, quiet=True) if out else None
     if ctx is not None:
         ctx.__enter__()
-    main0 = _cpu(resource.RUSAGE_SELF)
-    wall0 = time.perf_counter()
     it = iter(loader)
-    for _ in range(batches):
+    main0 = wall0 = 0.0
+    for i in range(SKIP + batches):
+        if i == SKIP:  # the job's first steps (the loader's adoption, first-batch probes) happen once per job
+            main0, wall0 = _cpu(resource.RUSAGE_SELF), time.perf_counter()
         x, y = next(it)
         loss = torch.nn.functional.cross_entropy(model(x), y)
         opt.zero_grad()
@@ -85,7 +88,8 @@ def run_loop(ds: TensorDataset, model: torch.nn.Module, opt: torch.optim.Optimiz
         cost = ctx.record.monitor_cost if ctx.record is not None else {}
         per_cut = float(cost.get("seconds", 0.0)) / max(1, int(cost.get("cuts", 0)))
     del it
-    return main1 - main0, _cpu(resource.RUSAGE_CHILDREN) - children0, wall, per_cut
+    workers_s = (_cpu(resource.RUSAGE_CHILDREN) - children0) * batches / (SKIP + batches)  # their share of the steps
+    return main1 - main0, workers_s, wall, per_cut
 
 
 def long_run(ds: TensorDataset, model: torch.nn.Module, opt: torch.optim.Optimizer, steps: int,

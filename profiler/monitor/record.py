@@ -33,24 +33,44 @@ class MonitorRecord:
     steps_total: int = 0
     started_at: str = ""  # ISO time, UTC
     monitor_cost: dict[str, Any] = field(default_factory=dict)  # the monitor's own time at cuts
+    # Each kept window's JSON text, made once (id -> (window, its keep flag, text)): monitor.json is rewritten whole
+    # at a cut, and encoding 512 windows afresh each time (asdict, then json) was most of a cut's cost late in a job.
+    _texts: dict[int, tuple[WindowSummary, bool, str]] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def windows(self) -> list[WindowSummary]:
         return self.log.windows
 
     def to_dict(self) -> dict[str, Any]:
+        return {**self.to_dict_head(), "windows": [w.to_dict() for w in self.log.windows]}
+
+    def to_json(self) -> str:
+        """The record as to_dict's JSON (windows last), each window's text reused from the last write."""
+        texts: dict[int, tuple[WindowSummary, bool, str]] = {}
+        parts = []
+        for w in self.log.windows:
+            hit = self._texts.get(id(w))
+            if hit is None or hit[0] is not w or hit[1] != w.keep:
+                hit = (w, w.keep, json.dumps(w.to_dict(), separators=(",", ":")))
+            texts[id(w)] = hit
+            parts.append(hit[2])
+        self._texts = texts  # the windows folded away are dropped
+        return json.dumps(self.to_dict_head(), separators=(",", ":"))[:-1] + ',"windows":[' + ",".join(parts) + "]}"
+
+    def to_dict_head(self) -> dict[str, Any]:
+        """to_dict without its windows."""
         return {"kind": KIND, "schema": SCHEMA, "status": self.status, "started_at": self.started_at,
                 "job": self.job, "config": self.config, "windows_total": self.windows_total,
                 "steps_total": self.steps_total, "folds": self.log.folds, "monitor_cost": self.monitor_cost,
-                "windows": [w.to_dict() for w in self.log.windows],
                 "changes": [c.to_dict() for c in self.changes]}
 
     def save(self, folder: Path) -> Path:
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / FILE
         tmp = folder / f".{FILE}.{os.getpid()}.tmp"
+        text = self.to_json()
         with open(tmp, "w") as f:
-            json.dump(self.to_dict(), f, separators=(",", ":"))
+            f.write(text)
         os.replace(tmp, path)
         return path
 
