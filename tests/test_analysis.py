@@ -235,7 +235,7 @@ def test_oom_advice_is_recomputed_from_the_breakdown():
     stale list in the record is replaced."""
     from profiler.fit import estimate_memory
 
-    bd = estimate_memory("resnet18", 64, mode="train", image_size=64, num_classes=2, device="cpu")
+    bd = estimate_memory("resnet18", 8, mode="train", image_size=32, num_classes=2, device="cpu")
     gpu = bd.total_bytes // 2
     rec = _record(memory={"oom": {"step": 3, "message": "CUDA out of memory"}, "device_total_bytes": gpu,
                           "breakdown": bd.to_dict(), "oom_recommendations": [{"action": "stale"}]})
