@@ -1,6 +1,7 @@
 """A cpu-bound job to attach to (work in __getitem__, 1 worker), whatever its argv says: argv[1] is its seconds (0:
-for ever, epoch after epoch: a module's tests share one job for minutes), the rest is only carried (a test puts text there that once broke the parsing of py-spy's output). A
-thread named with a ';' runs beside it. Prints READY after its first step."""
+for ever, epoch after epoch: a module's tests share one job for minutes), the rest is only carried (a test puts text
+there that once broke the parsing of py-spy's output). A thread named with a ';' runs beside it. Prints READY after
+its first step."""
 import sys
 import threading
 import time
