@@ -149,6 +149,9 @@ class Session(Relays, LoaderTracking, FlatSteps, DeviceTime):
         self.sampling: tuple[int, int] | None = None
         self._plan: list[int] | None = None
         self._lw0 = self._lw1 = self._ln = 0
+        # ... and a light step calls on_step only from this step and wait start on (the monitor's next chunk or
+        # cut: a callback per step was most of a light step's bookkeeping); 0, 0: every step.
+        self.due_step = self.due_ns = 0
         self.window_start_ns = 0
         self.window_end_ns = 0
         self.closed = False
@@ -290,7 +293,7 @@ class Session(Relays, LoaderTracking, FlatSteps, DeviceTime):
                 n = count_samples(data, self.loader.batch_size)  # type: ignore[union-attr]
                 k = n[0] if n is not None else 1
             self._lw0, self._lw1, self._ln = t0, t1, k
-            if self.on_step is not None:
+            if step >= self.due_step and t0 >= self.due_ns and self.on_step is not None:
                 self.on_step(True, t0, t1, k)
             return data
         if self._fast and holder.__class__ is list and self._wait_cpu_probe > 0 \

@@ -85,7 +85,8 @@ class Monitor:
         self.detector = Detector()
         self.procs = TreeCounters()
         self.session: Session | None = None
-        self.n = 0
+        self.n = 0  # steps of the window so far, the open one included: the Session's count less base
+        self.base = 0
         self.cut_ns = 0
         self.next_first = 0  # the job's step the next window starts with
         self.other_wait = 0
@@ -108,14 +109,20 @@ class Monitor:
         chained = session.on_step
 
         def on_step(measured: bool, t0: int, t1: int, n: int) -> None:
-            # Once per step of the job, on its critical path: one counter and two comparisons unless a chunk or a
-            # cut is due (due_n / due_ns hold the next one's step and time).
+            # On a detail step, and on a light step only once a chunk or a cut is due (the Session's due_step /
+            # due_ns, published by _due; every light step when another callback is chained).
             if chained is not None:
                 chained(measured, t0, t1, n)
-            k = self.n + 1
+            k = session._n_steps - self.base
+            if k < 1:  # the Session restarted on another loader (its count began again): the window's goes on
+                self.base = session._n_steps - self.n - 1
+                k = self.n + 1
             self.n = k
             if k >= self.due_n and t0 >= self.due_ns:
                 self._due(t0)
+            if chained is None:
+                session.due_step = self.base + self.due_n - 1
+                session.due_ns = self.due_ns
 
         session.on_step = on_step
         if self.sample:
@@ -215,6 +222,7 @@ class Monitor:
             return None
         finally:
             self.cost_ns += time.perf_counter_ns() - t
+            self.base = s._n_steps - 1  # the open step is the next window's first
             self.n = 1 if not final else 0
             self.k = 0
             if self.failed is not None:
