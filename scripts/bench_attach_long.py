@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +58,24 @@ class Reading:
     attach_rss: float  # MB
     spy_rss: float
     load: float  # 1-minute load average
+    forks: int  # worker processes the job forked since the previous reading
+
+
+class ForkCounter(threading.Thread):
+    """Counts the job's child processes by looking every 0.1 s (a worker lives about a second). Why: py-spy attaches
+    to every new child (reading its symbols), so its CPU follows the fork rate, which follows how much CPU the job
+    gets on a shared machine; a slice's CPU is read beside its forks per second, not alone."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.seen, self._stop = pid, set[int](), threading.Event()
+
+    def run(self) -> None:
+        while not self._stop.wait(0.1):
+            self.seen.update(procfs.children(self.pid))
+
+    def stop(self) -> None:
+        self._stop.set()
 
 
 def _slices(rows: list[Reading], every: float) -> list[list[Reading]]:
@@ -83,6 +102,9 @@ def main() -> int:
     job = subprocess.Popen([sys.executable, str(JOB), "0", str(args.per_epoch), "2"], stdout=subprocess.PIPE,
                            text=True, start_new_session=True)
     att = None
+    forks = ForkCounter(job.pid)
+    forks.start()
+    last_forks = 0
     rows: list[Reading] = []
     try:
         assert job.stdout is not None
@@ -92,7 +114,7 @@ def main() -> int:
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         time.sleep(min(15.0, args.every))  # discovery and py-spy's start-up are not the steady state
         last_t, (last_a, last_p) = time.monotonic(), _cpu(att.pid)
-        t_start = last_t
+        t_start, last_forks = last_t, len(forks.seen)
         print(f"job {job.pid} (re-forks its 2 workers every epoch of {args.per_epoch} samples), attach {att.pid}, "
               f"{args.minutes:g} min at {args.rate} Hz; {os.cpu_count()} cores", flush=True)
         while att.poll() is None:
@@ -101,15 +123,20 @@ def main() -> int:
                 break
             t, (a, py) = time.monotonic(), _cpu(att.pid)
             spy_rss = sum(_rss_mb(c) for c in procfs.children(att.pid))
+            n_forks = len(forks.seen)
             r = Reading(t - t_start, (a - last_a) / (t - last_t), (py - last_p) / (t - last_t), _rss_mb(att.pid),
-                        spy_rss, os.getloadavg()[0])
+                        spy_rss, os.getloadavg()[0],
+                        n_forks - last_forks)
+            last_forks = n_forks
             rows.append(r)
             print(f"t={r.t:7.0f} s  attach {r.attach * 100:5.1f} % + py-spy {r.spy * 100:5.1f} % of a core; RSS "
-                  f"attach {r.attach_rss:5.1f} MB, py-spy {r.spy_rss:5.1f} MB; load {r.load:.1f}", flush=True)
+                  f"attach {r.attach_rss:5.1f} MB, py-spy {r.spy_rss:5.1f} MB; load {r.load:.1f}; "
+                  f"job forked {r.forks / (t - last_t):.1f}/s", flush=True)
             last_t, last_a, last_p = t, a, py
         _, err = att.communicate(timeout=120)
         print(f"attach exit {att.returncode}{(': ' + err.strip().splitlines()[-1]) if err.strip() else ''}")
     finally:
+        forks.stop()
         if att is not None and att.poll() is None:
             att.send_signal(signal.SIGINT)
             att.wait(timeout=60)
@@ -135,7 +162,8 @@ def main() -> int:
         rss.append((ar, sr))
         print(f"slice {i + 1} (to t={sl[-1].t:.0f} s): attach {own * 100:.1f} % + py-spy {spy * 100:.1f} % = "
               f"{(own + spy) * 100:.1f} % of a core; RSS at most attach {ar:.1f} MB, py-spy {sr:.1f} MB; "
-              f"load {min(r.load for r in sl):.1f}-{max(r.load for r in sl):.1f}")
+              f"load {min(r.load for r in sl):.1f}-{max(r.load for r in sl):.1f}; job forked "
+              f"{sum(r.forks for r in sl) / (sl[-1].t - (sl[0].t - args.every)):.2f} processes/s")
     for name, k in (("attach", 0), ("py-spy", 1)):
         first, last = rss[0][k], rss[-1][k]
         print(f"{name}_rss_last_over_first: {last / first:.3f}" if first > 0 else f"{name}_rss_last_over_first: n/a")
