@@ -188,17 +188,19 @@ def _ctx(**kw) -> Context:
     return Context(**base)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("batch_bytes, runq_ms, scheduling", [
-    (2048.0, 0.1, True),  # 2 KB cannot take 20 ms: scheduling, whatever the run queue says
-    (None, 9.0, True),  # bytes not recorded; the main thread waited 9 of 20.7 ms for a core
-    (64e6, 0.1, False),  # 64 MB in 20.7 ms with no wait for a core: the bytes
-    (None, 0.5, False),
+@pytest.mark.parametrize("batch_bytes, runq_ms, side", [
+    (2048.0, 0.1, "workers"),  # 2 KB cannot take 20 ms, and the main thread had its core: the workers' threads waited
+    (2048.0, 9.0, "main"),  # 2 KB, and the main thread waited 9 of 20.7 ms for a core
+    (None, 9.0, "main"),  # bytes not recorded; the main thread waited 9 of 20.7 ms for a core
+    (64e6, 0.1, None),  # 64 MB in 20.7 ms with no wait for a core: the bytes
+    (None, 0.5, None),
 ])
-def test_transfer_advice_tells_bytes_from_scheduling(batch_bytes, runq_ms, scheduling):
+def test_transfer_advice_tells_bytes_from_scheduling(batch_bytes, runq_ms, side):
     recs = _transfer_rules(_ctx(batch_bytes=batch_bytes, main_runq_ms=runq_ms), {"by_cause": {"transfer": 1.0}})
     actions = " ".join(r["action"] for r in recs)
-    assert ("Give the main process a core" in actions) is scheduling, recs
-    assert ("Send compact batches" in actions) is (not scheduling), recs
+    assert ("Give the main process a core" in actions) is (side == "main"), recs
+    assert ("Give the workers' own threads a core and the GIL" in actions) is (side == "workers"), recs
+    assert ("Send compact batches" in actions) is (side is None), recs
 
 
 def test_tiny_batches_on_busy_cores_are_not_told_to_shrink(tmp_path):

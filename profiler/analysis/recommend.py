@@ -190,6 +190,11 @@ def _transfer_is_scheduling(ctx: Context) -> str | None:
     return words + busy + "."
 
 
+def _main_thread_queued(ctx: Context) -> bool:
+    """Whether the main thread's run-queue wait explains the transfer time (thresholds.TRANSFER_RUNQ_SHARE)."""
+    return (ctx.main_runq_ms or 0.0) >= th.TRANSFER_RUNQ_SHARE * ctx.transfer_ms
+
+
 def _blocked_words(ctx: Context) -> str:
     """How much of a sample was spent waiting on reads, as measured: the timed read stage where there is one, else
     the dataset calls' blocked time (a script has no read stage: its 0.0 ms would say reads cost nothing)."""
@@ -211,11 +216,19 @@ def _transfer_rules(ctx: Context, stall: Stall) -> list[Recommendation]:
                         "when issued ahead of the step or on a separate stream", "transfer"))
     if ctx.job_kind != "builtin":
         sched = _transfer_is_scheduling(ctx)
-        if sched:
+        if sched and _main_thread_queued(ctx):
             out.append(_rec(
                 "Give the main process a core: fewer workers or model threads (torch.set_num_threads), or more cores "
                 "(batches are not slow to send; the processes wait for a core)", sched,
                 "removes the wait for a core from each batch's way to the main process", "transfer"))
+            return out
+        if sched:  # a tiny batch and a main thread that had its core: the wait is on the workers' side of the queue
+            out.append(_rec(
+                "Give the workers' own threads a core and the GIL: fewer workers, or dataset code that lets go of the "
+                "GIL (C, numpy or torch ops instead of pure-Python loops); batches are not slow to send", sched
+                + " A worker's queue threads pickle each batch and hand its storage over; pure-Python work in the "
+                "same worker holds the GIL while they wait (docs/attribution.md, Limits).",
+                "removes the workers' wait from each batch's way to the main process", "transfer"))
             return out
         size = (f"each batch is {_bytes(ctx.batch_bytes)} and takes {ctx.transfer_ms:.1f} ms to reach the main "
                 "process" if ctx.batch_bytes is not None else
