@@ -1,11 +1,15 @@
 """Test helpers shared by several test files (imported as a plain module: tests/ is on sys.path)."""
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -118,3 +122,19 @@ def on_core_clocks(monkeypatch: pytest.MonkeyPatch, slept: list[int] | None = No
     for module in (fetch, inline_fetch, lean_check, proxies, session):
         monkeypatch.setattr(module, "_perf", perf)
         monkeypatch.setattr(module, "_cpu", now if module is session else last_reading)
+
+
+@contextlib.contextmanager
+def running_job(cmd: list[str], env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[str]]:
+    """A job (``cmd``) running in a session of its own until the block ends; yields once it printed READY (its first
+    step done, so an attach finds it training). Its whole process group gets SIGTERM at the end."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, start_new_session=True, env=env)
+    try:
+        assert p.stdout is not None
+        line = p.stdout.readline()
+        assert "READY" in line, f"job did not start: {line!r}"
+        yield p
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGTERM)
+        p.wait(timeout=30)

@@ -121,7 +121,10 @@ def _ignore_here(signum: int, frame: object) -> None:
 
 # Real jobs whose outcome depends on the machine's load and were seen to fail once in a full run beside other load
 # (each passed alone and in other full runs): a py-spy that starts late, memory read every ~3 s, a re-forking job's
-# process count, a forked Pool under the profiler (a timeout seen once: a hang, if real, fails all three tries).
+# process count, a forked Pool under the profiler (a timeout seen once: a hang, if real, fails all three tries), run
+# vs attach on one execution of the transfer job (beside another test's processes `run` moved the main thread's waits
+# for a core out of transfer into cpu, 61 %, exactly per step, while attach, with only the window's run-queue total,
+# keeps the receiving samples transfer, 82 %; they agree alone and beside two `yes` hogs: run 63-65 % transfer).
 # Each gets up to two more tries (pytest-rerunfailures): three failures in a row still fail the suite.
 _RERUN_ON_LOAD = frozenset({
     "test_hardening4.py::test_a_reforking_job_keeps_the_record_flat",
@@ -130,6 +133,7 @@ _RERUN_ON_LOAD = frozenset({
     "test_next_jobs_analysis.py::test_copy_on_read_is_shared_pages_turning_private_not_heap_growth",
     "test_next_jobs.py::test_a_jobs_own_pool_is_left_its_signals_and_the_run_is_profiled",
     "test_attach.py::test_attach_agrees_with_run",
+    "test_hardening4.py::test_run_and_attach_agree_on_one_execution",
 })
 
 

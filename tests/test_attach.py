@@ -21,6 +21,8 @@ import pytest
 from profiler.attach import classify, pyspy
 from profiler.attach.pyspy import Frame
 
+from _util import running_job
+
 JOBS = Path(__file__).parent / "jobs"
 ATTACH_S = "3"
 RATE = "50"  # shares compared within 15 points need samples: 3 s at 50 Hz is 150 of the main thread (20 Hz: 60)
@@ -29,17 +31,8 @@ RATE = "50"  # shares compared within 15 points need samples: 3 s at 50 Hz is 15
 @contextmanager
 def job(*argv: str, prefix: tuple[str, ...] = ()) -> Iterator[subprocess.Popen]:
     """A planted job running until the block ends; yields once its first batch arrived."""
-    p = subprocess.Popen([*prefix, sys.executable, str(JOBS / "attach_planted.py"), *argv], stdout=subprocess.PIPE,
-                         text=True, start_new_session=True)
-    try:
-        assert p.stdout is not None
-        line = p.stdout.readline()
-        assert "READY" in line, f"job did not start: {line!r}"
+    with running_job([*prefix, sys.executable, str(JOBS / "attach_planted.py"), *argv]) as p:
         yield p
-    finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGTERM)
-        p.wait(timeout=30)
 
 
 def _pid_of_job(p: subprocess.Popen, prefix: tuple[str, ...]) -> int:

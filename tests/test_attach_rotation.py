@@ -8,9 +8,7 @@ samples summed, a rotation is not counted as a failure restart, and attach's ver
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -23,23 +21,16 @@ import pytest
 
 from profiler.attach import pyspy
 
+from _util import running_job
+
 JOBS = Path(__file__).parent / "jobs"
 
 
 @pytest.fixture(scope="module")
 def cpu_job() -> Iterator[subprocess.Popen[str]]:
     """The planted cpu job (one worker doing the work in __getitem__), training until the module ends."""
-    p = subprocess.Popen([sys.executable, str(JOBS / "attach_planted.py"), "cpu", "-", "1"], stdout=subprocess.PIPE,
-                         text=True, start_new_session=True)
-    try:
-        assert p.stdout is not None
-        line = p.stdout.readline()
-        assert "READY" in line, f"job did not start: {line!r}"
+    with running_job([sys.executable, str(JOBS / "attach_planted.py"), "cpu", "-", "1"]) as p:
         yield p
-    finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGTERM)
-        p.wait(timeout=30)
 
 
 @pytest.fixture

@@ -16,23 +16,16 @@ import pytest
 
 from profiler.attach import procfs, pyspy
 
+from _util import running_job
+
 JOBS = Path(__file__).parent / "jobs"
 
 
 @contextmanager
 def job(script: str, *argv: str) -> Iterator[subprocess.Popen]:
     """A job running until the block ends; yields once it printed READY."""
-    p = subprocess.Popen([sys.executable, str(JOBS / script), *argv], stdout=subprocess.PIPE, text=True,
-                         start_new_session=True)
-    try:
-        assert p.stdout is not None
-        line = p.stdout.readline()
-        assert "READY" in line, f"job did not start: {line!r}"
+    with running_job([sys.executable, str(JOBS / script), *argv]) as p:
         yield p
-    finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGTERM)
-        p.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,6 +21,8 @@ import pytest
 from profiler.attach import classify
 from profiler.attach.pyspy import Frame
 from profiler.instrument.relay import RELAYED_NOTE
+
+from _util import running_job
 
 ROOT = Path(__file__).resolve().parent.parent
 JOBS = ROOT / "tests" / "jobs"
@@ -79,17 +80,8 @@ def test_torchdatas_worker_loop_and_iterator_are_read_as_the_dataloaders():
 @contextmanager
 def job(script: str, *argv: str) -> Iterator[subprocess.Popen]:
     """A job running until the block ends; yields once it printed READY (its first step done)."""
-    p = subprocess.Popen([sys.executable, str(JOBS / script), *argv], stdout=subprocess.PIPE, text=True,
-                         start_new_session=True, env=ENV)
-    try:
-        assert p.stdout is not None
-        line = p.stdout.readline()
-        assert "READY" in line, f"job did not start: {line!r}"
+    with running_job([sys.executable, str(JOBS / script), *argv], env=ENV) as p:
         yield p
-    finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGTERM)
-        p.wait(timeout=30)
 
 
 @pytest.mark.slow

@@ -1,6 +1,7 @@
 """A job whose input cause changes mid-run, keyed on the step (sequential sampler): cpu-bound (the dataset spins a
 core), then io-bound (it evicts a file from the page cache and reads it back, then blocks: a sleep), then cpu-bound
 again. argv: DATA_FILE STEPS_PER_PHASE [WORKERS] [BATCH] [STEPS_OF_THE_LAST_PHASE] (default: STEPS_PER_PHASE)."""
+import hashlib
 import os
 import sys
 import time
@@ -15,6 +16,7 @@ BATCH = int(sys.argv[4]) if len(sys.argv) > 4 else 4
 LAST = int(sys.argv[5]) if len(sys.argv) > 5 else PHASE
 SPIN_S = 0.010  # per sample, on a core
 BLOCK_S = 0.012  # per sample, off the core
+CHUNK = bytes(65536)
 
 
 class Phased(Dataset):
@@ -32,15 +34,13 @@ class Phased(Dataset):
                 os.close(fd)
             time.sleep(BLOCK_S)
         else:
-            # A spin that lets go of the GIL now and then, as decode/augment code in C does: a pure-Python spin holds
-            # it for 5 ms at a time, and the worker's own queue threads (pickling the batch, handing its storage to
-            # the main process) then wait for it: that delay reads as transfer, not as the cpu this phase plants
+            # CPU work that lets go of the GIL while it runs, as decode/augment code in C does (hashing 64 KB: on
+            # the core, GIL released). A pure-Python spin holds the GIL, and the worker's own queue threads (pickling
+            # the batch, handing its storage over) wait for it: that reads as transfer, not the cpu this phase plants;
+            # a spin with time.sleep(0) in it goes off the core, which reads as blocked (io)
             end = time.thread_time() + SPIN_S
-            x = 0
             while time.thread_time() < end:
-                x += 1
-                if not x % 500:
-                    time.sleep(0)
+                hashlib.sha256(CHUNK).digest()
         return torch.tensor([float(i)])
 
 
