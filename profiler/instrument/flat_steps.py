@@ -32,6 +32,16 @@ F_STEP, F_EPOCH, F_WAIT_START, F_WAIT_END, F_SAMPLES, F_LEAN, F_REST_END, F_END 
 FLAT_FOLD_EVERY = 1024
 
 
+
+def _samples_of(n: tuple[int, str] | None, lean: Any) -> tuple[int, str]:
+    """A flat step's samples and their basis: the batch's own count when it was taken, else the dataset calls its
+    fetch made, else one per step."""
+    if n is not None:
+        return n
+    if lean[LO_N]:
+        return lean[LO_N], BASIS_CALLS
+    return 1, BASIS_STEP
+
 class FlatSteps:
     """The flat-step half of session.Session (a mixin: the state is the session's, declared here for the types)."""
 
@@ -90,12 +100,7 @@ class FlatSteps:
         """A flat step's row, its batch's BatchMeta and its samples' basis (nothing recorded yet)."""
         step, epoch, t0, t1, n, lean, rest_end, end = f  # FLAT_FIELDS
         meta = lean_meta(lean, self._pid)
-        if n is not None:
-            k, basis = n
-        elif lean[LO_N]:
-            k, basis = lean[LO_N], BASIS_CALLS
-        else:
-            k, basis = 1, BASIS_STEP
+        k, basis = _samples_of(n, lean)
         tail = step >= self.warmup + self.detail_steps
         row = StepRow(step, epoch, -1, self._pid, k, t0, t1, (t1 - t0) - fetch_off_core_ns(meta.marks), 0, True,
                       compute_end_ns=end, batch=-1 if tail else len(self.metas), tail=tail,
@@ -110,12 +115,7 @@ class FlatSteps:
         reads are those _flat_row sets). Why: making the BatchMeta was most of a tail step's deferred cost (~40 % of
         _materialize, profiled), paid by every step of a long ``run`` tail and of every monitored window."""
         step, epoch, t0, t1, n, lean, rest_end, end = f  # FLAT_FIELDS
-        if n is not None:
-            k, basis = n
-        elif lean[LO_N]:
-            k, basis = lean[LO_N], BASIS_CALLS
-        else:
-            k, basis = 1, BASIS_STEP
+        k, basis = _samples_of(n, lean)
         row = StepRow(step, epoch, -1, self._pid, k, t0, t1, 0, 0, True, h2d_start_ns=t1, h2d_end_ns=t1,
                       compute_end_ns=end, tail=True, own_wait_ns=lean[LO_OWN_NS], own_rest_ns=max(0, rest_end - t1))
         return row, basis
