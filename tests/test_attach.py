@@ -445,6 +445,8 @@ def test_no_dataloader_activity_is_a_record_of_verdict_none_and_exit_2(tmp_path,
     assert rec["verdict"]["bottleneck"] == "none" and "no DataLoader activity seen" in rec["verdict"]["summary"]
     err = capsys.readouterr().err
     assert "no DataLoader activity seen" in err and err.strip().count("\n") == 0
+    # and what the window did see, so a quiet loader is told from a sampler that saw little
+    assert " waiting for a batch; 0 worker threads 0.000 s on a core" in err and "main-thread samples" in err, err
 
 
 def test_a_worker_py_spy_could_not_read_is_judged_by_its_kernel_clocks():

@@ -156,7 +156,7 @@ def _write_all(args: argparse.Namespace, out: Path, sampled: list[Any], console:
         by_rank[_rank(s, i)] = rec.to_dict()
         paths[_rank(s, i)] = str(path.resolve())
         if rec.verdict.get("bottleneck") == "none" and not rec.partial:
-            print(f"profiler: error: no DataLoader activity seen in process {s.target.pid} "
+            print(f"profiler: error: no DataLoader activity seen in process {s.target.pid} {_what_was_seen(rec)} "
                   f"(record: {path})", file=sys.stderr)
             status = 2
     if len(sampled) > 1:  # --rank-of: one ranks table over the ranks' records, the straggler named
@@ -166,6 +166,18 @@ def _write_all(args: argparse.Namespace, out: Path, sampled: list[Any], console:
             print(f"profiler: could not write the merged ranks view in {out} ({e.strerror or e}); each rank's "
                   "record is saved", file=sys.stderr)
     return status
+
+
+def _what_was_seen(rec: Any) -> str:
+    """What the quiet window did see, so that "no DataLoader activity" can be told from a sampler that saw little:
+    the window, the main thread's samples (none in a loader's next) and the workers' time on a core."""
+    a = rec.attach or {}
+    stall = rec.stall or {}
+    workers = [t for t in a.get("threads") or [] if t.get("role") == "worker"]
+    on_cpu = sum(float(t.get("on_cpu_s") or 0.0) for t in workers)
+    return (f"in {float(a.get('seconds') or 0.0):.1f} s: {int(stall.get('main_samples') or 0)} main-thread samples, "
+            f"{int(stall.get('wait_samples') or 0)} waiting for a batch; {len(workers)} worker thread"
+            f"{'s' if len(workers) != 1 else ''} {on_cpu:.3f} s on a core")
 
 
 def _save(rec: Any, path: Path, tag: str) -> Path:
