@@ -1,6 +1,7 @@
 """attach's whole cost (attach + py-spy) over a long attach to a job that re-forks its DataLoader workers every epoch.
 
     python scripts/bench_attach_long.py [--minutes 30] [--every 60] [--slice 300] [--per-epoch 1024] [--rate 20]
+                                        [--rotate SECONDS]
 
 Starts tests/jobs/h4_refork.py (2 workers, persistent_workers=False: a new pair of worker processes every epoch,
 about one a second with the default 1,024 samples per epoch), attaches to it with ``python -m profiler attach`` for the
@@ -35,6 +36,7 @@ JOB = ROOT / "tests" / "jobs" / "h4_refork.py"
 sys.path.insert(0, str(ROOT))
 
 from profiler.attach import procfs  # noqa: E402
+from profiler.attach.pyspy import ROTATE_ENV  # noqa: E402
 
 
 def _cpu(pid: int) -> tuple[float, float]:
@@ -96,6 +98,10 @@ def main() -> int:
     ap.add_argument("--per-epoch", type=int, default=1024,
                     help="samples per epoch (smaller: more re-forks; 1,024: a new pair about every second)")
     ap.add_argument("--rate", type=int, default=20)
+    ap.add_argument("--rotate", type=float, default=None,
+                    help="py-spy's rotation period in seconds (default: attach's own, 300 s); exited workers are "
+                         "folded into totals and forgotten at each rotation, so a short one shows attach's memory "
+                         "plateau within minutes")
     args = ap.parse_args()
     seconds = args.minutes * 60
     out = Path(tempfile.mkdtemp(prefix="bench-attach-long-")) / "att"
@@ -111,7 +117,8 @@ def main() -> int:
         assert "READY" in job.stdout.readline()
         att = subprocess.Popen([sys.executable, "-m", "profiler", "attach", str(job.pid), "--duration", str(seconds),
                                 "--rate", str(args.rate), "--out", str(out), "--no-plots"], cwd=ROOT,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, **({ROTATE_ENV: str(args.rotate)} if args.rotate else {})})
         time.sleep(min(15.0, args.every))  # discovery and py-spy's start-up are not the steady state
         last_t, (last_a, last_p) = time.monotonic(), _cpu(att.pid)
         t_start, last_forks = last_t, len(forks.seen)
@@ -164,6 +171,11 @@ def main() -> int:
               f"{(own + spy) * 100:.1f} % of a core; RSS at most attach {ar:.1f} MB, py-spy {sr:.1f} MB; "
               f"load {min(r.load for r in sl):.1f}-{max(r.load for r in sl):.1f}; job forked "
               f"{sum(r.forks for r in sl) / (sl[-1].t - (sl[0].t - args.every)):.2f} processes/s")
+    if len(rows) >= 2:  # attach's own memory: MB per minute over the run, and over its second half (after a rotation)
+        half = rows[len(rows) // 2]
+        for name, a in (("attach_rss_mb_per_min", rows[0]), ("attach_rss_mb_per_min_second_half", half)):
+            span = (rows[-1].t - a.t) / 60
+            print(f"{name}: {(rows[-1].attach_rss - a.attach_rss) / span:.3f}" if span > 0 else f"{name}: n/a")
     for name, k in (("attach", 0), ("py-spy", 1)):
         first, last = rss[0][k], rss[-1][k]
         print(f"{name}_rss_last_over_first: {last / first:.3f}" if first > 0 else f"{name}_rss_last_over_first: n/a")

@@ -162,10 +162,10 @@ def test_the_proc_reader_stops_reading_threads_that_exited():
 def test_a_reforking_job_keeps_the_record_flat(tmp_path, monkeypatch):
     """Workers forked anew every epoch (~0.2 s): the exited ones beyond the row limit (2 here) are folded into one
     row per role, the processes list stays short, and every sample is still counted."""
-    from profiler.attach import build
+    from profiler.attach import fold
 
-    monkeypatch.setattr(build, "MAX_WORKER_PROCESS_ROWS", 2)
-    monkeypatch.setattr(build, "MAX_MAIN_THREAD_ROWS", 4)
+    monkeypatch.setattr(fold, "MAX_WORKER_PROCESS_ROWS", 2)
+    monkeypatch.setattr(fold, "MAX_MAIN_THREAD_ROWS", 4)
     with job("h4_refork.py", "0", "64", "2") as p:
         rc, rec = attach_here(tmp_path / "att", str(p.pid), "--duration", "4", "--rate", "50", "--no-plots")
     assert rec is not None and rc in (0, 2)

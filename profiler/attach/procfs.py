@@ -234,6 +234,8 @@ class StateSampler:
         self.period = 1.0 / self.rate_hz
         self.ticks = 0
         self._stop = threading.Event()
+        # ``forget`` (the window's thread) and the reader's tick (this sampler's thread) change the same dicts
+        self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name="profiler-attach-proc", daemon=True)
 
     def start(self) -> None:
@@ -289,6 +291,21 @@ class StateSampler:
                 self._live_pids.add(p)
                 self._note_cmdline(p)
 
+    def forget(self, pids: set[int], threads: set[tuple[int, int]]) -> None:
+        """Drop every record of processes ``pids`` and of threads ``threads`` that exited, once the caller folded
+        their figures into totals (profiler/attach/fold.py): a job that re-forks its workers then costs attach the
+        memory of its live threads, not of every thread it ever had. A live one is never dropped."""
+        with self._lock:
+            for key in [k for k in self.windows if (k[0] in pids or k in threads) and k not in self._live]:
+                del self.windows[key]
+            gone = {p for p in pids if p not in self._live_pids}
+            for p in gone:
+                self.io_first.pop(p, None)
+                self.io_last.pop(p, None)
+                self.cmdlines.pop(p, None)
+            self._seen_pids -= gone
+            self.pids = [p for p in self.pids if p not in gone]
+
     def alive(self, pid: int) -> bool:
         """Whether the main thread of ``pid`` could still be read at the last tick."""
         return (pid, pid) in self._live
@@ -305,10 +322,11 @@ class StateSampler:
         nxt = time.monotonic()
         watched = nxt
         while not self._stop.is_set():
-            if self.watch is not None and time.monotonic() >= watched:
-                self._add_watched()
-                watched = time.monotonic() + self.watch_every_s
-            self._read(first=False)
+            with self._lock:
+                if self.watch is not None and time.monotonic() >= watched:
+                    self._add_watched()
+                    watched = time.monotonic() + self.watch_every_s
+                self._read(first=False)
             if self.also is not None:
                 self.also()
             self.ticks += 1

@@ -49,6 +49,20 @@ RECORD_RESTARTS = 2
 #: (no gap, no extra start-up), a piece's growth stays at ~10 MB, and the ~0.1-0.5 s gap that each rotation leaves
 #: (the new py-spy parsing the target's symbols) is <= 0.2 % of the time sampled.
 ROTATE_S = 300.0
+#: The environment variable that sets ``ROTATE_S`` (seconds, >= 1) for a bench or a test that wants rotations within
+#: minutes (scripts/bench_attach_long.py --rotate); anything else leaves 300 s.
+ROTATE_ENV = "PROFILER_ATTACH_ROTATE_S"
+
+
+def rotation_period() -> float:
+    """The rotation period: ``ROTATE_S``, or the environment's ``ROTATE_ENV`` when it is a number >= 1."""
+    try:
+        v = float(os.environ.get(ROTATE_ENV, ""))
+    except ValueError:
+        return ROTATE_S
+    return v if v >= 1 else ROTATE_S
+
+
 #: A rotation is skipped when less than this (or less than the rotation period, when shorter) is left of the record's
 #: duration: a piece that short would only add a gap and a start-up. Why 10 s: twice the 5 s backstop that attach
 #: adds to its window (it stops py-spy itself), so the window's end is never preceded by a needless rotation.
@@ -324,7 +338,7 @@ class Recording:
         self._log = Path(self._dir) / "py-spy.log"
         self._stopped = False
         self._binary, self._rate_hz = binary, rate_hz
-        self._rotate_s = ROTATE_S if rotate_s is None else rotate_s
+        self._rotate_s = rotation_period() if rotate_s is None else rotate_s
         self._known = known
         self._folded: dict[_StackKey, int] = {}
         # one object per distinct frame, frame tuple and process chain across pieces: the workers a loader re-forks
@@ -334,6 +348,7 @@ class Recording:
         self._chains: dict[tuple[int, ...], tuple[int, ...]] = {}
         self._ending: list[tuple[subprocess.Popen[bytes], Path]] = []  # rotated out, still writing their file
         self.pieces = 0
+        self.merged = 0  # rotated-out pieces folded into ``_folded`` so far
         self.restarts = 0
         self._start(duration_s)
 
@@ -394,6 +409,7 @@ class Recording:
                 continue
             self._fold_file(path, *(self._known() if self._known else ({}, {})))
             path.unlink(missing_ok=True)
+            self.merged += 1
         self._ending = pending
 
     def _fold_file(self, path: Path, cmdlines: dict[int, str] | None,
@@ -417,6 +433,26 @@ class Recording:
             frames = self._stacks.setdefault(frames, frames)
             key = (self._chains.setdefault(st.pids, st.pids), st.tid, sys.intern(st.thread_name), frames)
             self._folded[key] = self._folded.get(key, 0) + st.count
+
+    @property
+    def piece_started_ns(self) -> int:
+        """CLOCK_MONOTONIC (ns) when the running piece was started: no stack of it is older."""
+        return int(self._piece_t0 * 1e9)
+
+    def stacks(self) -> list[Stack]:
+        """The stacks of the pieces merged so far (not the running piece's)."""
+        return [Stack(p, t, n, f, c) for (p, t, n, f), c in self._folded.items()]
+
+    def forget(self, pids: set[int], threads: set[tuple[int, int]]) -> None:
+        """Drop the merged stacks of processes ``pids`` and threads ``threads`` ((pid, tid)), folded into totals by
+        the caller (profiler/attach/fold.py): a long window's memory then holds the processes that matter, not every
+        worker a re-forking loader ever had. Their frames stay shared with the stacks of the workers that follow."""
+        if not pids and not threads:
+            return
+        for key in [k for k in self._folded if k[0][-1] in pids or (k[0][-1], k[1]) in threads]:
+            del self._folded[key]
+        for chain in [c for c in self._chains if c[-1] in pids]:
+            del self._chains[chain]
 
     def running(self) -> bool:
         return self._proc.poll() is None

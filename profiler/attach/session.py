@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from .. import signals
-from . import classify, discover, procfs, pyspy
+from . import classify, discover, fold, procfs, pyspy
 from .gpu import GpuSampler
 
 
@@ -43,6 +43,8 @@ class Sampled:
     target_exited: bool = False
     interrupted: BaseException | None = None
     command: list[str] = field(default_factory=list)
+    # exited workers (and main-process threads) folded into totals during the window (profiler/attach/fold.py)
+    folded: fold.Folded = field(default_factory=fold.Folded)
 
 
 #: How long to wait for a target whose py-spy ended by itself to disappear. Why 3 s: at exit the DataLoader joins
@@ -128,8 +130,11 @@ def adopt_workers(target: discover.Target, stacks: pyspy.RecordingResult) -> lis
 
 
 def _window(targets: list[discover.Target], recs: list[pyspy.Recording], t0: float, duration_s: float,
-            exited: list[bool], ended: list[float]) -> None:
-    """Wait out the window: until ``duration_s`` or every target exited (or its py-spy ended by itself)."""
+            exited: list[bool], ended: list[float], kernels: list[procfs.StateSampler], rate_hz: int,
+            folded: list[fold.Folded]) -> None:
+    """Wait out the window: until ``duration_s`` or every target exited (or its py-spy ended by itself). After each
+    py-spy rotation, the workers that exited are folded into totals and forgotten (profiler/attach/fold.py)."""
+    merged = [0] * len(recs)
     while time.monotonic() - t0 < duration_s:
         for i, (t, r) in enumerate(zip(targets, recs)):
             if exited[i]:
@@ -140,6 +145,9 @@ def _window(targets: list[discover.Target], recs: list[pyspy.Recording], t0: flo
                 continue  # py-spy's first read of a busy target failed: sample the rest of the window
             if not gone:
                 r.poll()  # a fresh py-spy every pyspy.ROTATE_S: its memory and CPU grow with what it has seen
+                if r.merged > merged[i]:  # a rotated-out piece was merged: fold what exited before the running one
+                    merged[i] = r.merged
+                    fold.fold_early(t, r, kernels[i], rate_hz, folded[i], r.piece_started_ns)
             if gone or not r.running():  # the target exited, or py-spy ended by itself
                 ended[i] = time.monotonic() - t0
                 # py-spy stops when the interpreter starts finalising: the process may take a moment to go
@@ -158,6 +166,7 @@ def sample(targets: list[discover.Target], binary: str, duration_s: float, rate_
     started = time.time()
     t0 = time.monotonic()
     kernels, recs, threads, gpus = [], [], [], []
+    folded = [fold.Folded() for _ in targets]
     try:
         for t in targets:
             th = _threads(t)
@@ -184,7 +193,7 @@ def sample(targets: list[discover.Target], binary: str, duration_s: float, rate_
     exited = [False] * len(targets)
     ended = [0.0] * len(targets)
     try:
-        _window(targets, recs, t0, duration_s, exited, ended)
+        _window(targets, recs, t0, duration_s, exited, ended, kernels, rate_hz, folded)
         signals.job_ended()  # from here on a signal is held, not raised: what was sampled is collected and written
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM/SIGHUP through profiler.signals
         signals.job_ended()  # a second signal now (in hand already) and later ones are held too
@@ -215,7 +224,7 @@ def sample(targets: list[discover.Target], binary: str, duration_s: float, rate_
                        if key not in th})
             stopped = "interrupted" if interrupted is not None else ("target exited" if exited[i] else "duration")
             out.append(Sampled(t, binary, pyspy.version(binary), rate_hz, duration_s, ended[i] or seconds, result, k,
-                               th, util, started, stopped, exited[i], interrupted, r.command))
+                               th, util, started, stopped, exited[i], interrupted, r.command, folded[i]))
     finally:
         for r in recs:
             r.kill()  # a no-op when it already ended; never leave py-spy behind
