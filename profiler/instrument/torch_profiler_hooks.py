@@ -175,19 +175,28 @@ class TraceWatch:
     def export_pending(self, folder: Path) -> list[Path]:
         """The job's torch.profilers that stopped without exporting (``--then exit`` stopped the job before its
         ``prof.export_chrome_trace(...)`` after the block), exported into the run's ``folder`` (never where the job
-        would have written) as ``job_profiler<k>.pt.trace.json``, noted with ``by: "job_profiler"``. Only once no
-        torch.profiler runs any more (the job has ended). Releases the profilers held."""
+        would have written) as ``job_profiler<k>.pt.trace.json``, noted with ``by: "job_profiler"``. Only once the
+        job has ended; one of its profilers still recording then (``prof.start()`` whose ``prof.stop()`` never ran)
+        is stopped first, without its ``on_trace_ready`` (:func:`_stop_left_running`). Releases the profilers held."""
         import torch
 
         held, self.started = self.started, []
         out: list[Path] = []
+        stopped: set[int] = set()  # stopped here: exported even when an earlier cycle of it was
         try:
             if torch._C._autograd._profiler_enabled():
-                return out
+                # The job ended with one of its profilers still recording (prof.start() whose prof.stop() the
+                # window's close cut off, or a job that never stops it): kineto left running crashes the
+                # interpreter's exit (a segfault on torch 2.14, with or without the profiler). The job is over:
+                # stop it here, without its on_trace_ready (the job's code, and it would write where the job
+                # writes), and export it into the run's folder like any stopped one.
+                stopped = {id(prof) for prof in reversed(held) if _stop_left_running(prof)}
+            if torch._C._autograd._profiler_enabled():
+                return out  # still one we did not see start: not ours to stop or export
         except Exception:  # noqa: BLE001
             return out
         for k, prof in enumerate(held):
-            if id(prof) in self._exported or getattr(prof, "profiler", None) is None:
+            if (id(prof) in self._exported and id(prof) not in stopped) or getattr(prof, "profiler", None) is None:
                 continue
             path = Path(folder) / f"job_profiler{k}.pt.trace.json"
             try:
@@ -213,6 +222,8 @@ class TraceWatch:
         p = os.path.abspath(os.fspath(path))
         self.note_clock()
         with self._lock:
+            # One path exported again (a fixed name written each cycle) is one trace: the file holds the last.
+            self.traces = [t for t in self.traces if t["path"] != p]
             if len(self.traces) >= MAX_TRACES:
                 return
             self.traces.append({"path": p, "by": by or ("profiler" if p in self._own else "job"),
@@ -226,6 +237,26 @@ class TraceWatch:
             "ours": "CLOCK_MONOTONIC", "theirs": "CLOCK_REALTIME", "t0_monotonic_ns": int(self.t0_ns),
             "realtime_minus_monotonic_us": int(round(offs[len(offs) // 2] / 1e3)),
             "drift_ns": int(offs[-1] - offs[0]), "read_bracket_ns": int(self.bracket_ns)}}
+
+
+def _stop_left_running(prof: Any) -> bool:
+    """Stop a job's torch.profiler that is still recording, with its ``on_trace_ready`` left out (see
+    ``TraceWatch.export_pending``); True when it was recording. Its events stay in it for the export."""
+    inner = getattr(prof, "profiler", None)
+    # autograd.profiler.profile sets kineto_results when it stops: None while a cycle records.
+    if inner is None or not getattr(inner, "entered", False) or getattr(inner, "kineto_results", None) is not None:
+        return False
+    ready = prof.__dict__.get("on_trace_ready", None) if hasattr(prof, "__dict__") else None
+    try:
+        if ready is not None:
+            prof.on_trace_ready = None
+        prof.stop()
+    except Exception:  # noqa: BLE001 - a profiler that cannot stop: left as it was
+        return False
+    finally:
+        if ready is not None:
+            prof.on_trace_ready = ready
+    return True
 
 
 class OwnProfiler:

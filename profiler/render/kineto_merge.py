@@ -50,6 +50,9 @@ FLOW_CAT = "dataloader_flow"
 # and they stay under 2**31 for readers that hold a tid in an int32.
 WAIT_TID = 2_000_000_001
 LOADING_TID = 2_000_000_002
+# Kineto's span for each next() of a DataLoader iterator (record_function in _BaseDataLoaderIter.__next__): our wait
+# for the same call encloses it (our hook is outside torch's), the time-base check for traces without ProfilerStep.
+DATALOADER_NEXT = "enumerate(DataLoader)#"
 # Batches made just after the last step in the trace's range are still drawn (their workers were busy inside it):
 # this many per worker beyond the last step.
 LEAD_BATCHES_PER_WORKER = 2
@@ -77,6 +80,7 @@ def _kineto_facts(events: list[Any]) -> dict[str, Any]:
     helper call per event: a 10,000-step trace has ~300,000 of them)."""
     lo, hi = math.inf, -math.inf
     steps: list[tuple[float, float, Any, Any]] = []
+    nexts: list[tuple[float, float, Any, Any]] = []
     max_id = 0
     pids: dict[Any, int] = defaultdict(int)
     num = (int, float)
@@ -101,12 +105,15 @@ def _kineto_facts(events: list[Any]) -> dict[str, Any]:
         if end > hi:
             hi = end
         name = e.get("name")
-        if type(name) is str and name.startswith("ProfilerStep#"):
-            steps.append((ts, end, e.get("pid"), e.get("tid")))
+        if type(name) is str:
+            if name.startswith("ProfilerStep#"):
+                steps.append((ts, end, e.get("pid"), e.get("tid")))
+            elif name.startswith(DATALOADER_NEXT):
+                nexts.append((ts, end, e.get("pid"), e.get("tid")))
         pids[e.get("pid")] += 1
     main = (steps[0][2], steps[0][3]) if steps else (max(pids, key=lambda k: pids[k]) if pids else None, None)
     return {"lo": lo, "hi": hi, "steps": sorted(steps, key=lambda s: s[0]), "main_pid": main[0],
-            "main_tid": main[1], "max_id": max_id}
+            "main_tid": main[1], "max_id": max_id, "nexts": sorted(nexts, key=lambda s: s[0])}
 
 
 def shift_us(clock: dict[str, Any], base_ns: int | None) -> float:
@@ -248,6 +255,7 @@ def merge(rec: RunRecord, kineto: dict[str, Any], clock: dict[str, Any] | None =
     _nest(ours)
     meta = _metadata(main_pid, workers_seen, os_pid, bool(main_rows.size))
     inside = _waits_inside_steps(ours, facts["steps"])
+    around = _nexts_inside_waits(ours, facts["nexts"], main_pid)
     out = {k: v for k, v in kineto.items() if k != "traceEvents"}
     dist = rec.distributed
     if "distributedInfo" not in out:  # HTA reads the rank from here (and a folder of ranks as one job)
@@ -260,7 +268,9 @@ def merge(rec: RunRecord, kineto: dict[str, Any], clock: dict[str, Any] | None =
         "time_base": "baseTimeNanoseconds + ts µs" if base_ns is not None else "absolute µs (no baseTimeNanoseconds)",
         "shift_us": round(sh, 3), "steps_added": int(main_rows.size), "batch_steps_added": int(worker_rows.size),
         "waits_inside_profiler_step": inside[0], "waits_checked": inside[1],
-        "profiler_steps_in_trace": len(facts["steps"]), "verdict": rec.verdict.get("summary", ""),
+        "profiler_steps_in_trace": len(facts["steps"]),
+        "dataloader_next_inside_wait": around[0], "dataloader_next_checked": around[1],
+        "verdict": rec.verdict.get("summary", ""),
         "threads": {"wait": WAIT_TID, "loading_workers0": LOADING_TID}}
     out["otherData"] = other
     out["traceEvents"] = list(events) + meta + ours
@@ -283,6 +293,25 @@ def _waits_inside_steps(ours: list[dict[str, Any]], steps: list[tuple[float, flo
         checked += 1
         k = int(np.searchsorted(starts, a, side="right")) - 1
         inside += int(k >= 0 and b <= ends[k] + 1e-3)
+    return inside, checked
+
+
+def _nexts_inside_waits(ours: list[dict[str, Any]], nexts: list[tuple[float, float, Any, Any]],
+                        main_pid: Any) -> tuple[int, int]:
+    """(kineto's ``enumerate(DataLoader)#...__next__`` spans of the main process lying inside one of our waits, those
+    overlapping our waits' range at all): the clocks' check that needs no ProfilerStep (a ``with profile()`` block
+    without a schedule has none). Spans of another loader than the profiled one count as outside."""
+    waits = sorted((e["ts"], e["ts"] + e["dur"]) for e in ours if e.get("name") == WAIT_NAME and e.get("ph") == "X")
+    if not waits or not nexts:
+        return 0, 0
+    starts = np.array([w[0] for w in waits])
+    inside = checked = 0
+    for a, b, pid, _ in nexts:
+        if pid != main_pid or b < waits[0][0] or a > waits[-1][1]:
+            continue
+        checked += 1
+        k = int(np.searchsorted(starts, a + 1e-3, side="right")) - 1
+        inside += int(k >= 0 and waits[k][0] <= a + 1e-3 and b <= waits[k][1] + 1e-3)
     return inside, checked
 
 
