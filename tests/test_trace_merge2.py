@@ -6,6 +6,8 @@ interpreter's exit (a segfault, the job's status 139, no merged trace); the prof
 on_trace_ready), exports it into the run folder and merges it. Real runs in their own interpreters
 (tests/jobs/tm_shapes.py): a schedule repeating its cycles through tensorboard_trace_handler(use_gzip=True) with 0
 workers, and no schedule at all (no ProfilerStep spans: the time base is checked on kineto's own next() spans) with 2.
+And a torchrun pair whose ranks each run their own torch.profiler (tests/jobs/tm_ddp.py; tests/test_trace_merge.py's
+pair runs --torch-profiler instead).
 """
 from __future__ import annotations
 
@@ -24,11 +26,12 @@ from profiler import record
 from profiler.analysis import analyze
 from profiler.render import kineto_merge
 
-from _util import repo_env
+from _util import free_port, repo_env
 
 pytestmark = pytest.mark.slow  # real profiled jobs in subprocesses
 
-SHAPES = Path(__file__).parent / "jobs" / "tm_shapes.py"
+JOBS = Path(__file__).parent / "jobs"
+SHAPES = JOBS / "tm_shapes.py"
 
 
 def _run(tmp: Path, workers: int, mode: str) -> tuple[Path, Path]:
@@ -100,3 +103,31 @@ def test_start_stop_without_schedule_merged_and_loaded_by_hta(tmp_path: Path) ->
     waits = [e for e in merged["traceEvents"] if e.get("name") == kineto_merge.WAIT_NAME]
     wait_id = analyzer.t.symbol_table.get_sym_id_map()[kineto_merge.WAIT_NAME]
     assert int((df["name"] == wait_id).sum()) == len(waits)  # HTA read every wait span
+
+
+def test_torchrun_pair_each_rank_with_its_own_profiler(tmp_path: Path) -> None:
+    """torchrun of two ranks, each job's own torch.profiler (tensorboard_trace_handler, 1 worker): each rank's trace
+    merged as torch_trace.rank<k>.json in the job's run folder, its distributedInfo the job's own (backend, rank),
+    HTA loads the two as one job."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
+           "-m", "profiler", "run", "--no-progress", "--no-plots", "--warmup", "2", "--steps", "10", "--out", "run",
+           str(JOBS / "tm_ddp.py"), "1", "tb"]
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=repo_env(), timeout=300)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+    folder = tmp_path / "hta"
+    folder.mkdir()
+    for k in (0, 1):
+        rec = record.load(tmp_path / "run" / f"rank{k}" / "run.json")
+        analyze(rec)
+        listed = rec.torch_traces["traces"]  # type: ignore[index]
+        assert len(listed) == 1 and listed[0]["by"] == "job" and Path(listed[0]["path"]).parent == tmp_path / "tb"
+        path = tmp_path / "run" / f"torch_trace.rank{k}.json"
+        merged = json.loads(path.read_text())
+        job = _read(Path(listed[0]["path"]))
+        assert job["distributedInfo"]["rank"] == k and merged["distributedInfo"] == job["distributedInfo"]
+        assert path.read_text().startswith('{"distributedInfo": {')  # first, spaced: HTA's rank regex finds it
+        check_merged(merged, job, rec, workers=1)
+        assert json.loads(kineto_merge.merged_name(listed[0]["path"]).read_text()) == merged
+        shutil.copy(path, folder / path.name)
+    analyzer = _hta(folder)
+    assert sorted(analyzer.t.traces) == [0, 1] and len(analyzer.get_profiler_steps()) >= 3
