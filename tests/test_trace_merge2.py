@@ -93,6 +93,14 @@ def test_start_stop_without_schedule_merged_and_loaded_by_hta(tmp_path: Path) ->
     merged = json.loads((run / "torch_trace.json").read_text())
     facts = check_merged(merged, _read(run / "job_profiler0.pt.trace.json"), rec, workers=2)
     assert facts["profiler_steps_in_trace"] == 0 and facts["steps_added"] >= 8
+    # The job's profiler.stage names, each span inside a sample span of its worker's thread.
+    spans = [e for e in merged["traceEvents"] if e.get("ph") == "X"]
+    samples = [e for e in spans if e.get("cat") == "sample"]
+    stages = [e for e in spans if e.get("cat") == "stage"]
+    assert {e["name"] for e in stages} == {"read", "decode"} and len(stages) >= 2 * len(samples) > 0
+    for e in stages:
+        assert any(s["pid"] == e["pid"] and s["tid"] == e["tid"] and s["ts"] <= e["ts"]
+                   and e["ts"] + e["dur"] <= s["ts"] + s["dur"] + 1e-3 for s in samples), e
     folder = tmp_path / "hta"
     folder.mkdir()
     shutil.copy(run / "torch_trace.json", folder / "rank0.json")

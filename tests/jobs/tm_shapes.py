@@ -13,14 +13,18 @@ import torch
 from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 from torch.utils.data import DataLoader, Dataset
 
+import profiler
+
 
 class Slow(Dataset):
     def __len__(self):
         return 4000
 
     def __getitem__(self, i):
-        time.sleep(0.005)  # the job waits for input most of each step
-        return torch.full((16,), float(i))
+        with profiler.stage("read"):  # this project's stage names: the merged trace's spans inside each sample
+            time.sleep(0.005)  # the job waits for input most of each step
+        with profiler.stage("decode"):
+            return torch.full((16,), float(i))
 
 
 if __name__ == "__main__":
