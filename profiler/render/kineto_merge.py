@@ -20,7 +20,8 @@ beside its events, none of which is changed or dropped:
 Clocks: our times are seconds on CLOCK_MONOTONIC from the run's start (``torch_traces.clock.t0_monotonic_ns``);
 kineto's are CLOCK_REALTIME, ``baseTimeNanoseconds + ts`` µs (absolute µs when the trace has no base). The record's
 clock pair (instrument/torch_profiler_hooks.py) moves ours onto theirs. ``otherData.profiler_merge`` says what was
-added, the clock facts, and the check: how many of our waits lie inside one of the job's ``ProfilerStep#N`` spans.
+added, the clock facts, and the checks: how many of our waits lie inside one of the job's ``ProfilerStep#N`` spans,
+and how many of kineto's own ``enumerate(DataLoader)#...__next__`` spans lie inside one of our waits.
 
 Only the steps whose time overlaps the trace's (and the batches they consumed) are added, at most what trace.json
 holds (its detail plan): the merged trace stays within the job's trace plus our trace.json.
