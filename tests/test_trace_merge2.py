@@ -59,7 +59,9 @@ def _source(merged: dict[str, Any], listed: list[dict[str, Any]]) -> dict[str, A
 
 
 def test_start_step_stop_cycles_cut_off_by_the_window(tmp_path: Path) -> None:
-    """workers=0, a repeating schedule, gzipped handler: the cycles the job finished are merged beside their .gz
+    """workers=0, a repeating schedule, gzipped handler, with_stack / profile_memory / record_shapes (memory instant
+    events, kineto's Python spans: some partly overlap, the job's own doing): the cycles the job finished are merged
+    beside their .gz
     files; the cycle still recording when the window closed the job is stopped and exported by the profiler
     (job_profiler0, in the run folder) without calling the job's handler again."""
     run, tr = _run(tmp_path, 0, "cycles")

@@ -3,7 +3,8 @@
 profiler is still recording when the job ends (kineto left running crashed the interpreter's exit).
 
 argv: WORKERS TRACE_DIR MODE. MODE ``cycles``: a schedule repeating every 6 steps, each cycle written by
-``tensorboard_trace_handler(use_gzip=True)``; ``plain``: no schedule, ``prof.export_chrome_trace`` after the stop (no
+``tensorboard_trace_handler(use_gzip=True)``, with shapes, memory events and Python stacks (kineto's own Python
+spans partly overlap there); ``plain``: no schedule, ``prof.export_chrome_trace`` after the stop (no
 ProfilerStep spans in the trace: a profiler never given a schedule records none)."""
 import os
 import sys
@@ -34,7 +35,8 @@ if __name__ == "__main__":
     model = torch.nn.Linear(16, 16)
     if mode == "cycles":
         prof = profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=4),
-                       on_trace_ready=tensorboard_trace_handler(trace_dir, use_gzip=True))
+                       on_trace_ready=tensorboard_trace_handler(trace_dir, use_gzip=True),
+                       record_shapes=True, profile_memory=True, with_stack=True)
     else:
         prof = profile(activities=[ProfilerActivity.CPU])
     prof.start()
