@@ -465,3 +465,20 @@ def test_a_worker_py_spy_could_not_read_is_judged_by_its_kernel_clocks():
              "by_kind": {}}
     v = verdict(a, stall, mix, a["threads"][0], 1, 3.0)
     assert v["bottleneck"] == "io" and "kernel's clocks alone" in v["summary"]
+
+
+def test_the_main_threads_wait_for_a_core_while_taking_a_batch_in_is_cpu_not_transfer():
+    """``run`` counts the main thread's run-queue delay in each step's wait as cpu contention; attach, with only the
+    window's run-queue total, apportions it over the samples in which the main thread had work to run (taking a batch
+    in, or outside the DataLoader), at most all of the taking-in (issue 36 item 5; the pair on one execution under
+    contention: tests/test_hardening4.py)."""
+    from profiler.analysis.attach import main_queued_s
+
+    m = {"samples": 168, "stages": {"wait": 157, "compute": 11}, "wait_stages": {"transfer": 150}, "wall_s": 4.07,
+         "on_cpu_s": 0.27, "runq_s": 1.52}  # a main thread beside 2 busy loops per core (measured)
+    assert main_queued_s(m, 3.6, 150, 157, 168) == pytest.approx(1.52 * 150 / (150 + 11))
+    assert main_queued_s(m, 0.5, 150, 157, 168) == 0.5  # never more than the taking-in
+    # most of its run-queue time outside the DataLoader (computing): little of it on the taking-in
+    assert main_queued_s(m, 0.3, 14, 42, 171) == pytest.approx(1.52 * 14 / (14 + 129))
+    assert main_queued_s({**m, "runq_s": 0.0}, 3.6, 150, 157, 168) == 0.0  # a main thread that had its core
+    assert main_queued_s(m, 0.0, 0, 157, 168) == 0.0 and main_queued_s(None, 3.6, 150, 157, 168) == 0.0

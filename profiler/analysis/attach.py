@@ -137,6 +137,35 @@ def main_thread(a: dict[str, Any]) -> dict[str, Any] | None:
     return max(mains, key=lambda t: int(t.get("samples") or 0)) if mains else None
 
 
+def main_queued_s(m: dict[str, Any] | None, recv_s: float, k_recv: int, k_wait: int, n_main: int) -> float:
+    """Seconds of the main thread's taking-in (``recv_s``, ``k_recv`` samples) that it spent waiting for a core: its
+    run-queue time over the window, apportioned over the samples in which it had work to run (taking a batch in, and
+    everything outside the DataLoader) — polling for a batch it is blocked and queues for no core — at most
+    ``recv_s``.
+
+    Why: ``run`` counts the main thread's run-queue delay during each step's wait as cpu contention, not transfer
+    (profiler/analysis/attribution.py), and it is right to: a main thread that waits for a core while it rebuilds a
+    batch's tensors is slowed by the cores being busy, not by the batch's size, and the fix is a core for the main
+    process. attach has the window's run-queue total only, not one per step. Without this, on
+    tests/jobs/h4_transfer.py beside two busy loops pinned to each core attach kept all of the taking-in as transfer
+    (100 % of the wait) where ``run``, on the same execution, measured 35 % of it as the main thread waiting for a core
+    (now attach: 37 %); in a CI run under load the two named different causes (issue 36 item 5)."""
+    if m is None or recv_s <= 0 or k_recv <= 0:
+        return 0.0
+    runq = float(m.get("runq_s") or 0.0)
+    busy = k_recv + max(0, n_main - k_wait)
+    return min(recv_s, runq * k_recv / busy)
+
+
+def _main_queued_of(stall: Stall, a: dict[str, Any]) -> float:
+    """``main_queued_s`` again from the record and its stall (for the recommendations)."""
+    m = main_thread(a)
+    k_wait, n_main = int(stall.get("wait_samples") or 0), int(stall.get("main_samples") or 0)
+    k_recv = min(int(((m or {}).get("wait_stages") or {}).get("transfer", 0)), k_wait)
+    recv_s = float(stall.get("seconds") or 0.0) * k_recv / k_wait if k_wait else 0.0
+    return main_queued_s(m, recv_s, k_recv, k_wait, n_main)
+
+
 def _main_load_kinds(m: dict[str, Any], wait_s: float, window_s: float) -> dict[str, float]:
     """workers = 0: the wait split by the main thread's own kernel clocks (see the module docstring)."""
     wall = float(m.get("wall_s") or window_s)
@@ -202,6 +231,7 @@ def analyze_attach(rec: RunRecord) -> RunRecord:
     # classify._receiving) is transfer as sampled; only the rest, waiting for a batch, is split by the workers' mix.
     k_recv = int(((m or {}).get("wait_stages") or {}).get("transfer", 0)) if workers else 0
     recv_s = wait_s * min(k_recv, k_wait) / k_wait if k_wait else 0.0
+    queued_s = main_queued_s(m, recv_s, min(k_recv, k_wait), k_wait, n_main)
     if workers == 0 and m is not None:
         kinds = _main_load_kinds(m, wait_s, window_s)
         total = sum(kinds.values())
@@ -209,11 +239,10 @@ def analyze_attach(rec: RunRecord) -> RunRecord:
         kinds, total = mix["kinds"], mix["total_s"]
     rest_s = wait_s - recv_s
     by_kind = {k: (rest_s * v / total if total > 0 else 0.0) for k, v in kinds.items()}
-    # All of it transfer, its waits for a core included: ``run`` splits those out per step with exact clocks
-    # (analysis/attribution.py), but attach has only the main thread's run-queue time over the whole window, which
-    # its own sampling on the same cores inflates; split by it, a job ``run`` measured at 58 % transfer / 42 %
-    # contention came out 50 / 50 and its verdict a coin flip (checked on tests/jobs/h4_transfer.py)
-    by_kind["transfer"] = by_kind.get("transfer", 0.0) + recv_s
+    # Taking the batch in is transfer, except the main thread's waits for a core in it: cpu contention, as ``run``
+    # counts them per step (analysis/attribution.py; see ``main_queued_s``)
+    by_kind["transfer"] = by_kind.get("transfer", 0.0) + recv_s - queued_s
+    by_kind["runqueue"] = by_kind.get("runqueue", 0.0) + queued_s
     by_cause = {c: 0.0 for c in vocab.CAUSE_NAMES}
     for k, v in by_kind.items():
         by_cause[vocab.KINDS[k][0]] += v
@@ -227,8 +256,9 @@ def analyze_attach(rec: RunRecord) -> RunRecord:
         "share_by_cause": {k: round(v / wait_s, 4) if wait_s > 0 else 0.0 for k, v in by_cause.items()},
         "by_kind": {k: round(v, 6) for k, v in by_kind.items()},
         "method": ("sampled: the main thread's share of stack samples inside DataLoader.__next__; those taking a "
-                   f"batch in ({min(k_recv, k_wait)} of {k_wait}) are transfer, the rest split by the producing "
-                   "workers' sampled stages and kernel clocks (profiler/analysis/attach.py)"),
+                   f"batch in ({min(k_recv, k_wait)} of {k_wait}) are transfer but for the main thread's waits "
+                   f"for a core ({queued_s:.3f} s, cpu), the rest split by the producing workers' sampled stages and "
+                   "kernel clocks (profiler/analysis/attach.py)"),
     }
     rec.stall = stall
     rec.stages = stage_table(a, m)
@@ -317,7 +347,14 @@ def recommendations(cause: str, stall: Stall, mix: dict[str, Any], workers: int,
 
     if cause == "cpu":
         runq = float(kinds.get("runqueue", 0.0))
-        if workers == 0:
+        queued = _main_queued_of(stall, a) if workers else 0.0
+        if queued > 0 and queued >= 0.5 * runq:
+            rec("Give the main process a core: fewer workers or model threads (torch.set_num_threads), or more cores",
+                f"{_pct(queued / wait) if wait > 0 else '0 %'} of the wait was the main thread waiting for a core "
+                f"while it took a batch in (the machine's CPU was {_pct(util) if util is not None else 'fully'} "
+                "busy): batches are not slow to send, the processes wait for a core",
+                "removes the wait for a core from each batch's way to the main process", "cpu")
+        elif workers == 0:
             rec("Use DataLoader workers: num_workers 2 or more",
                 f"with workers = 0 the main thread loads every batch itself: {_pct(stall['fraction'])} of its "
                 "samples were inside the DataLoader", "overlaps loading with the model step", "cpu")
