@@ -750,7 +750,7 @@ def test_headline_is_short_and_names_verdict_share_and_cause(runs):
     for k, h in words.items():
         assert len(h.split()) <= HEADLINE_WORDS_MAX, (k, h)
     assert words["input"] == "Input-bound: the GPU waited 41 % of the time, mostly for decoding in 2 workers."
-    assert words["input_cpu"].startswith("Moderately input-bound: the model (on the CPU) waited 41 %")
+    assert words["input_cpu"].startswith("Moderately input-bound: the model (CPU) waited 41 %")
     assert words["crowded"].endswith("mostly for a free core (2 workers oversubscribed).")
     assert "the GPU waited only" in words["compute"] and "GPU" not in words["shared"]
     assert "shared cores" in words["shared"] and "2 workers" in words["shared"]

@@ -274,6 +274,12 @@ def _show(v: Any) -> str:
     return str(v)
 
 
+def _loader(r: RunRecord) -> dict[str, Any]:
+    """The profiled loader's facts (job.loader: a script's workers and batch size live there), or {}."""
+    job: dict[str, Any] = dict(r.job or {})
+    return dict(job.get("loader") or {})
+
+
 def config_diffs(a: RunRecord, b: RunRecord) -> list[dict[str, Any]]:
     """Settings that differ between two runs, each with a short text such as ``workers 2 → 8``."""
     out: list[dict[str, Any]] = []
@@ -286,6 +292,12 @@ def config_diffs(a: RunRecord, b: RunRecord) -> list[dict[str, Any]]:
         va, vb = ca.get(k), cb.get(k)
         if va != vb:
             add(k, va, vb, k.replace("_", " "))
+    # A script's run keeps its loader's settings in job.loader (its config has no workers or batch size): runs of
+    # one script with --override-workers 0 and 2 are not "the same configuration".
+    la, lb = _loader(a), _loader(b)
+    for key, cfg_key, name in (("num_workers", "workers", "workers"), ("batch_size", "batch_size", "batch size")):
+        if ca.get(cfg_key) is None and cb.get(cfg_key) is None and la.get(key) != lb.get(key):
+            add(f"loader_{key}", la.get(key), lb.get(key), name)
     sa, sb = a.storage or {}, b.storage or {}
     ta, tb = sa.get("throttle") or {}, sb.get("throttle") or {}
     if ta and tb and ta.get("mechanism") != tb.get("mechanism"):
@@ -451,6 +463,8 @@ def compare(records: list[Any], names: list[str] | None = None, force: bool = Fa
              "samples": int(o.samples.sum()), "window_s": (r.window or {}).get("seconds"),
              "compute_device": (r.compute_device or {}).get("type"),
              "config": {k: v for k, v in (r.config or {}).items() if k not in IGNORED_CONFIG},
+             "loader": {k: _loader(r).get(k) for k in ("num_workers", "batch_size")},
+             "target": (r.job or {}).get("target"),
              "throttle": (r.storage or {}).get("throttle"), "cache_mode": (r.storage or {}).get("cache_mode"),
              "storage_text": _storage_text(r),
              "verdict": (r.verdict or {}).get("bottleneck"), "summary": (r.verdict or {}).get("summary")}

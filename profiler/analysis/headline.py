@@ -21,14 +21,26 @@ from .. import vocab
 if TYPE_CHECKING:  # annotations only
     from ..record import RunRecord
 
-#: The headline's length: a sentence read in one glance (the issue's "at most ~20 words").
-HEADLINE_WORDS_MAX = 22
+#: The headline's length: a sentence read in one glance (the issue's "at most ~20 words"; the longest real case,
+#: "Input-bound: the model (CPU) waited 99 % of the time, mostly for the dataset's own code in the main process.",
+#: is 20 words counting "%").
+HEADLINE_WORDS_MAX = 20
 
 # What the compute device waited for, as the headline says it (shorter than vocab's in-sentence words, which
 # explain; the headline only names).
 _WAITED_FOR = {"read": "file reads", "decode": "decoding", "augment": "augmentation",
                "getitem": "the dataset's own code", "collate": "collating", "transfer": "worker-to-main transfer",
                "h2d": "host-to-device copies", "other": "unexplained overhead"}
+
+# A cause as a headline names it: vocab's words explain in brackets ("CPU work (decode, augment, collate, waiting
+# for a core)"), which alone would take half of a 20-word headline.
+_CAUSE_SHORT = {"io": "storage reads", "cpu": "CPU work", "transfer": "worker-to-main transfer",
+                "other": "unexplained overhead"}
+
+
+def cause_words(cause: str) -> str:
+    """A cause in two or three words, for a headline."""
+    return _CAUSE_SHORT.get(cause) or (vocab.CAUSE[cause].words if cause in vocab.CAUSE else cause)
 
 
 class Figure(NamedTuple):
@@ -47,13 +59,13 @@ def _pct(x: float) -> str:
 
 
 def device_words(rec: RunRecord) -> str:
-    """The compute device as the subject of a sentence: "the GPU", or "the model (on the CPU)" on a CPU run (the CPU
-    is the compute device there, and the model's thread is what waits)."""
+    """The compute device as the subject of a sentence: "the GPU", or "the model (CPU)" on a CPU run (the CPU is the
+    compute device there, and the model's thread is what waits; the step chart's legend says "model (CPU)" too)."""
     dev = _d(rec.compute_device)
     if _d(rec.config).get("model") == "none" and _d(rec.job).get("kind") in (None, "builtin"):
         return "the loop (no model)"  # a loader-only run: nothing computes, the loop itself waits
     if dev.get("type") == "cpu":
-        return "the model (on the CPU)"
+        return "the model (CPU)"
     if dev.get("type") == "cuda":
         return "the GPU"
     return f"the {dev.get('type') or 'compute device'}"
@@ -95,7 +107,7 @@ def waited_for(rec: RunRecord, cause: str) -> str:
                 else "a free core (oversubscribed)")
     stage = _top(by_stage, of_cause)
     if stage is None:
-        return f"{vocab.CAUSE[cause].words}{_in_workers(rec)}" if cause in vocab.CAUSE else cause
+        return f"{cause_words(cause)}{_in_workers(rec)}"
     where = "" if stage in ("transfer", "h2d", "other") else _in_workers(rec)
     return (_WAITED_FOR.get(stage) or f"the stage {stage}") + where
 
@@ -160,6 +172,14 @@ def _what_ran(rec: RunRecord) -> Figure:
     return Figure(str(model), f"model, {c.get('mode') or 'train'} mode, {on}")
 
 
+def _secs(s: float) -> str:
+    """A window's length with two significant figures at least: a 20-step window of a fast loader lasts 20 ms, which
+    "0.0 s" would hide."""
+    if s >= 1 or s == 0:
+        return f"{s:.1f} s"
+    return f"{s:.2f} s" if s >= 0.1 else f"{s * 1000:.0f} ms" if s >= 0.01 else f"{s * 1000:.1f} ms"
+
+
 def key_figures(rec: RunRecord) -> list[Figure]:
     """The cards: throughput, idle share, workers x batch size, window, what ran. Values are figures or "—"."""
     tp, win, st = _d(rec.throughput), _d(rec.window), _d(rec.stall)
@@ -170,9 +190,35 @@ def key_figures(rec: RunRecord) -> list[Figure]:
         Figure(f"{sps:,.1f} samples/s", "throughput, measured window"),  # the record's figure, as the tables give it
         Figure(_pct(float(st.get("fraction", 0.0) or 0.0)), f"waiting for input ({float(st.get('seconds', 0)):.2f} s)"),
         Figure(f"{'—' if n is None else n} × {batch_size(rec)}", "workers × batch size"),
-        Figure(f"{float(win.get('seconds', 0) or 0):.1f} s", f"window: {steps} steps, {warm} warm-up"),
+        Figure(_secs(float(win.get("seconds", 0) or 0)), f"window: {steps} steps, {warm} warm-up"),
         _what_ran(rec),
     ]
+
+
+def no_change(rec: RunRecord) -> str:
+    """Why the page's "Do first" box holds no recommendation, in one sentence from the record: a run that waited
+    99 % of the time with "nothing points to a change" reads as a bug, while "no setting the what-if tried gains 5 %
+    or more (best: workers=4, +1 %); bound by cores: ..." is the answer (a loaded 2-core machine). Advice the
+    consistency check dropped is named with its reason when the what-if's best setting would gain more."""
+    from ..thresholds import GAIN_CLAIMED_FROM
+
+    v, w = _d(rec.verdict), _d(rec.whatif)
+    preds = [p for p in w.get("predictions") or [] if isinstance(p, dict) and not p.get("measured")
+             and isinstance(p.get("change"), (int, float))]
+    best = max(preds, key=lambda p: float(p["change"]), default=None)
+    dropped = [a for a in w.get("advice_rejected") or [] if isinstance(a, dict) and a.get("action")]
+    bound = str(w.get("binds_words") or v.get("binds") or "")
+    if v.get("bottleneck") == "compute" and best is None:
+        return "the input keeps up: only a faster model or device would make this job faster."
+    parts = []
+    if best is not None and float(best["change"]) < GAIN_CLAIMED_FROM:
+        parts.append(f"no setting the what-if tried gains {GAIN_CLAIMED_FROM * 100:.0f} % or more (best: "
+                     f"{best.get('setting')}, {float(best['change']) * 100:+.0f} %)")
+    elif dropped:
+        parts.append(f"“{str(dropped[0]['action']).rstrip('.')}” was dropped: {dropped[0].get('because') or 'no gain'}")
+    if bound:
+        parts.append(f"bound by {bound}")
+    return ("; ".join(parts) + ".") if parts else "nothing in this run points to a change worth making."
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -186,8 +232,7 @@ def attach_headline(rec: RunRecord) -> str:
     lo, hi = st.get("fraction_low"), st.get("fraction_high")
     iv = f" (95 %: {_pct(float(lo))}–{_pct(float(hi))})" if lo is not None and hi is not None else ""
     if b in vocab.CAUSE_NAMES:
-        words = vocab.CAUSE[b].words if b in vocab.CAUSE else b
-        return f"Input-bound (sampled): the main thread waited for batches {_pct(frac)}{iv}, mostly {words}."
+        return f"Input-bound (sampled): the main thread waited for batches {_pct(frac)}{iv}, mostly {cause_words(b)}."
     if b == "compute":
         return f"Compute-bound (sampled): the main thread waited for batches only {_pct(frac)}{iv}."
     return f"No verdict from the samples: the main thread waited for batches {_pct(frac)}{iv}."
@@ -227,9 +272,7 @@ def ranks_headline(v: dict[str, Any]) -> str:
         s = sts[0]
         waited = f"the others waited {_pct(float(s.get('waiting_share') or 0.0))} of each step for it"
         if s.get("kind") == "input":
-            cause = str(s.get("cause"))
-            words = vocab.CAUSE[cause].words if cause in vocab.CAUSE else cause
-            return f"Rank {s.get('rank')} straggles, input-bound on {words}: {waited}."
+            return f"Rank {s.get('rank')} straggles, input-bound on {cause_words(str(s.get('cause')))}: {waited}."
         return (f"Rank {s.get('rank')} straggles, slowest to compute ({float(s.get('compute_ms') or 0):.0f} vs "
                 f"{float(s.get('others_compute_ms') or 0):.0f} ms): {waited}.")
     if not n:

@@ -15,6 +15,12 @@ from .output import write_png
 from .units import mpl, printable, safe, stage_label
 
 
+def _side_label(stage: str, side: str) -> str:
+    """"collate (worker)"; a label that already names its side ("wait for batch (main)") is not told it twice."""
+    label = stage_label(stage)
+    return label if f"({side}" in label else f"{label} ({side})"
+
+
 def render_shares(rec: Any, out: Path, ctx: dict[str, Any]) -> Path:
     import matplotlib
 
@@ -23,7 +29,7 @@ def render_shares(rec: Any, out: Path, ctx: dict[str, Any]) -> Path:
 
     rows = sorted((rec.stages or {}).items(), key=lambda kv: (kv[1].get("per") != "main", kv[1].get("share", 0)))
     fig, ax = plt.subplots(figsize=(8, 0.4 * len(rows) + 1.5))
-    names = [mpl(f"{stage_label(k)} ({s.get('per')})") for k, s in rows]
+    names = [mpl(_side_label(k, str(s.get("per")))) for k, s in rows]
     share = [100 * float(s.get("share", 0)) for _, s in rows]
     err = [[100 * (float(s.get("share", 0)) - float(s.get("share_low", 0))) for _, s in rows],
            [100 * (float(s.get("share_high", 0)) - float(s.get("share", 0))) for _, s in rows]]

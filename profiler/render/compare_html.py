@@ -18,13 +18,62 @@ from .output import write_atomic
 from .units import printable, safe
 
 
-def render_html(comparison: dict[str, Any], png: bytes | None) -> str:
-    """The whole page as one string: inline CSS, the PNG as a data: URI, no external resource of any kind."""
+def render_html(comparison: dict[str, Any], png: bytes | None, stages_png: bytes | None = None) -> str:
+    """The whole page as one string: inline CSS, the PNGs as data: URIs, no external resource of any kind. ``png``
+    is the lead picture (throughput and stall by cause, compare_plots part "lead"; compare.png's four panels work
+    too), ``stages_png`` the per-stage panels shown beside the metrics."""
     shown, omitted = rows(comparison)
     return environment().get_template("compare.html.j2").render(
-        headline=printable(compare_headline(comparison)), cards=_cards(comparison),
+        headline=printable(compare_headline(comparison)), cards=_cards(comparison), changed=_changed(comparison),
+        run_rows=_run_rows(comparison), stories=_stories(comparison),
         c=safe(comparison), groups=groups(shown), titles=GROUP_TITLES, omitted=omitted,
-        png_b64=base64.b64encode(png).decode("ascii") if png else None)
+        png_b64=base64.b64encode(png).decode("ascii") if png else None,
+        stages_b64=base64.b64encode(stages_png).decode("ascii") if stages_png else None)
+
+
+def _stories(c: dict[str, Any]) -> list[str]:
+    """Each run's story (analysis/compare.py), less what the page already said above it: with two runs the h1 is the
+    story's first sentence and the changed line its "Differences"; what is left (a partial run's note) stays."""
+    head = compare_headline(c).rstrip(".")
+    out = []
+    for s in (c.get("sentences") or {}).values():
+        s = str(s)
+        if s.startswith(head):
+            s = s[len(head):].lstrip(". ")
+            note = s.find("Note:")
+            s = s[note:] if note >= 0 else ""
+        if s.strip():
+            out.append(printable(s.strip()))
+    return out
+
+
+def _changed(c: dict[str, Any]) -> list[str]:
+    """"B: workers 0 → 2" per run after the baseline: what differs, said under the answer (the headline says which
+    run is faster and where the time moved; this says what was changed to get there)."""
+    out = []
+    for lab, diffs in (c.get("config_diffs") or {}).items():
+        texts = [str(d.get("text")) for d in diffs if isinstance(d, dict) and d.get("text")]
+        out.append(printable(f"{c.get('baseline')} → {lab}: " + ("; ".join(texts) if texts else "same configuration")))
+    return out
+
+
+def _run_rows(c: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Runs table's cells: a script's run has no model, batch size or workers in its config; its loader's (job
+    facts) and its script's name are shown instead of empty cells."""
+    out = []
+    for r in c.get("runs") or []:
+        cfg, loader = r.get("config") or {}, r.get("loader") or {}
+
+        def pick(key: str, loader_key: str) -> str:
+            v = cfg.get(key)
+            v = loader.get(loader_key) if v is None else v
+            return "—" if v is None else printable(v)
+
+        target = r.get("target")
+        model = cfg.get("model") or (Path(str(target)).name if target else None)
+        out.append({"model": printable(model) if model else "—", "batch": pick("batch_size", "batch_size"),
+                    "workers": pick("workers", "num_workers")})
+    return out
 
 
 def _cards(c: dict[str, Any]) -> list[dict[str, str]]:
@@ -44,8 +93,12 @@ def _cards(c: dict[str, Any]) -> list[dict[str, str]]:
 def render(comparison: dict[str, Any], out_dir: Path, ctx: dict[str, Any]) -> Path:
     """The registry's entry point: compare.html, inlining compare.png when it was drawn before (``ctx["results"]``)."""
     png_path = (ctx.get("results") or {}).get("compare_png")
-    png = Path(png_path).read_bytes() if isinstance(png_path, Path) and png_path.is_file() else None
-    return write_atomic(Path(out_dir) / "compare.html", render_html(comparison, png))
+    lead = stages = None
+    if isinstance(png_path, Path) and png_path.is_file():  # plots on: the page's two pictures, drawn from the dict
+        from .compare_plots import render_png
+
+        lead, stages = render_png(comparison, part="lead"), render_png(comparison, part="stages")
+    return write_atomic(Path(out_dir) / "compare.html", render_html(comparison, lead, stages))
 
 
 def render_json(comparison: dict[str, Any], out_dir: Path, ctx: dict[str, Any]) -> Path:

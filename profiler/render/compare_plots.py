@@ -80,8 +80,11 @@ def _stall(ax: Axes, c: dict[str, Any]) -> None:
     ax.set_xticks(x, labels)
     ax.set_ylabel("seconds idle")
     ax.set_title("Stall by cause (measured window)")
-    ax.legend(fontsize=8, loc="upper left")
-    ax.margins(y=0.2)
+    # Room above the tallest bar for its label and the legend: margins() cannot add it, a stacked bar's top segment
+    # (even an empty one) is a sticky edge at the total.
+    top = float(bottom.max()) if len(bottom) else 0.0
+    ax.set_ylim(0, top * 1.45 if top > 0 else 1.0)
+    ax.legend(fontsize=8, loc="upper left", ncols=4)
 
 
 def _stages(ax: Axes, c: dict[str, Any], stat: str) -> None:
@@ -103,19 +106,26 @@ def _stages(ax: Axes, c: dict[str, Any], stat: str) -> None:
     ax.legend(fontsize=8)
 
 
-def render_png(comparison: dict[str, Any], dpi: int = 110) -> bytes:
-    """The four-panel figure as PNG bytes (no file I/O here; the caller writes or inlines it)."""
-    fig = Figure(figsize=(13, 8.5), layout="constrained")
+def render_png(comparison: dict[str, Any], dpi: int = 110, part: str = "all") -> bytes:
+    """The figure as PNG bytes (no file I/O here; the caller writes or inlines it). ``part``: "all" (compare.png's
+    four panels), "lead" (throughput and stall by cause: the page's first picture, short enough to sit on the first
+    screen under the answer) or "stages" (per-stage mean and p95, shown beside the metrics table)."""
+    rows = {"all": 2, "lead": 1, "stages": 1}[part]
+    fig = Figure(figsize=(13, 8.5 if rows == 2 else 4.1), layout="constrained")
     FigureCanvasAgg(fig)
-    axes = fig.subplots(2, 2)
-    _throughput(axes[0, 0], comparison)
-    _stall(axes[0, 1], comparison)
-    _stages(axes[1, 0], comparison, "mean")
-    _stages(axes[1, 1], comparison, "p95")
-    fig.suptitle("Runs side by side (baseline " + printable(comparison["baseline"]) + "); * = beyond run-to-run noise",
-                 fontsize=11)
-    fig.supxlabel("read, decode, augment: per sample; collate, transfer: per batch; wait, h2d, compute: per step",
-                  fontsize=9)
+    axes = fig.subplots(rows, 2, squeeze=False)
+    if part in ("all", "lead"):
+        _throughput(axes[0, 0], comparison)
+        _stall(axes[0, 1], comparison)
+    if part in ("all", "stages"):
+        _stages(axes[rows - 1, 0], comparison, "mean")
+        _stages(axes[rows - 1, 1], comparison, "p95")
+    if part != "stages":
+        fig.suptitle("Runs side by side (baseline " + printable(comparison["baseline"])
+                     + "); * = beyond run-to-run noise", fontsize=11)
+    if part != "lead":
+        fig.supxlabel("read, decode, augment: per sample; collate, transfer: per batch; wait, h2d, compute: per step",
+                      fontsize=9)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
     return buf.getvalue()

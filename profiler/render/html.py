@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import vocab
-from ..analysis.headline import headline, key_figures
+from ..analysis.headline import headline, key_figures, no_change
 from ..redact import is_sensitive_key, redact_argv, redact_text
 from .jinja import environment
 from .loader_facts import loader_lines
@@ -142,6 +142,20 @@ def _top_recommendation(rec: RunRecord) -> dict[str, str] | None:
     return {"action": printable(r.get("action") or ""), "gain": short_gain(full), "full": full}
 
 
+def _lead_note(rec: RunRecord) -> str | None:
+    """A line under the step chart when the headline names what the chart cannot show: the chart splits each wait by
+    the stage the awaited batch was in, while "mostly for a free core" comes from the kernel's view (the producing
+    threads waited in the run queue). Without it the bars (say, transfer) seem to contradict the headline."""
+    st = rec.stall or {}
+    kinds = {k: float(v) for k, v in (st.get("by_kind") or {}).items() if isinstance(v, (int, float))}
+    idle = float(st.get("seconds", 0.0) or 0.0)
+    if (rec.verdict or {}).get("bottleneck") != "cpu" or idle <= 0 or \
+            kinds.get("runqueue", 0.0) <= kinds.get("on_cpu", 0.0):
+        return None
+    return (f"The bars show the stage each awaited batch was in; the kernel saw the threads making it wait for a free "
+            f"core for {_pct(kinds['runqueue'] / idle, 0)} of the wait (Idle by cause).")
+
+
 def _stage_rows(rec: RunRecord) -> list[dict[str, Any]]:
     rows = []
     stages = rec.stages
@@ -264,10 +278,11 @@ def report_context(rec: RunRecord, images: dict[str, Any], plan: DetailPlan | No
     return {
         "headline": printable(headline(rec)), "cards": [{"value": printable(f.value), "label": printable(f.label)}
                                                         for f in key_figures(rec)],
-        "lead": next((f for f in figures if f["key"] == LEAD_FIGURE), None),
+        "lead": next((f for f in figures if f["key"] == LEAD_FIGURE), None), "lead_note": _lead_note(rec),
         "whatif_figure": next((f for f in figures if f["key"] == WHATIF_FIGURE), None),
         "plot_figures": [f for f in figures if f["key"] not in (LEAD_FIGURE, WHATIF_FIGURE)],
-        "top_rec": _top_recommendation(rec), "whatif_rows": rows, "whatif_notes": notes,
+        "top_rec": _top_recommendation(rec), "no_change": printable(no_change(rec)), "whatif_rows": rows,
+        "whatif_notes": notes,
         "whatif_bounds": [b for b in bounds if b["words"] != b["label"]],
         "verdict": verdict, "accent": BOTTLENECK_COLORS.get(verdict.get("bottleneck", ""), "#455a64"),
         "partial": bool(rec.partial), "partial_reason": rec.partial_reason, "device_line": _device_line(rec),

@@ -1,22 +1,53 @@
 """monitor.html: the answer first (what changed, when, why), the picture (monitor.png), then the windows' table."""
 from __future__ import annotations
 
+import base64
 import html
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from .. import vocab
+from ..analysis.headline import cause_words
 
 if TYPE_CHECKING:
     from ..monitor.record import MonitorRecord
 
 
-def _headline(rec: MonitorRecord) -> str:
+def _regime(x: str) -> str:
+    """A regime label of a change point ("io", "cpu", "compute", ...) in words a headline can hold."""
+    if x in vocab.CAUSE_NAMES:
+        return f"input-bound on {cause_words(x)}"
+    return {"compute": "compute-bound (the input keeps up)"}.get(x, x)
+
+
+def headline(rec: MonitorRecord) -> str:
+    """The page's h1 and the terminal's first line: what changed, when (the latest change point), or the one regime
+    with its wait share and main cause — at most ~20 words; each window's full sentence is in the table and the
+    change points' list."""
     if rec.changes:
         c = rec.changes[-1]
         n = len(rec.changes)
-        return f"{n} change point{'s' if n != 1 else ''}; the latest: {c.summary}"
-    if rec.windows:
-        return f"One regime throughout: {rec.windows[-1].summary}"
-    return "No window yet"
+        head = f"{n} change point{'s' if n != 1 else ''}; the latest"
+        if c.kind == "cause":
+            return f"{head}: from step {c.step:,} {_regime(c.after)} (was {_regime(c.before)})."
+        if c.kind == "throughput":
+            return f"{head}: from step {c.step:,} throughput fell from {c.before} to {c.after}."
+        if c.kind == "memory":
+            return f"{head}: from step {c.step:,} memory grew from {c.before} to {c.after}."
+        return f"{head}: {c.kind} from step {c.step:,}."
+    if not rec.windows:
+        return "No window yet: the job has not run a full window."
+    secs = sum(w.seconds for w in rec.windows)
+    idle: dict[str, float] = {}
+    for w in rec.windows:
+        for k, v in w.idle_by_cause_s.items():
+            idle[k] = idle.get(k, 0.0) + float(v)
+    share = sum(idle.values()) / secs if secs > 0 else 0.0
+    top = max(idle, key=lambda k: idle[k]) if any(v > 0 for v in idle.values()) else None
+    verdict = rec.windows[-1].bottleneck
+    kind = "compute-bound" if verdict == "compute" else "input-bound" if verdict in vocab.CAUSE_NAMES else verdict
+    return (f"One regime throughout: {kind}, waiting for input {share * 100:.0f} % of the time"
+            + (f", mostly {cause_words(top)}." if top and share >= 0.005 else "."))
 
 
 def write_monitor(rec: MonitorRecord, out: Path) -> list[Path]:
@@ -35,15 +66,20 @@ def write_monitor(rec: MonitorRecord, out: Path) -> list[Path]:
                     + f"<td>{e(w.bottleneck)}</td><td>{w.rss_bytes / 1e6:,.0f}</td>"
                     f"<td>{w.read_bytes / 1e6:,.1f} / {w.rchar / 1e6:,.1f}</td><td>{w.outside_s:.2f}</td>"
                     f"<td>{w.detail_steps}/{w.steps}</td><td>{w.span}</td></tr>")
+    png = out / "monitor.png"
+    img = (f'<img src="data:image/png;base64,{base64.b64encode(png.read_bytes()).decode("ascii")}" '
+           'alt="wait share by cause over the job" style="max-width:100%">') if rec.windows and png.is_file() else ""
+    last = f"<p><b>The last window:</b> {e(rec.windows[-1].summary)}</p>" if rec.windows else ""
     changes = "".join(f"<li><b>{e(c.kind)}</b> at step {c.step:,}: {e(c.summary)}<br><small>{e(c.statistic)}"
                       f"</small></li>" for c in rec.changes) or "<li>none</li>"
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>profiler monitor</title>
 <style>body{{font-family:sans-serif;max-width:1200px;margin:1em auto}}td,th{{padding:2px 6px;text-align:right}}
 table{{border-collapse:collapse;font-size:12px}}tr:nth-child(even){{background:#f4f4f4}}</style></head><body>
-<h1>{e(_headline(rec))}</h1>
+<h1 id="headline">{e(headline(rec))}</h1>
 <p>{e(str(rec.job.get('target', '')))} — {rec.steps_total:,} steps, {rec.windows_total:,} windows ({len(rec.windows)}
 kept), status: {e(rec.status)}</p>
-<img src="monitor.png" alt="wait share by cause over the job" style="max-width:100%">
+{img}
+{last}
 <h2>Change points</h2><ul>{changes}</ul>
 <details><summary>Windows (the last {len(rows)})</summary><table><tr><th>steps</th><th>epoch</th><th>start s</th>
 <th>samples/s</th><th>wait %</th><th>io %</th><th>cpu %</th><th>transfer %</th><th>other %</th><th>verdict</th>

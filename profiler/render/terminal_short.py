@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.text import Text
 
-from ..analysis.headline import headline, key_figures
+from ..analysis.headline import headline, key_figures, no_change
 from .loader_facts import loader_lines
 from .units import first_clause, ms, pct, printable, short_gain, stage_label, stage_order
 from .whatif_rows import table_rows
@@ -87,7 +87,8 @@ def figures_line(rec: RunRecord) -> str:
     32 · window 6.3 s (30 steps, 5 warm-up) · tiny (model, train mode, on the CPU)"."""
     f = key_figures(rec)
     workers, _, batch = f[2].value.partition(" × ")
-    parts = [f[0].value, f"{f[1].value} waiting for input", f"{workers} workers × batch {batch}",
+    plural = "" if workers == "1" else "s"
+    parts = [f[0].value, f"{f[1].value} waiting for input", f"{workers} worker{plural} × batch {batch}",
              f"window {f[3].value} ({f[3].label.split(': ', 1)[-1]})"]
     parts += [f"{x.value} ({x.label})" for x in f[4:]]
     return " · ".join(parts)
@@ -126,6 +127,8 @@ def print_short(rec: RunRecord, console: Console, out_files: list[str] | None = 
                 _line(console, "    expected: " + short_gain(r["expected_gain"], max(console.width - 14, 40)))
         if len(recs) > RECS_SHOWN:
             _line(console, f"    and {len(recs) - RECS_SHOWN} more (--details, report.html)")
+    else:  # said, not left out: a run that waited 99 % with no advice needs the reason
+        _line(console, "No change recommended: " + no_change(rec))
     findings = [f.get("message") if isinstance(f, dict) else f for f in rec.findings]
     for f in findings[:FINDINGS_SHOWN]:
         _one_line(console, str(f or ""), "! ", "")

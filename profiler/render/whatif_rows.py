@@ -17,8 +17,9 @@ def _sps(v: float | None) -> str:
 
 
 def _stage(r: dict[str, Any], c: Any) -> str:
-    name = r.get("words") or r["stage"]
-    return name + (" ← sets the pace" if r["stage"] == c.get("lowest") else "")
+    """The stage's short name (its long words, e.g. what shares the cores, are the row's "how" and the "Bound by"
+    line: said there, not three times)."""
+    return r["stage"] + (" ← sets the pace" if r["stage"] == c.get("lowest") else "")
 
 
 def ceiling_rows(rec: RunRecord) -> list[tuple[str, str, str, str]]:
@@ -66,7 +67,7 @@ def headline(rec: RunRecord) -> str:
     if not rows:
         return "No ceilings: this run measured no steps."
     parts = ", ".join(f"{r['stage']} {_sps(r['samples_per_s'])} ({r['basis']})" for r in rows)
-    lowest = c.get("lowest_words") or c.get("lowest")
+    lowest = c.get("lowest") or c.get("lowest_words")  # the short name: its words follow under the table
     meas = (rec.whatif or {}).get("measured") or {}
     now = estimate(c.get("samples_per_s"), meas.get("interval")).removeprefix("≈ ")
     return f"This run: {now} samples/s; alone, {parts} — the lowest ({lowest}) sets the pace."

@@ -1,0 +1,146 @@
+"""The first look (issue 34, audited): what a reader sees in ten seconds says something true and useful in every
+case the audit met on real runs — a run with no recommendation says why, a 20 ms window is not "0.0 s", a comparison
+of one script's runs names what changed (its loader's workers) instead of "same configuration", the compare page's
+lead picture is short enough for the first screen, and the ranks / attach headlines stay short.
+
+One real built-in run (tiny model, 4 steps) is shared by the module; the cases are that run's record with one section
+changed, so each test checks a renderer against a record it knows.
+"""
+from __future__ import annotations
+
+import copy
+import html as htmllib
+import io
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PIL import Image
+from rich.console import Console
+
+from profiler.analysis import analyze
+from profiler.analysis.headline import HEADLINE_WORDS_MAX, key_figures, no_change, ranks_headline
+from profiler.config import RunConfig
+from profiler.harness.data import make_sample_dataset
+from profiler.harness.runner import execute, prepare
+from profiler.record import RunRecord
+from profiler.render.html import render_html
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> RunRecord:
+    root = tmp_path_factory.mktemp("first_look")
+    data = make_sample_dataset(root / "data", count=32, size=(160, 120))
+    c = RunConfig(data=str(data), steps=4, warmup=1, workers=1, batch_size=8, model="tiny", image_size=64)
+    return analyze(execute(prepare(c)))
+
+
+def _with(rec: RunRecord, **sections: Any) -> RunRecord:
+    rec = copy.deepcopy(rec)
+    for k, v in sections.items():
+        setattr(rec, k, v)
+    return rec
+
+
+def _short(rec: RunRecord) -> str:
+    from profiler.render.terminal import print_report
+
+    buf = io.StringIO()
+    print_report(rec, Console(file=buf, width=80, force_terminal=False, color_system=None),
+                 out_files=["/tmp/out/report.html"], details=False)
+    return buf.getvalue()
+
+
+def _pred(setting: str, change: float) -> dict[str, Any]:
+    return {"kind": "workers", "setting": setting, "samples_per_s": 100.0 * (1 + change), "change": change,
+            "interval": [90.0, 120.0], "binds": "cores", "binds_words": "cores: 2 workers share 1.2 of 2 cores",
+            "assumption": "a"}
+
+
+def test_no_recommendation_says_why_on_the_page_and_the_terminal(run: RunRecord) -> None:
+    """A run that waited most of its time but got no advice (nothing the what-if tried gains 5 %): the "Do first" box
+    and the short view say so, with the best setting's gain and what binds, not "nothing points to a change"."""
+    whatif = dict(run.whatif, binds_words="cores: 2 workers share 1.2 of 2 cores", advice_rejected=[],
+                  predictions=[_pred("workers=2", 0.01), _pred("workers=4", 0.03)])
+    rec = _with(run, verdict=dict(run.verdict, bottleneck="cpu", recommendations=[]), whatif=whatif)
+    why = no_change(rec)
+    assert why == ("no setting the what-if tried gains 5 % or more (best: workers=4, +3 %); bound by cores: 2 workers "
+                   "share 1.2 of 2 cores.")
+    page = htmllib.unescape(render_html(rec, {}))  # the page alone (no plots drawn: the box is text)
+    box = page[page.index('id="top-recommendation"'):]
+    box = re.sub(r"<[^>]+>", "", box[:box.index("</div>")])
+    assert "No change recommended: " + why in " ".join(box.split())
+    short = _short(rec)
+    assert "No change recommended: " + why in " ".join(short.split())
+    assert len(short.splitlines()) <= 45
+    # A larger gain whose advice the consistency check dropped: the dropped advice is named with its reason.
+    dropped = dict(whatif, predictions=[_pred("workers=4", 0.9)],
+                   advice_rejected=[{"action": "Use DataLoader workers: num_workers 1",
+                                     "because": "the what-if puts 1 worker at +4 % (under 5 %)"}])
+    assert no_change(_with(rec, whatif=dropped)).startswith(
+        "“Use DataLoader workers: num_workers 1” was dropped: the what-if puts 1 worker at +4 % (under 5 %); bound by")
+    # The control: with a recommendation the box is the recommendation.
+    recs = [{"action": "Raise num_workers to 4", "reason": "r", "expected_gain": "≈ 200 samples/s"}]
+    page = render_html(_with(run, verdict=dict(run.verdict, recommendations=recs)), {})
+    assert "Do first:</b> Raise num_workers to 4" in page and "No change recommended" not in page
+
+
+@pytest.mark.parametrize("seconds, shown", [(0.0203, "20 ms"), (0.004, "4.0 ms"), (0.65, "0.65 s"), (6.71, "6.7 s")])
+def test_window_card_keeps_two_figures(run: RunRecord, seconds: float, shown: str) -> None:
+    """A fast loader's 20-step window lasts 20 ms: the card says so, not "0.0 s"."""
+    assert key_figures(_with(run, window=dict(run.window, seconds=seconds)))[3].value == shown
+
+
+def test_compare_of_one_scripts_runs_names_its_loaders_change(run: RunRecord, tmp_path: Path) -> None:
+    """Two runs of one script (--override-workers 0, then 2): a script's config has no workers, its loader's facts
+    do. The page says "A → B: workers 0 → 2" under the answer, the Runs table shows the loader's figures (no empty
+    or None cells), and the story is not said twice (the h1 is its first sentence)."""
+    from profiler.analysis.compare import compare
+    from profiler.analysis.headline import compare_headline
+    from profiler.render import write_compare
+
+    def script(workers: int) -> RunRecord:
+        job = {"kind": "script", "target": "/x/train.py", "loader": {"num_workers": workers, "batch_size": 8}}
+        return _with(run, job=job, config=dict(run.config, workers=None, batch_size=None, model=None))
+
+    c = compare([script(0), script(2)], names=["w0", "w2"])
+    assert [d["text"] for d in c["config_diffs"]["B"]] == ["workers 0 → 2"]
+    assert "Differences: workers 0 → 2" in c["sentences"]["B"]
+    write_compare(c, tmp_path)
+    page = htmllib.unescape((tmp_path / "compare.html").read_text())
+    assert "<b>A → B: workers 0 → 2</b>" in page
+    runs = page[page.index("<h2>Runs</h2>"):page.index("<h2>Metrics</h2>")]
+    cells = [re.sub(r"<[^>]+>", "", x).strip() for x in re.findall(r"<td[^>]*>(.*?)</td>", runs, flags=re.S)]
+    assert "None" not in cells and "" not in cells, cells
+    assert "train.py" in cells and "0" in cells and "2" in cells
+    body = page[page.index("<body>"):]
+    assert body.count(compare_headline(c).rstrip(".")) == 1  # the h1; the story below does not repeat it
+
+
+def test_compare_lead_picture_fits_under_the_answer(run: RunRecord) -> None:
+    """The page's lead picture (throughput and stall by cause) is one row: at the page's 1200 px it is under 400 px
+    tall, so with the answer and the cards above it (~180 px) it ends on a 768 px screen; compare.png keeps all four
+    panels."""
+    from profiler.analysis.compare import compare
+    from profiler.render.compare_plots import render_png
+
+    c = compare([run, copy.deepcopy(run)])
+    with Image.open(io.BytesIO(render_png(c, part="lead"))) as lead, \
+            Image.open(io.BytesIO(render_png(c))) as full:
+        assert lead.height * 1200 / lead.width < 400
+        assert full.height > 1.8 * lead.height
+
+
+def test_ranks_and_attach_headlines_stay_short(run: RunRecord) -> None:
+    """A cpu straggler's headline names "CPU work", not vocab's bracketed list (24 words before); the same for the
+    attach headline's cause."""
+    from profiler.analysis.headline import attach_headline
+
+    v = {"present": [0, 1], "skew_ms": {"mean": 3.0}, "slow_hosts": [],
+         "stragglers": [{"rank": 1, "kind": "input", "cause": "cpu", "waiting_share": 0.73}]}
+    assert ranks_headline(v) == "Rank 1 straggles, input-bound on CPU work: the others waited 73 % of each step for it."
+    att = _with(run, verdict={"bottleneck": "cpu"}, stall=dict(run.stall, fraction=0.97, fraction_low=0.95,
+                                                                fraction_high=0.99))
+    words = attach_headline(att)
+    assert words.endswith("mostly CPU work.") and len(words.split()) <= HEADLINE_WORDS_MAX
