@@ -144,3 +144,18 @@ def test_ranks_and_attach_headlines_stay_short(run: RunRecord) -> None:
                                                                 fraction_high=0.99))
     words = attach_headline(att)
     assert words.endswith("mostly CPU work.") and len(words.split()) <= HEADLINE_WORDS_MAX
+
+
+def test_the_lead_chart_says_when_the_headline_cause_is_the_kernels(run: RunRecord) -> None:
+    """A dataset that reads its files in plain __getitem__ code: the step chart shows "your __getitem__", the
+    headline (from the kernel's view: blocked on the device) says storage reads; a line under the chart reconciles
+    them. Where the chart's stage is the cause itself (a timed read stage), no line."""
+    stall = dict(run.stall, seconds=1.0, fraction=0.9, by_cause={"io": 0.9, "cpu": 0.1, "transfer": 0.0, "other": 0.0},
+                 by_stage={"getitem": 0.95, "collate": 0.05},
+                 by_kind={"on_cpu": 0.05, "runqueue": 0.05, "blocked_device": 0.88, "blocked_other": 0.02})
+    rec = _with(run, stall=stall, verdict=dict(run.verdict, bottleneck="io", severity="highly input-bound"))
+    page = htmllib.unescape(render_html(rec, {"step_time": "not drawn in this test"}))
+    assert ("per the kernel, the threads making those batches spent 88 % of the wait blocked on storage reads"
+            in page), page[page.index('id="answer"'):][:3000]
+    timed = _with(rec, stall=dict(stall, by_stage={"read": 0.95, "collate": 0.05}))
+    assert "per the kernel" not in htmllib.unescape(render_html(timed, {"step_time": "not drawn in this test"}))

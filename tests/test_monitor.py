@@ -118,6 +118,21 @@ def test_report_renders_the_folder(phased: tuple[Path, subprocess.CompletedProce
     html = (tmp_path / "monitor.html").read_text()
     assert "change point" in html and "step" in html
     assert (tmp_path / "monitor.png").stat().st_size > 1000
+    # The answer first (issue 34): the h1 and the terminal's first line are the same short sentence, naming the
+    # latest change; the picture is inlined (the page travels alone, as report.html does).
+    from html import unescape
+
+    from profiler.render.monitor_html import headline
+
+    rec = load(out / "rec")
+    h1 = unescape(html[html.index('<h1 id="headline">') + 18:html.index("</h1>")])
+    assert h1 == headline(rec) and len(h1.split()) <= 20, h1
+    assert h1.endswith("input-bound on CPU work (was input-bound on storage reads).")
+    assert " ".join(r.stdout.split()).startswith(h1)
+    assert 'src="data:image/png;base64,' in html and 'src="monitor.png"' not in html
+    rec.changes = []  # one regime: its wait share and main cause, still short
+    one = headline(rec)
+    assert one.startswith("One regime throughout: input-bound, waiting for input ") and len(one.split()) <= 20
 
 
 def _real_windows(phased_out: Path) -> list[WindowSummary]:

@@ -142,18 +142,31 @@ def _top_recommendation(rec: RunRecord) -> dict[str, str] | None:
     return {"action": printable(r.get("action") or ""), "gain": short_gain(full), "full": full}
 
 
+# What the kernel saw the producing threads do, per verdict cause, when that (not the stage) is the headline's cause.
+_KERNEL_WORDS = {"io": ("blocked_device", "blocked on storage reads"),
+                 "cpu": ("runqueue", "waiting for a free core")}
+
+
 def _lead_note(rec: RunRecord) -> str | None:
-    """A line under the step chart when the headline names what the chart cannot show: the chart splits each wait by
-    the stage the awaited batch was in, while "mostly for a free core" comes from the kernel's view (the producing
-    threads waited in the run queue). Without it the bars (say, transfer) seem to contradict the headline."""
+    """A line under the step chart when the headline names what the chart cannot show. The chart splits each wait
+    by the stage the awaited batch was in (a dataset that reads its files in plain ``__getitem__`` code shows as
+    "your __getitem__"), while "mostly for storage reads" or "mostly for a free core" can come from the kernel's view
+    (blocked on the device; waiting in the run queue). Without the line the bars seem to contradict the headline."""
     st = rec.stall or {}
-    kinds = {k: float(v) for k, v in (st.get("by_kind") or {}).items() if isinstance(v, (int, float))}
+    cause = str((rec.verdict or {}).get("bottleneck") or "")
     idle = float(st.get("seconds", 0.0) or 0.0)
-    if (rec.verdict or {}).get("bottleneck") != "cpu" or idle <= 0 or \
-            kinds.get("runqueue", 0.0) <= kinds.get("on_cpu", 0.0):
+    if cause not in _KERNEL_WORDS or idle <= 0:
         return None
-    return (f"The bars show the stage each awaited batch was in; the kernel saw the threads making it wait for a free "
-            f"core for {_pct(kinds['runqueue'] / idle, 0)} of the wait (Idle by cause).")
+    kinds = {k: float(v) for k, v in (st.get("by_kind") or {}).items() if isinstance(v, (int, float))}
+    stages = {k: float(v) for k, v in (st.get("by_stage") or {}).items() if isinstance(v, (int, float))}
+    kind, words = _KERNEL_WORDS[cause]
+    top = max(stages, key=lambda k: stages[k]) if stages else None
+    top_cause = vocab.STAGE[top].cause if top in vocab.STAGE else None
+    shown = top_cause == cause and (cause != "cpu" or kinds.get("runqueue", 0.0) <= kinds.get("on_cpu", 0.0))
+    if shown or kinds.get(kind, 0.0) <= 0.25 * idle:
+        return None
+    return (f"The bars show the stage each awaited batch was in; per the kernel, the threads making those batches "
+            f"spent {_pct(kinds[kind] / idle, 0)} of the wait {words} (Idle by cause).")
 
 
 def _stage_rows(rec: RunRecord) -> list[dict[str, Any]]:

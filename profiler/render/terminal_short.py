@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.table import Table
 from rich.text import Text
 
 from ..analysis.headline import headline, key_figures, no_change
@@ -121,10 +122,15 @@ def print_short(rec: RunRecord, console: Console, out_files: list[str] | None = 
     recs: list[Any] = list(v.get("recommendations") or [])
     if recs:
         _line(console, "Recommendations:", "bold")
+        grid = Table.grid(padding=(0, 1))  # a hanging indent: a wrapped action stays right of its number
+        grid.add_column(justify="right", no_wrap=True)
+        grid.add_column()
         for i, r in enumerate(recs[:RECS_SHOWN], 1):
-            _line(console, f" {i}. {r.get('action', '')}")
+            grid.add_row(f"{i}.", Text(printable(str(r.get("action", "")))))
             if r.get("expected_gain"):
-                _line(console, "    expected: " + short_gain(r["expected_gain"], max(console.width - 14, 40)))
+                grid.add_row("", Text("expected: " + printable(short_gain(r["expected_gain"],
+                                                                          max(console.width - 14, 40)))))
+        console.print(grid, highlight=False)
         if len(recs) > RECS_SHOWN:
             _line(console, f"    and {len(recs) - RECS_SHOWN} more (--details, report.html)")
     else:  # said, not left out: a run that waited 99 % with no advice needs the reason
