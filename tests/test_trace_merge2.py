@@ -141,3 +141,19 @@ def test_torchrun_pair_each_rank_with_its_own_profiler(tmp_path: Path) -> None:
         shutil.copy(path, folder / path.name)
     analyzer = _hta(folder)
     assert sorted(analyzer.t.traces) == [0, 1] and len(analyzer.get_profiler_steps()) >= 3
+
+
+def test_legacy_autograd_profiler_cut_off_by_the_window(tmp_path: Path) -> None:
+    """workers=0, the older ``with torch.autograd.profiler.profile()`` block, exported after it: the window's close
+    stops the job before the export, so the profiler exports the stopped legacy profiler itself and merges it."""
+    from profiler.instrument import torch_profiler_hooks
+
+    assert torch_profiler_hooks._legacy_class() is not None  # the public seam is where the watch expects it
+    run, tr = _run(tmp_path, 0, "legacy")
+    assert not (tr / "legacy.json").exists()
+    rec = record.load(run / "run.json")
+    analyze(rec)
+    listed = rec.torch_traces["traces"]  # type: ignore[index]
+    assert [(Path(t["path"]).name, t["by"]) for t in listed] == [("job_profiler0.pt.trace.json", "job_profiler")]
+    check_merged(json.loads((run / "torch_trace.json").read_text()), _read(run / "job_profiler0.pt.trace.json"), rec,
+                 workers=0)

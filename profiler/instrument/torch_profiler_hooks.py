@@ -5,9 +5,11 @@ Two things happen here, nothing else (the merge itself is render/kineto_merge.py
 1. **Where the job's traces go.** ``tensorboard_trace_handler``, a job's own ``on_trace_ready`` and a direct
    ``prof.export_chrome_trace(path)`` all end in one method, ``torch.profiler.profiler._KinetoProfile
    .export_chrome_trace``; :class:`TraceWatch` wraps it while the job runs, calls the original first with the job's
-   own arguments and only then notes the path (absolute: the job may ``chdir`` later). The job's file is never read
-   or changed here. The class is private torch detail: :func:`check` says when a torch release moves it
-   (tests/test_trace_merge.py fails loudly), and the watch is then left out with one line rather than guessing.
+   own arguments and only then notes the path (absolute: the job may ``chdir`` later). The older
+   ``torch.autograd.profiler.profile(...).export_chrome_trace(path)`` (public, kineto's JSON too) is noted the same
+   way. The job's file is never read or changed here. The class is private torch detail: :func:`check` says when a
+   torch release moves it (tests/test_trace_merge.py fails loudly), and the watch is then left out with one line
+   rather than guessing.
 2. **The clocks.** Our times are ``time.perf_counter_ns`` (CLOCK_MONOTONIC) relative to the run's ``t0``; kineto's are
    CLOCK_REALTIME (its events are ``baseTimeNanoseconds + ts µs``: checked empirically on torch 2.14, a
    ``ProfilerStep#N`` starts inside the ``prof.step()`` call that opened it). The watch reads the two clocks side by
@@ -37,6 +39,8 @@ MAX_TRACES = 64
 # At most this many of the job's torch.profilers are held until the run's end, for export_pending.
 MAX_HELD_PROFILERS = 4
 _CLOCK_READS = 7
+# Per thread: inside the watched _KinetoProfile export (its nested legacy export is not noted again).
+_inside = threading.local()
 
 
 def clock_offset_ns() -> tuple[int, int]:
@@ -56,6 +60,16 @@ def _kineto_class() -> Any:
     from torch.profiler import profiler as _p
 
     return getattr(_p, "_KinetoProfile", None)
+
+
+def _legacy_class() -> Any:
+    """``torch.autograd.profiler.profile`` (the older, still public API; kineto's JSON too): its
+    ``export_chrome_trace(path)`` is watched beside ``_KinetoProfile``'s (which calls it inside)."""
+    import torch.autograd.profiler as _a
+
+    cls = getattr(_a, "profile", None)
+    fn = getattr(cls, "__dict__", {}).get("export_chrome_trace")
+    return cls if callable(fn) else None
 
 
 def check() -> list[str]:
@@ -98,6 +112,8 @@ class TraceWatch:
         self.bracket_ns = 0
         self._orig: Callable[..., Any] | None = None
         self._orig_prepare: Callable[..., Any] | None = None
+        self._orig_legacy: Callable[..., Any] | None = None
+        self._orig_enter: Callable[..., Any] | None = None
         # Called with a torch.profiler about to start (OwnProfiler.step_aside): two cannot run at once (kineto
         # cancels the first, and stopping it then crashed the process: a segfault on torch 2.14).
         self.before_start: Callable[[Any], None] | None = None
@@ -133,7 +149,12 @@ class TraceWatch:
 
         @functools.wraps(orig)
         def export_chrome_trace(prof: Any, path: str, *args: Any, **kwargs: Any) -> Any:
-            result = orig(prof, path, *args, **kwargs)  # the job's call, first and unchanged
+            outer = getattr(_inside, "kineto", False)
+            _inside.kineto = True  # the legacy export it calls inside is not a trace of its own
+            try:
+                result = orig(prof, path, *args, **kwargs)  # the job's call, first and unchanged
+            finally:
+                _inside.kineto = outer
             try:
                 watch._exported.add(id(prof))
                 watch.started = [p for p in watch.started if p is not prof]  # exported: not held any longer
@@ -150,9 +171,7 @@ class TraceWatch:
             try:
                 if hook is not None:
                     hook(prof)
-                if (prof is not watch.own_profiler and os.getpid() == watch._pid
-                        and len(watch.started) < MAX_HELD_PROFILERS and all(p is not prof for p in watch.started)):
-                    watch.started.append(prof)
+                watch._hold(prof)
             except Exception:  # noqa: BLE001 - stepping aside must never fail the job's own start
                 pass
             return orig_prepare(prof, *args, **kwargs)
@@ -160,7 +179,50 @@ class TraceWatch:
         self._orig, self._orig_prepare = orig, orig_prepare
         cls.export_chrome_trace = export_chrome_trace
         cls.prepare_trace = prepare_trace
+        self._install_legacy()
         return True
+
+    def _hold(self, prof: Any) -> None:
+        """Hold a job's profiler that starts (for export_pending), at most MAX_HELD_PROFILERS."""
+        if (prof is not self.own_profiler and os.getpid() == self._pid
+                and len(self.started) < MAX_HELD_PROFILERS and all(p is not prof for p in self.started)):
+            self.started.append(prof)
+
+    def _install_legacy(self) -> None:
+        """Also note ``torch.autograd.profiler.profile(...).export_chrome_trace(path)``, unless it runs inside the
+        watched ``_KinetoProfile`` export (which calls it, with a temporary file for ``.gz``)."""
+        legacy = _legacy_class()
+        if legacy is None:
+            return
+        orig_legacy = legacy.__dict__["export_chrome_trace"]
+        watch = self
+
+        @functools.wraps(orig_legacy)
+        def export_chrome_trace(prof: Any, path: Any, *args: Any, **kwargs: Any) -> Any:
+            result = orig_legacy(prof, path, *args, **kwargs)  # the job's call, first and unchanged
+            if not getattr(_inside, "kineto", False):
+                try:
+                    watch._exported.add(id(prof))
+                    watch.started = [p for p in watch.started if p is not prof]
+                    watch._noted(path)
+                except Exception:  # noqa: BLE001 - noting a path must never fail the job's export
+                    pass
+            return result
+
+        orig_enter = legacy.__dict__["__enter__"]
+
+        @functools.wraps(orig_enter)
+        def __enter__(prof: Any) -> Any:
+            result = orig_enter(prof)  # a `with torch.autograd.profiler.profile()` block of the job's
+            try:
+                watch._hold(prof)
+            except Exception:  # noqa: BLE001
+                pass
+            return result
+
+        self._orig_legacy, self._orig_enter = orig_legacy, orig_enter
+        legacy.export_chrome_trace = export_chrome_trace
+        legacy.__enter__ = __enter__
 
     def uninstall(self) -> None:
         if self._orig is None:
@@ -170,7 +232,11 @@ class TraceWatch:
             cls.export_chrome_trace = self._orig
             if self._orig_prepare is not None:
                 cls.prepare_trace = self._orig_prepare
-        self._orig = self._orig_prepare = None
+        legacy = _legacy_class()
+        if legacy is not None and self._orig_legacy is not None:
+            legacy.export_chrome_trace = self._orig_legacy
+            legacy.__enter__ = self._orig_enter
+        self._orig = self._orig_prepare = self._orig_legacy = self._orig_enter = None
 
     def export_pending(self, folder: Path) -> list[Path]:
         """The job's torch.profilers that stopped without exporting (``--then exit`` stopped the job before its
@@ -195,12 +261,18 @@ class TraceWatch:
                 return out  # still one we did not see start: not ours to stop or export
         except Exception:  # noqa: BLE001
             return out
+        legacy = _legacy_class()
         for k, prof in enumerate(held):
-            if (id(prof) in self._exported and id(prof) not in stopped) or getattr(prof, "profiler", None) is None:
+            old = legacy is not None and isinstance(prof, legacy)  # torch.autograd.profiler.profile
+            if (id(prof) in self._exported and id(prof) not in stopped) or \
+                    (getattr(prof, "kineto_results", None) is None if old else getattr(prof, "profiler", None) is None):
                 continue
             path = Path(folder) / f"job_profiler{k}.pt.trace.json"
             try:
-                self._orig_export(prof, str(path))
+                if old:
+                    (self._orig_legacy or legacy.__dict__["export_chrome_trace"])(prof, str(path))
+                else:
+                    self._orig_export(prof, str(path))
             except Exception:  # noqa: BLE001 - nothing recorded, or a torch that cannot export it: no merge
                 continue
             if path.is_file():
@@ -210,7 +282,12 @@ class TraceWatch:
 
     def _orig_export(self, prof: Any, path: str) -> None:
         fn = self._orig or _kineto_class().__dict__["export_chrome_trace"]
-        fn(prof, path)
+        outer = getattr(_inside, "kineto", False)
+        _inside.kineto = True  # noted by the caller, with its own ``by``
+        try:
+            fn(prof, path)
+        finally:
+            _inside.kineto = outer
 
     def own(self, path: str | os.PathLike[str]) -> None:
         """``path`` is the profiler's own export (``--torch-profiler``), not the job's."""
@@ -242,7 +319,9 @@ class TraceWatch:
 def _stop_left_running(prof: Any) -> bool:
     """Stop a job's torch.profiler that is still recording, with its ``on_trace_ready`` left out (see
     ``TraceWatch.export_pending``); True when it was recording. Its events stay in it for the export."""
-    inner = getattr(prof, "profiler", None)
+    legacy = _legacy_class()
+    old = legacy is not None and isinstance(prof, legacy)  # torch.autograd.profiler.profile: it is the inner one
+    inner = prof if old else getattr(prof, "profiler", None)
     # autograd.profiler.profile sets kineto_results when it stops: None while a cycle records.
     if inner is None or not getattr(inner, "entered", False) or getattr(inner, "kineto_results", None) is not None:
         return False
@@ -250,7 +329,10 @@ def _stop_left_running(prof: Any) -> bool:
     try:
         if ready is not None:
             prof.on_trace_ready = None
-        prof.stop()
+        if old:
+            prof.__exit__(None, None, None)
+        else:
+            prof.stop()
     except Exception:  # noqa: BLE001 - a profiler that cannot stop: left as it was
         return False
     finally:

@@ -5,7 +5,8 @@ profiler is still recording when the job ends (kineto left running crashed the i
 argv: WORKERS TRACE_DIR MODE. MODE ``cycles``: a schedule repeating every 6 steps, each cycle written by
 ``tensorboard_trace_handler(use_gzip=True)``, with shapes, memory events and Python stacks (kineto's own Python
 spans partly overlap there); ``plain``: no schedule, ``prof.export_chrome_trace`` after the stop (no
-ProfilerStep spans in the trace: a profiler never given a schedule records none)."""
+ProfilerStep spans in the trace: a profiler never given a schedule records none); ``legacy``: a
+``with torch.autograd.profiler.profile()`` block, ``export_chrome_trace`` after it."""
 import os
 import sys
 import time
@@ -33,6 +34,14 @@ if __name__ == "__main__":
     os.makedirs(trace_dir, exist_ok=True)
     loader = DataLoader(Slow(), batch_size=4, num_workers=workers)
     model = torch.nn.Linear(16, 16)
+    if mode == "legacy":  # the older torch.autograd.profiler.profile, exported after its block
+        with torch.autograd.profiler.profile() as old:
+            for n, x in enumerate(loader):
+                model(x).sum().backward()
+                if n >= 20:
+                    break
+        old.export_chrome_trace(os.path.join(trace_dir, "legacy.json"))
+        sys.exit(0)
     if mode == "cycles":
         prof = profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=4),
                        on_trace_ready=tensorboard_trace_handler(trace_dir, use_gzip=True),
