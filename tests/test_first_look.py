@@ -159,3 +159,32 @@ def test_the_lead_chart_says_when_the_headline_cause_is_the_kernels(run: RunReco
             in page), page[page.index('id="answer"'):][:3000]
     timed = _with(rec, stall=dict(stall, by_stage={"read": 0.95, "collate": 0.05}))
     assert "per the kernel" not in htmllib.unescape(render_html(timed, {"step_time": "not drawn in this test"}))
+
+
+def _card_ok(value: str) -> bool:
+    return value.strip() not in ("", "?", "None", "none", "nan") and "none" not in value.split() and "?" not in value
+
+
+def test_ranks_and_attach_pages_have_cards_that_read_as_figures(run: RunRecord) -> None:
+    """The ranks page (a torchrun job's report.html) and an attach record's report.html lead with 3-5 cards like a
+    run's page: no card reads none / ? on a straggler, on no straggler, or on an attach record."""
+    from profiler.analysis.headline import attach_figures, ranks_figures
+
+    ranks = [{"rank": 0, "samples_per_s": 100.0}, {"rank": 1, "samples_per_s": 99.5}]
+    base = {"world_size": 2, "present": [0, 1], "missing": [], "skew_ms": {"mean": 4.7, "max": 16.6}, "ranks": ranks,
+            "slow_hosts": [], "stragglers": []}
+    slow = dict(base, stragglers=[{"rank": 1, "kind": "input", "cause": "cpu", "waiting_share": 0.73}])
+    for view in (base, slow):
+        figs = ranks_figures(view)
+        assert 3 <= len(figs) <= 5 and all(_card_ok(f.value) for f in figs), figs
+    assert [f.value for f in ranks_figures(slow)] == ["2 of 2", "rank 1", "73 %", "4.7 ms", "199.5 samples/s"]
+    assert ranks_figures(base)[1].value == "no straggler"
+    att = _with(run, verdict={"bottleneck": "cpu"},
+                stall=dict(run.stall, fraction=0.97, fraction_low=0.95, fraction_high=0.99),
+                attach={"seconds": 10.1, "sampler": {"rate_hz": 20, "samples": 2025},
+                        "processes": [{"role": "main"}, {"role": "worker"}, {"role": "worker"}]})
+    figs = attach_figures(att)
+    assert [f.value for f in figs] == ["97 %", "CPU work", "2 workers", "10.1 s"]
+    assert figs[0].label == "main thread waiting for batches (95 %: 95 %–99 %)"
+    bare = attach_figures(_with(att, verdict={}, attach={}))  # an old or thin record: still figures or "—"
+    assert all(_card_ok(f.value) for f in bare), bare

@@ -295,3 +295,57 @@ def sweep_headline(doc: dict[str, Any]) -> str:
     if best.get("label") == base.get("label"):
         return f"Best setting: {best['label']} (the first point), {sps:,.0f} samples/s{tail}."
     return f"Best setting: {best['label']}, {sps:,.0f} samples/s, {ratio:.2f}x {base.get('label')}{tail}."
+
+
+def ranks_figures(v: dict[str, Any]) -> list[Figure]:
+    """The ranks page's cards: ranks with a record, the straggler (or none), the share of each step the others wait
+    for it, the step-time skew, and the ranks' samples/s together. Values are figures or words, never "none"."""
+    present, missing = list(v.get("present") or []), list(v.get("missing") or [])
+    out = [Figure(f"{len(present)} of {v.get('world_size') or len(present)}",
+                  "ranks with a record" + (f", {len(missing)} missing" if missing else ""))]
+    sts, hosts = list(v.get("stragglers") or []), list(v.get("slow_hosts") or [])
+    if hosts:
+        out.append(Figure(f"host {hosts[0].get('hostname')}", "slow as a whole"))
+    if sts:
+        s = sts[0]
+        why = (f"input-bound on {cause_words(str(s.get('cause')))}" if s.get("kind") == "input"
+               else "slowest to compute")
+        out.append(Figure(f"rank {s.get('rank')}", f"straggler: {why}"))
+        out.append(Figure(_pct(float(s.get("waiting_share") or 0.0)), "of each step the others wait for it"))
+    elif not hosts:
+        out.append(Figure("no straggler", "the ranks keep pace"))
+    skew = _d(v.get("skew_ms"))
+    if skew.get("mean") is not None:
+        top = float(skew.get("max") or 0.0)
+        out.append(Figure(f"{float(skew['mean']):.1f} ms", f"step-time skew, mean (max {top:.1f} ms)"))
+    ranks = [r for r in v.get("ranks") or [] if isinstance(r, dict)]
+    rates = [float(r["samples_per_s"]) for r in ranks if isinstance(r.get("samples_per_s"), (int, float))]
+    if rates and len(rates) == len(ranks) and len(out) < 5:
+        out.append(Figure(f"{sum(rates):,.1f} samples/s", f"all {len(rates)} ranks together"))
+    return out[:5]
+
+
+def attach_figures(rec: RunRecord) -> list[Figure]:
+    """An attach page's cards: the sampled wait with its interval, its main cause, the workers found, and how long
+    and how densely the job was sampled."""
+    v, st, a = _d(rec.verdict), _d(rec.stall), _d(rec.attach)
+    frac = float(st.get("fraction", 0.0) or 0.0)
+    lo, hi = st.get("fraction_low"), st.get("fraction_high")
+    iv = f" (95 %: {_pct(float(lo))}–{_pct(float(hi))})" if lo is not None and hi is not None else ""
+    b = str(v.get("bottleneck") or "")
+    shares = {k: float(x) for k, x in _d(st.get("share_by_cause")).items() if isinstance(x, (int, float))}
+    if b in vocab.CAUSE_NAMES:
+        cause = Figure(cause_words(b), "what the wait was mostly")
+    elif b == "compute":
+        cause = Figure("the model", "sets the pace: the input keeps up")
+    else:
+        top = max(shares, key=lambda k: shares[k]) if any(shares.values()) else None
+        cause = Figure(cause_words(top) if top else "—", "largest share of the wait")
+    procs = [p for p in a.get("processes") or [] if isinstance(p, dict)]
+    workers = sum(1 for p in procs if p.get("role") == "worker")
+    sampler = _d(a.get("sampler"))
+    rate = f"{sampler.get('rate_hz')} Hz" if sampler.get("rate_hz") else "its rate"
+    return [Figure(_pct(frac), "main thread waiting for batches" + iv), cause,
+            Figure(f"{workers} worker{'s' if workers != 1 else ''}", "DataLoader workers found"),
+            Figure(f"{float(a.get('seconds') or 0):.1f} s",
+                   f"sampled at {rate} ({int(sampler.get('samples') or 0):,} stack samples)")]

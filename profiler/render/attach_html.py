@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import vocab
-from ..analysis.headline import attach_headline
+from ..analysis.headline import attach_figures, attach_headline
 from ..redact import redact_value
 from .attach_terminal import NOT_DRAWN
 from .jinja import environment
@@ -52,7 +52,9 @@ def render(rec: Any, out: Path, ctx: dict[str, Any]) -> Path:
     img = base64.b64encode(Path(shares).read_bytes()).decode() if isinstance(shares, Path) else None
     a = safe(redact_value(dict(rec.attach or {})))
     html = environment().get_template("attach.html.j2").render(
-        headline=printable(attach_headline(rec)), verdict=safe(redact_value(rec.verdict or {})),
+        headline=printable(attach_headline(rec)),
+        cards=[{"value": printable(f.value), "label": printable(f.label)} for f in attach_figures(rec)],
+        verdict=safe(redact_value(rec.verdict or {})),
         stages=safe(rec.stages or {}), attach=a,
         stall=rec.stall or {}, partial=rec.partial_reason if rec.partial else None, img=img,
         shares_error=None if img else shares, not_drawn=NOT_DRAWN, findings=safe(rec.findings or []))

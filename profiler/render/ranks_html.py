@@ -22,11 +22,13 @@ def render_html(view: dict[str, Any], png: bytes | None, folder: Path | None = N
     """The whole page as one string: inline CSS, the PNG as a data: URI, nothing fetched. A rank's record links to
     its own report where that is in ``folder`` (a shared --out, or rank 0's node)."""
     local = {r: _local_report(folder, r) for r in view["present"]}
-    from ..analysis.headline import ranks_headline
+    from ..analysis.headline import ranks_figures, ranks_headline
     from .units import printable
 
+    cards = [{"value": printable(f.value), "label": printable(f.label)} for f in ranks_figures(view)]
     return environment().get_template("ranks.html.j2").render(
-        headline=printable(ranks_headline(view)), v=view, local=local, headers=HEADERS, rows=table_rows(view),
+        headline=printable(ranks_headline(view)), cards=cards, v=view, local=local, headers=HEADERS,
+        rows=table_rows(view),
         skew_mean=figure(view["skew_ms"]["mean"]),
         skew_max=figure(view["skew_ms"]["max"]), png_b64=base64.b64encode(png).decode("ascii") if png else None)
 
