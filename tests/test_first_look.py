@@ -188,3 +188,16 @@ def test_ranks_and_attach_pages_have_cards_that_read_as_figures(run: RunRecord) 
     assert figs[0].label == "main thread waiting for batches (95 %: 95 %–99 %)"
     bare = attach_figures(_with(att, verdict={}, attach={}))  # an old or thin record: still figures or "—"
     assert all(_card_ok(f.value) for f in bare), bare
+
+
+def test_sweep_cards() -> None:
+    """sweep.html's cards: the best setting, its rate and the first point's, the prediction error, points done; a
+    sweep whose points all failed still reads as figures."""
+    from profiler.analysis.headline import sweep_figures
+
+    doc = {"baseline": 0, "best": {"label": "workers=2", "samples_per_s": 36.6}, "median_abs_error": 0.32,
+           "points": [{"index": 0, "label": "workers=0", "measured_samples_per_s": 25.0},
+                      {"index": 1, "label": "workers=2", "measured_samples_per_s": 36.6}]}
+    assert [f.value for f in sweep_figures(doc)] == ["workers=2", "36.6 samples/s", "25.0 samples/s", "32 %", "2 of 2"]
+    failed = sweep_figures({"points": [{"index": 0, "label": "workers=0", "failed": "exit 1"}], "best": None})
+    assert 1 <= len(failed) <= 5 and all(_card_ok(f.value) for f in failed), failed

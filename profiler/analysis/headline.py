@@ -349,3 +349,23 @@ def attach_figures(rec: RunRecord) -> list[Figure]:
             Figure(f"{workers} worker{'s' if workers != 1 else ''}", "DataLoader workers found"),
             Figure(f"{float(a.get('seconds') or 0):.1f} s",
                    f"sampled at {rate} ({int(sampler.get('samples') or 0):,} stack samples)")]
+
+
+def sweep_figures(doc: dict[str, Any]) -> list[Figure]:
+    """A sweep page's cards: the best setting and its samples/s, the first point's, the prediction error, and the
+    points measured."""
+    best = _d(doc.get("best"))
+    points = [p for p in doc.get("points") or [] if isinstance(p, dict)]
+    base = next((p for p in points if p.get("index") == doc.get("baseline")), points[0] if points else None)
+    done = [p for p in points if p.get("measured_samples_per_s")]
+    out = [Figure(str(best.get("label") or "—"), "best setting measured")]
+    if best.get("samples_per_s"):
+        out.append(Figure(f"{float(best['samples_per_s']):,.1f} samples/s", "at the best setting"))
+    if base and base.get("measured_samples_per_s"):
+        out.append(Figure(f"{float(base['measured_samples_per_s']):,.1f} samples/s",
+                          f"first point ({base.get('label')}): the baseline"))
+    err = doc.get("median_abs_error")
+    if isinstance(err, (int, float)):
+        out.append(Figure(f"{err * 100:.0f} %", "median prediction error"))
+    out.append(Figure(f"{len(done)} of {len(points)}", "points measured"))
+    return out[:5]

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..analysis.headline import sweep_headline
+from ..analysis.headline import sweep_figures, sweep_headline
 from ..record import json_safe
 from .output import write_atomic
 from .units import printable
@@ -46,11 +46,17 @@ def write_sweep_html(doc: dict[str, Any], path: str | Path, png: str | Path | No
                + base64.b64encode(Path(png).read_bytes()).decode() + '">')
     best = doc.get("best") or {}
     median_err = doc.get("median_abs_error")
+    cards = "".join(f'<li class="card"><b>{html.escape(printable(f.value))}</b><span>{html.escape(printable(f.label))}'
+                    "</span></li>" for f in sweep_figures(doc))
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>profiler sweep</title>
 <style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:70em}}table{{border-collapse:collapse}}
 td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}td:first-child{{text-align:left}}
-h1{{font-size:1.5em}}img{{max-width:100%;height:auto}}</style></head><body>
+h1{{font-size:1.5em}}img{{max-width:100%;height:auto;max-height:470px;width:auto}}
+ul.cards{{display:flex;flex-wrap:wrap;gap:10px;margin:8px 0;padding:0;list-style:none}}
+ul.cards li{{border:1px solid #ccc;border-radius:6px;padding:4px 12px;min-width:150px;flex:1 1 150px}}
+ul.cards b{{display:block;font-size:1.3em}}ul.cards span{{color:#555;font-size:.85em}}</style></head><body>
 <h1 id="headline">{html.escape(printable(sweep_headline(doc)))}</h1>
+<ul class="cards" id="cards">{cards}</ul>
 {img}
 <p>Best setting: <b>{html.escape(str(best.get('label', '—')))}</b> ({_f(best.get('samples_per_s'))} samples/s).
 Every other point was predicted from the first one
