@@ -201,3 +201,19 @@ def test_sweep_cards() -> None:
     assert [f.value for f in sweep_figures(doc)] == ["workers=2", "36.6 samples/s", "25.0 samples/s", "32 %", "2 of 2"]
     failed = sweep_figures({"points": [{"index": 0, "label": "workers=0", "failed": "exit 1"}], "best": None})
     assert 1 <= len(failed) <= 5 and all(_card_ok(f.value) for f in failed), failed
+
+
+def test_a_run_that_measured_no_step_shows_no_made_up_figures(run: RunRecord) -> None:
+    """A script that failed in its warm-up: the cards say "—" where nothing was measured (not "0.0 samples/s",
+    which reads as a measured figure), the box says why there is no advice, the short view does not claim the device
+    never waited."""
+    empty = _with(run, window=dict(run.window, steps=0, seconds=0.0), verdict={"bottleneck": "none"},
+                  throughput=dict(run.throughput, samples_per_s=0.0, steps=0, samples=0),
+                  stall=dict(run.stall, seconds=0.0, fraction=0.0), timeline={"steps": {"step": []}}, partial=True,
+                  partial_reason="failed: ValueError")
+    assert empty.window_steps == 0
+    figs = key_figures(empty)
+    assert [f.value for f in figs[:2]] == ["—", "—"] and figs[3].value == "0 steps"
+    assert no_change(empty).startswith("no step was measured")
+    short = _short(empty)
+    assert "never waited" not in short and "Idle: not measured" in short and "0.0 samples/s" not in short

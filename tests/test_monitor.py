@@ -130,6 +130,11 @@ def test_report_renders_the_folder(phased: tuple[Path, subprocess.CompletedProce
     assert h1.endswith("input-bound on CPU work (was input-bound on storage reads).")
     assert " ".join(r.stdout.split()).startswith(h1)
     assert 'src="data:image/png;base64,' in html and 'src="monitor.png"' not in html
+    from profiler.render.monitor_html import cards
+
+    shown = cards(rec)  # the cards, before the picture: steps, wait share, rate, change points, windows
+    assert shown[0][0] == f"{rec.steps_total:,}" and shown[3] == (str(len(rec.changes)), "change points")
+    assert html.index("class='card'") < html.index('src="data:image/png')
     rec.changes = []  # one regime: its wait share and main cause, still short
     one = headline(rec)
     assert one.startswith("One regime throughout: input-bound, waiting for input ") and len(one.split()) <= 20

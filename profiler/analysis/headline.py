@@ -186,6 +186,10 @@ def key_figures(rec: RunRecord) -> list[Figure]:
     sps = float(tp.get("samples_per_s", 0.0) or 0.0)
     n = _workers(rec)
     steps, warm = int(win.get("steps", 0) or 0), int(win.get("warmup_steps", 0) or 0)
+    if not steps:  # nothing measured: "0.0 samples/s" and "0.0 % waiting" would read as measured figures
+        return [Figure("—", "throughput: no measured step"), Figure("—", "waiting for input: not measured"),
+                Figure(f"{'—' if n is None else n} × {batch_size(rec)}", "workers × batch size"),
+                Figure("0 steps", f"window, {warm} warm-up asked"), _what_ran(rec)]
     return [
         Figure(f"{sps:,.1f} samples/s", "throughput, measured window"),  # the record's figure, as the tables give it
         Figure(_pct(float(st.get("fraction", 0.0) or 0.0)), f"waiting for input ({float(st.get('seconds', 0)):.2f} s)"),
@@ -203,6 +207,8 @@ def no_change(rec: RunRecord) -> str:
     from ..thresholds import GAIN_CLAIMED_FROM
 
     v, w = _d(rec.verdict), _d(rec.whatif)
+    if not rec.window_steps:
+        return "no step was measured, so there is nothing to judge; let the run reach its measured steps."
     preds = [p for p in w.get("predictions") or [] if isinstance(p, dict) and not p.get("measured")
              and isinstance(p.get("change"), (int, float))]
     best = max(preds, key=lambda p: float(p["change"]), default=None)

@@ -50,6 +50,18 @@ def headline(rec: MonitorRecord) -> str:
             + (f", mostly {cause_words(top)}." if top and share >= 0.005 else "."))
 
 
+def cards(rec: MonitorRecord) -> list[tuple[str, str]]:
+    """(value, label) of the page's cards: the job's steps, its wait share, the change points, the windows, and how
+    the job stands (running, ended, ...)."""
+    secs = sum(w.seconds for w in rec.windows)
+    idle = sum(w.idle_s for w in rec.windows)
+    rate = sum(w.samples for w in rec.windows) / secs if secs > 0 else 0.0
+    return [(f"{rec.steps_total:,}", "steps watched"), (f"{idle / secs * 100 if secs else 0:.0f} %",
+                                                        "waiting for input, whole job"),
+            (f"{rate:,.1f} samples/s", "throughput, whole job"), (str(len(rec.changes)), "change points"),
+            (f"{rec.windows_total:,}", f"windows ({len(rec.windows)} kept); job {rec.status}")]
+
+
 def write_monitor(rec: MonitorRecord, out: Path) -> list[Path]:
     """monitor.png and monitor.html in ``out`` (each written whole, then renamed)."""
     from .monitor_plot import write_png
@@ -66,6 +78,7 @@ def write_monitor(rec: MonitorRecord, out: Path) -> list[Path]:
                     + f"<td>{e(w.bottleneck)}</td><td>{w.rss_bytes / 1e6:,.0f}</td>"
                     f"<td>{w.read_bytes / 1e6:,.1f} / {w.rchar / 1e6:,.1f}</td><td>{w.outside_s:.2f}</td>"
                     f"<td>{w.detail_steps}/{w.steps}</td><td>{w.span}</td></tr>")
+    card_items = "".join(f"<li class='card'><b>{e(v)}</b><span>{e(k)}</span></li>" for v, k in cards(rec))
     png = out / "monitor.png"
     img = (f'<img src="data:image/png;base64,{base64.b64encode(png.read_bytes()).decode("ascii")}" '
            'alt="wait share by cause over the job" style="max-width:100%">') if rec.windows and png.is_file() else ""
@@ -74,10 +87,15 @@ def write_monitor(rec: MonitorRecord, out: Path) -> list[Path]:
                       f"</small></li>" for c in rec.changes) or "<li>none</li>"
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>profiler monitor</title>
 <style>body{{font-family:sans-serif;max-width:1200px;margin:1em auto}}td,th{{padding:2px 6px;text-align:right}}
-table{{border-collapse:collapse;font-size:12px}}tr:nth-child(even){{background:#f4f4f4}}</style></head><body>
+table{{border-collapse:collapse;font-size:12px}}tr:nth-child(even){{background:#f4f4f4}}
+ul.cards{{display:flex;flex-wrap:wrap;gap:10px;margin:8px 0;padding:0;list-style:none}}
+ul.cards li{{border:1px solid #ccc;border-radius:6px;padding:4px 12px;min-width:150px;flex:1 1 150px}}
+ul.cards b{{display:block;font-size:1.3em}}ul.cards span{{color:#555;font-size:.85em}}
+img{{max-height:470px;width:auto}}</style></head><body>
 <h1 id="headline">{e(headline(rec))}</h1>
 <p>{e(str(rec.job.get('target', '')))} — {rec.steps_total:,} steps, {rec.windows_total:,} windows ({len(rec.windows)}
 kept), status: {e(rec.status)}</p>
+<ul class="cards" id="cards">{card_items}</ul>
 {img}
 {last}
 <h2>Change points</h2><ul>{changes}</ul>

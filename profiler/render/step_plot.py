@@ -75,12 +75,14 @@ def _groups(x: np.ndarray, size: int) -> np.ndarray:
 
 
 def plot_step_time(rec: RunRecord, path: str | Path) -> Path:
-    fig = Figure(figsize=FIGSIZE, dpi=DPI)
+    steps, busy, idle = step_parts(rec)
+    # No measured step: a one-line picture, not a screen-high blank one pushing the answer's box down.
+    fig = Figure(figsize=FIGSIZE if steps.size else (FIGSIZE[0], 0.5), dpi=DPI)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
-    steps, busy, idle = step_parts(rec)
     if not steps.size:
-        ax.text(0.5, 0.5, "no measured step", ha="center", va="center", transform=ax.transAxes)
+        ax.text(0.5, 0.5, "Where each step's time went: no measured step (the run ended before its window)",
+                ha="center", va="center", transform=ax.transAxes)
         ax.set_axis_off()
         return write_png(fig, path)
     group = int(np.ceil(steps.size / STEP_BARS_MAX))

@@ -58,6 +58,8 @@ def stage_line(rec: RunRecord) -> str:
 def idle_line(rec: RunRecord) -> str:
     st = rec.stall or {}
     idle, window = float(st.get("seconds", 0.0) or 0.0), float(rec.window.get("seconds", 0.0) or 0.0)
+    if not rec.window_steps:
+        return "Idle: not measured (no measured step)."
     by = {k: float(v) for k, v in (st.get("by_cause") or {}).items() if idle > 0 and float(v) / idle >= 0.005}
     causes = ", ".join(f"{k} {pct(v / idle, 0)}" for k, v in sorted(by.items(), key=lambda kv: -kv[1])) \
         if idle > 0 else ""
@@ -87,6 +89,8 @@ def figures_line(rec: RunRecord) -> str:
     """The key figures (the page's cards) on one line: "152 samples/s · 1.8 % waiting for input · 2 workers × batch
     32 · window 6.3 s (30 steps, 5 warm-up) · tiny (model, train mode, on the CPU)"."""
     f = key_figures(rec)
+    if not rec.window_steps:
+        return " · ".join(f"{x.value} ({x.label})" for x in f)
     workers, _, batch = f[2].value.partition(" × ")
     plural = "" if workers == "1" else "s"
     parts = [f[0].value, f"{f[1].value} waiting for input", f"{workers} worker{plural} × batch {batch}",
