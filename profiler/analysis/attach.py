@@ -14,8 +14,8 @@ Pure: reads ``rec.attach`` (counts and kernel clocks), fills the derived section
   the rest of the producing time was blocked, ``io`` — ``blocked_device`` as far as the thread's scheduler-state
   samples show it in D (uninterruptible, a block-device read), ``blocked_other`` otherwise.
 - **The stall by cause**: the main thread's samples inside ``__next__`` that were taking a batch in (rebuilding its
-  shared-memory tensors, reading and unpickling it: classify ``_receiving``) are ``transfer`` as sampled (waits for
-  a core among them included: see ``analyze_attach``); the rest of
+  shared-memory tensors, reading and unpickling it: classify ``_receiving``) are ``transfer`` as sampled, except the
+  main thread's waits for a core in them, ``cpu`` as ``run`` counts them (see ``main_queued_s``); the rest of
   the wait (polling for a batch) is apportioned by the workers' producing mix (cpu / io / transfer), as ``run``
   apportions each idle gap by what the producing worker was doing; when no worker was seen producing, ``other``.
   With workers = 0 the main thread loads the batch inside ``__next__``: its blocked time (wall minus on-core and

@@ -255,9 +255,10 @@ def fold_early(target: discover.Target, rec: pyspy.Recording, kernel: procfs.Sta
     rec.forget(fold_pids, fold_main)
     kernel.forget(fold_pids, fold_main)
     # every worker span still to come starts at the first reading of a worker kept, or of a child not yet known as
-    # anything (it may turn out a worker), or later
+    # anything that lived into the running piece (its stacks, still to be merged, may make it a worker), or later
     known = {p.pid for p in target.processes}
     workers = {p.pid for p in target.workers}
-    firsts = [w.first.t_ns for (pid, tid), w in list(kernel.windows.items()) if w.first is not None and pid == tid
-              and pid != target.pid and (pid in workers or pid not in known and kernel.thread_alive((pid, tid)))]
+    firsts = [w.first.t_ns for (pid, tid), w in list(kernel.windows.items())
+              if w.first is not None and w.last is not None and pid == tid and pid != target.pid
+              and (pid in workers or pid not in known and (kernel.thread_alive((pid, tid)) or w.last.t_ns >= cutoff))]
     folded.spans.prune(min(firsts, default=cutoff))

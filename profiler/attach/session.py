@@ -147,7 +147,8 @@ def _window(targets: list[discover.Target], recs: list[pyspy.Recording], t0: flo
                 r.poll()  # a fresh py-spy every pyspy.ROTATE_S: its memory and CPU grow with what it has seen
                 if r.merged > merged[i]:  # a rotated-out piece was merged: fold what exited before the running one
                     merged[i] = r.merged
-                    fold.fold_early(t, r, kernels[i], rate_hz, folded[i], r.piece_started_ns)
+                    with signals.deferred():  # a Ctrl-C half-way would count a worker both folded and not
+                        fold.fold_early(t, r, kernels[i], rate_hz, folded[i], r.piece_started_ns)
             if gone or not r.running():  # the target exited, or py-spy ended by itself
                 ended[i] = time.monotonic() - t0
                 # py-spy stops when the interpreter starts finalising: the process may take a moment to go
