@@ -256,3 +256,29 @@ def test_compare_page_answers_first_then_its_picture(report, tmp_path):
     assert lay["img"] and lay["img"]["beforeTable"] and lay["img"]["box"]["bottom"] <= lay["inner"][1], lay["img"]
     assert lay["scrollWidth"] <= lay["clientWidth"] and not lay["wide"], lay["wide"][:10]
     assert [card["value"].endswith("samples/s") for card in lay["cards"]] == [True, True]
+
+
+def test_ranks_page_answers_first_with_cards_and_its_picture(tmp_path):
+    """A torchrun job's merged report.html (rank 1 io-bound, rank 0 waiting in the all-reduce; records as
+    tests/test_ranks.py builds them): the h1 names the straggler and its cause, 3-5 cards read as figures, the picture
+    comes before the first table and lies within the first screen, nothing overflows."""
+    from test_ranks import _rank
+
+    from profiler.analysis.headline import ranks_headline
+    from profiler.distributed.merge import merge
+    from profiler.render import RANKS, render_all
+
+    fast = _rank(0, [0.002] * 6, [0.150] * 6)
+    slow = _rank(1, [0.140] * 6, [0.012] * 6, by_cause={"io": 0.6, "cpu": 0.2, "transfer": 0.0, "other": 0.04},
+                 bottleneck="io")
+    view = merge({0: fast, 1: slow})
+    # The merged trace needs full records (issue 33's renderer); the page and its picture need the view only.
+    render_all(tuple(r for r in RANKS if r.name != "ranks_trace"), view, tmp_path / "ranks", {"recs": {}})
+    lay = first_screen(tmp_path / "ranks" / "report.html", tmp_path)
+    height = lay["inner"][1]
+    assert lay["heading"]["tag"] == "H1" and lay["heading"]["text"] == ranks_headline(view)
+    assert lay["heading"]["text"].startswith("Rank 1 straggles, input-bound on storage reads")
+    assert 3 <= len(lay["cards"]) <= 5 and all(c["box"]["bottom"] <= height for c in lay["cards"])
+    assert all(c["value"] not in ("none", "None", "?", "") for c in lay["cards"]), lay["cards"]
+    assert lay["img"] and lay["img"]["beforeTable"] and lay["img"]["box"]["bottom"] <= height, lay["img"]
+    assert lay["scrollWidth"] <= lay["clientWidth"] and not lay["wide"], lay["wide"][:10]
