@@ -255,7 +255,9 @@ def test_compare_page_answers_first_then_its_picture(report, tmp_path):
     assert lay["heading"]["tag"] == "H1" and lay["heading"]["text"] == compare_headline(c)
     assert lay["img"] and lay["img"]["beforeTable"] and lay["img"]["box"]["bottom"] <= lay["inner"][1], lay["img"]
     assert lay["scrollWidth"] <= lay["clientWidth"] and not lay["wide"], lay["wide"][:10]
-    assert [card["value"].endswith("samples/s") for card in lay["cards"]] == [True, True]
+    assert [card["value"].endswith("samples/s") for card in lay["cards"]][:2] == [True, True]
+    assert [card["value"] for card in lay["cards"]][2:] == [f"{c['metrics'][0]['vs_baseline'][1]['ratio']:.2f}x",
+                                                           "same settings"], lay["cards"]
 
 
 def test_ranks_page_answers_first_with_cards_and_its_picture(tmp_path):

@@ -94,7 +94,7 @@ def test_window_card_keeps_two_figures(run: RunRecord, seconds: float, shown: st
 
 def test_compare_of_one_scripts_runs_names_its_loaders_change(run: RunRecord, tmp_path: Path) -> None:
     """Two runs of one script (--override-workers 0, then 2): a script's config has no workers, its loader's facts
-    do. The page says "A → B: workers 0 → 2" under the answer, the Runs table shows the loader's figures (no empty
+    do. The page's "what changed" card says "workers 0 → 2", the Runs table shows the loader's figures (no empty
     or None cells), and the story is not said twice (the h1 is its first sentence)."""
     from profiler.analysis.compare import compare
     from profiler.analysis.headline import compare_headline
@@ -109,7 +109,8 @@ def test_compare_of_one_scripts_runs_names_its_loaders_change(run: RunRecord, tm
     assert "Differences: workers 0 → 2" in c["sentences"]["B"]
     write_compare(c, tmp_path)
     page = htmllib.unescape((tmp_path / "compare.html").read_text())
-    assert "<b>A → B: workers 0 → 2</b>" in page
+    ratio = next(m for m in c["metrics"] if m["key"] == "throughput")["vs_baseline"][1]["ratio"]
+    assert "<li><b>workers 0 → 2</b><span>what changed</span></li>" in page and f"<b>{ratio:.2f}x</b>" in page
     runs = page[page.index("<h2>Runs</h2>"):page.index("<h2>Metrics</h2>")]
     cells = [re.sub(r"<[^>]+>", "", x).strip() for x in re.findall(r"<td[^>]*>(.*?)</td>", runs, flags=re.S)]
     assert "None" not in cells and "" not in cells, cells

@@ -53,6 +53,8 @@ def _changed(c: dict[str, Any]) -> list[str]:
     out = []
     for lab, diffs in (c.get("config_diffs") or {}).items():
         texts = [str(d.get("text")) for d in diffs if isinstance(d, dict) and d.get("text")]
+        if len(c.get("runs") or []) == 2 and len(texts) <= 1:
+            continue  # said by the "what changed" card
         out.append(printable(f"{c.get('baseline')} → {lab}: " + ("; ".join(texts) if texts else "same configuration")))
     return out
 
@@ -77,7 +79,8 @@ def _run_rows(c: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _cards(c: dict[str, Any]) -> list[dict[str, str]]:
-    """One card per run (up to five): its throughput and idle share, named by label and folder."""
+    """One card per run (up to five): its throughput and idle share, named by label and folder; with two runs, also
+    the ratio (with its interval and the noise test) and what changed."""
     metric = {m.get("key"): m for m in c.get("metrics") or []}
     thr, idle = metric.get("throughput") or {}, metric.get("stall_fraction") or {}
     out = []
@@ -87,6 +90,18 @@ def _cards(c: dict[str, Any]) -> list[dict[str, str]]:
         value = "—" if tp is None else f"{float(tp):,.1f} samples/s"
         label = f"{r.get('label')}: {r.get('name')}" + ("" if fr is None else f", waiting {float(fr) * 100:.1f} %")
         out.append({"value": value, "label": printable(label)})
+    vs = (thr.get("vs_baseline") or [None, None])[1:2]
+    if len(c.get("runs") or []) == 2 and vs and isinstance(vs[0], dict) and vs[0].get("ratio") is not None:
+        v = vs[0]  # two runs: the ratio, with its interval and whether it is beyond the runs' noise
+        ci = v.get("ci")
+        iv = f"95 %: {float(ci[0]):.2f}–{float(ci[1]):.2f}x" if isinstance(ci, list) and len(ci) == 2 else ""
+        noise = "beyond noise" if v.get("significant") else "within noise"
+        labels = c.get("labels") or ["A", "B"]
+        out.append({"value": f"{float(v['ratio']):.2f}x", "label": printable(
+            f"{labels[1]} vs {labels[0]} ({', '.join(x for x in (iv, noise) if x)})")})
+        diffs = [str(d.get("text")) for d in (c.get("config_diffs") or {}).get(labels[1]) or [] if isinstance(d, dict)]
+        out.append({"value": printable(diffs[0] if diffs else "same settings"),
+                    "label": printable("what changed" + (f" (and {len(diffs) - 1} more)" if len(diffs) > 1 else ""))})
     return out
 
 
