@@ -218,3 +218,18 @@ def test_a_run_that_measured_no_step_shows_no_made_up_figures(run: RunRecord) ->
     assert no_change(empty).startswith("no step was measured")
     short = _short(empty)
     assert "never waited" not in short and "Idle: not measured" in short and "0.0 samples/s" not in short
+
+
+def test_ceilings_say_the_binding_words_once(run: RunRecord) -> None:
+    """The ceiling that sets the pace is named short in its row ("cores ← sets the pace"), its how without the long
+    words of what binds: the "Bound by cores: ..." line under the what-if table says them once."""
+    from profiler.render.whatif_rows import ceiling_rows, headline
+
+    words = "cores: the model and 2 workers share the 0.67 of 2 cores other load left"
+    rows = [{"stage": "model", "samples_per_s": 148.1, "basis": "measured", "how": "108 ms per step"},
+            {"stage": "cores", "samples_per_s": 61.1, "basis": "derived", "how": f"{words}: 11.1 ms of CPU per sample",
+             "words": words}]
+    rec = _with(run, ceilings={"samples_per_s": 60.8, "lowest": "cores", "lowest_words": words, "rows": rows})
+    assert ceiling_rows(rec)[1] == ("cores ← sets the pace", "61.1", "derived", "11.1 ms of CPU per sample")
+    assert ceiling_rows(rec)[0][3] == "108 ms per step"
+    assert words not in headline(rec) and headline(rec).endswith("the lowest (cores) sets the pace.")

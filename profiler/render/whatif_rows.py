@@ -25,7 +25,14 @@ def _stage(r: dict[str, Any], c: Any) -> str:
 def ceiling_rows(rec: RunRecord) -> list[tuple[str, str, str, str]]:
     """(stage, samples/s, measured|derived, how) per ceiling, the lowest marked."""
     c = rec.ceilings or {}
-    return [(_stage(r, c), _sps(r["samples_per_s"]), r["basis"], r["how"]) for r in c.get("rows") or []]
+    return [(_stage(r, c), _sps(r["samples_per_s"]), r["basis"], _how(r)) for r in c.get("rows") or []]
+
+
+def _how(r: dict[str, Any]) -> str:
+    """How a ceiling was found, less the long words of what binds that open it ("cores: the model and 2 workers share
+    ...: 11.1 ms of CPU per sample"): the "Bound by" line says them, once."""
+    how, words = str(r.get("how") or ""), str(r.get("words") or "")
+    return how[len(words) + 2:] if words and how.startswith(words + ": ") else how
 
 
 def estimate(x: float | None, iv: list[float] | None) -> str:
