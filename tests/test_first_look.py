@@ -233,3 +233,14 @@ def test_ceilings_say_the_binding_words_once(run: RunRecord) -> None:
     assert ceiling_rows(rec)[1] == ("cores ← sets the pace", "61.1", "derived", "11.1 ms of CPU per sample")
     assert ceiling_rows(rec)[0][3] == "108 ms per step"
     assert words not in headline(rec) and headline(rec).endswith("the lowest (cores) sets the pace.")
+
+
+def test_a_long_script_name_keeps_its_card_one_line(run: RunRecord) -> None:
+    """The what-ran card of a script with a 70-character name shows its start and end (28 characters): the card row
+    stays one line high and the chart stays on the first screen."""
+    name = "my_extremely_long_training_script_name_without_any_breaks_v2_final.py"
+    rec = _with(run, job={"kind": "script", "target": f"/home/u/{name}", "loader": {"num_workers": 1}})
+    value = key_figures(rec)[4].value
+    assert value == "my_extremely_l…s_v2_final.py" and len(value) == 28
+    short = _with(run, job={"kind": "script", "target": "/x/train.py", "loader": {"num_workers": 1}})
+    assert key_figures(short)[4].value == "train.py"

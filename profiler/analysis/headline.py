@@ -157,12 +157,24 @@ def batch_size(rec: RunRecord) -> str:
     return "—"
 
 
+#: A card's value is read at a glance: a longer script name keeps its start and its end around an ellipsis (the
+#: whole path is in the Configuration section and run.json).
+CARD_NAME_MAX = 28
+
+
+def _short_name(name: str) -> str:
+    if len(name) <= CARD_NAME_MAX:
+        return name
+    tail = (CARD_NAME_MAX - 1) // 2
+    return name[:CARD_NAME_MAX - 1 - tail] + "…" + name[-tail:]
+
+
 def _what_ran(rec: RunRecord) -> Figure:
     job, device = _d(rec.job), _d(rec.compute_device)
     on = "on the CPU" if device.get("type") == "cpu" else f"on {device.get('name') or 'the GPU'}"
     if job.get("kind") in ("script", "module", "api"):
         target = job.get("target")
-        name = os.path.basename(str(target)) if target else "your code"
+        name = _short_name(os.path.basename(str(target))) if target else "your code"
         kind = {"module": "module", "api": "your code (profiler.profile)"}.get(str(job.get("kind")), "script")
         return Figure(name or "your code", f"{kind}, {on}")
     c = _d(rec.config)
