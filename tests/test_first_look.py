@@ -244,3 +244,11 @@ def test_a_long_script_name_keeps_its_card_one_line(run: RunRecord) -> None:
     assert value == "my_extremely_l…s_v2_final.py" and len(value) == 28
     short = _with(run, job={"kind": "script", "target": "/x/train.py", "loader": {"num_workers": 1}})
     assert key_figures(short)[4].value == "train.py"
+
+
+def test_a_loader_only_run_says_the_loop_ran(run: RunRecord) -> None:
+    """--model none: the headline, the device line and the card say the loop ran, not a model."""
+    rec = _with(run, config=dict(run.config, model="none"), job={"kind": "builtin"})
+    page = htmllib.unescape(render_html(rec, {}))
+    assert "No GPU: the loop ran (no model) on the CPU" in page and "the model ran" not in page
+    assert key_figures(rec)[4].value == "loader only"

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import vocab
-from ..analysis.headline import headline, key_figures, no_change
+from ..analysis.headline import device_words, headline, key_figures, no_change
 from ..redact import is_sensitive_key, redact_argv, redact_text
 from .jinja import environment
 from .loader_facts import loader_lines
@@ -120,7 +120,8 @@ def flatten(d: Any, prefix: str = "", skip: tuple[str, ...] = ()) -> list[tuple[
 def _device_line(rec: RunRecord) -> str:
     dev = rec.compute_device
     if dev.get("type") == "cpu":
-        return printable(f"No GPU: the model ran on the CPU ({dev.get('name') or 'CPU'}); idle time is the main "
+        what = "the loop ran (no model)" if device_words(rec) == "the loop (no model)" else "the model ran"
+        return printable(f"No GPU: {what} on the CPU ({dev.get('name') or 'CPU'}); idle time is the main "
                          "thread's wait for the next batch, timed with host clocks.")
     return printable(f"Compute device: {dev.get('name') or dev.get('type')} ({dev.get('type')}"
                      f"{'' if dev.get('index') is None else ':' + str(dev.get('index'))}); timing from "
