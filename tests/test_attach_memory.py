@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +65,7 @@ def dropped(monkeypatch: pytest.MonkeyPatch) -> Dropped:
 
     procs_before: list[discover.Proc] = []
 
-    def adopt(target: discover.Target, stacks: pyspy.RecordingResult) -> list[discover.Proc]:
+    def adopt(target: discover.Target, stacks: Iterable[pyspy.Stack]) -> list[discover.Proc]:
         out = real_adopt(target, stacks)
         procs_before[:] = list(target.processes)  # fold_early adopts first, then folds: what it had to fold from
         return out

@@ -205,11 +205,10 @@ def fold_early(target: discover.Target, rec: pyspy.Recording, kernel: procfs.Sta
     """Fold the workers (and main-process threads) that ``build`` will fold whatever the rest of the window brings,
     and forget their per-process state; called after a rotated-out py-spy piece was merged (see the module's
     docstring). ``piece_started_ns``: CLOCK_MONOTONIC when the running piece was started."""
-    stacks = rec.stacks()
     # the workers the stacks show, as the end would adopt them (a worker forked during the window is known only so)
     from .session import adopt_workers  # session imports this module
 
-    adopt_workers(target, pyspy.RecordingResult(stacks=stacks))
+    adopt_workers(target, rec.stacks())
     cutoff = piece_started_ns - int(EXITED_BEFORE_PIECE_S * 1e9)
 
     def exited_before(key: tuple[int, int]) -> bool:
@@ -220,13 +219,13 @@ def fold_early(target: discover.Target, rec: pyspy.Recording, kernel: procfs.Sta
     exited = sorted(p.pid for p in target.workers if not kernel.alive(p.pid))
     fold_pids = {pid for i, pid in enumerate(exited) if len(exited) - 1 - i >= MAX_WORKER_PROCESS_ROWS
                  and exited_before((pid, pid))}
-    main_tids = sorted({st.tid for st in stacks if st.pid == target.pid and st.tid != target.pid
+    main_tids = sorted({st.tid for st in rec.stacks() if st.pid == target.pid and st.tid != target.pid
                         and not kernel.thread_alive((target.pid, st.tid))})
     fold_main = {(target.pid, tid) for i, tid in enumerate(main_tids)
                  if len(main_tids) - 1 - i >= MAX_MAIN_THREAD_ROWS and exited_before((target.pid, tid))}
     if not fold_pids and not fold_main:
         return
-    mine = [st for st in stacks if st.pid in fold_pids or (st.pid, st.tid) in fold_main]
+    mine = [st for st in rec.stacks() if st.pid in fold_pids or (st.pid, st.tid) in fold_main]
     for r in thread_rows(mine, target, kernel, rate_hz, pids=fold_pids):
         add_row(folded.rows, r, (r["pid"], r["tid"]) in fold_main, target.pid)
         folded.main_threads += (r["pid"], r["tid"]) in fold_main

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import psutil
@@ -97,7 +98,7 @@ def _known(t: discover.Target, k: procfs.StateSampler, th: dict[tuple[int, int],
     return cmdlines, {**dict.fromkeys(k.windows, ""), **th}
 
 
-def adopt_workers(target: discover.Target, stacks: pyspy.RecordingResult) -> list[discover.Proc]:
+def adopt_workers(target: discover.Target, stacks: Iterable[pyspy.Stack]) -> list[discover.Proc]:
     """Workers the stacks show that discovery did not list as workers: forked after it (a new epoch's workers when
     they are not persistent) or missed by its one look (a child caught mid-fork, a read that failed under load).
     py-spy samples every child of the main process, and a child whose main thread runs ``_worker_loop`` is a
@@ -105,7 +106,7 @@ def adopt_workers(target: discover.Target, stacks: pyspy.RecordingResult) -> lis
     known = {p.pid: p for p in target.processes}
     servers = {p.pid for p in target.processes if p.role == "forkserver"}
     added: list[discover.Proc] = []
-    for st in stacks.stacks:
+    for st in stacks:
         if st.pids[0] != target.pid or st.pid == target.pid:
             continue
         if not all(q in servers for q in st.pids[1:-1]):  # a grandchild (a worker's own child): not the loader's
@@ -220,7 +221,7 @@ def sample(targets: list[discover.Target], binary: str, duration_s: float, rate_
             # controls (profiler/attach/pyspy.py parse_raw)
             cmdlines, known_threads = _known(t, k, th)
             result = r.result(target_alive=not exited[i], cmdlines=cmdlines, threads=known_threads)
-            adopt_workers(t, result)
+            adopt_workers(t, result.stacks)
             th.update({key: procfs.read_text(f"/proc/{key[0]}/task/{key[1]}/comm") or "" for key in k.windows
                        if key not in th})
             stopped = "interrupted" if interrupted is not None else ("target exited" if exited[i] else "duration")
