@@ -801,6 +801,9 @@ def test_other_pages_headlines_answer_first():
     three = {"labels": ["A", "B", "C"], "sentences": {}, "metrics": [{"key": "throughput", "values": [100, 90, 250]}]}
     words.append(compare_headline(three))
     assert words[-1] == "C is the fastest of 3 runs: 250 samples/s, 2.50x A."
+    three["config_diffs"] = {"B": [], "C": [{"text": "workers 0 → 4"}]}  # what was changed to get there
+    words.append(compare_headline(three))
+    assert words[-1] == "C is the fastest of 3 runs: 250 samples/s, 2.50x A (workers 0 → 4)."
     two = {"labels": ["A", "B"], "sentences": {"B": "B is 2.0x faster (100 → 200 samples/s); the wait fell by 1 s, "
                                                      "mostly decoding. Differences: workers 2 → 4."}}
     words.append(compare_headline(two))

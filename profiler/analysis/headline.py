@@ -273,8 +273,13 @@ def compare_headline(c: dict[str, Any]) -> str:
     vals = [float(v) if v else 0.0 for v in thr.get("values") or []]
     best = max(range(len(vals)), key=lambda i: vals[i])
     base = vals[0] or 1.0
+    first = ("workers", "loader_num_workers", "batch_size", "loader_batch_size")  # the usual knobs lead
+    found = [d for d in (c.get("config_diffs") or {}).get(labels[best]) or [] if isinstance(d, dict) and d.get("text")]
+    found.sort(key=lambda d: first.index(d.get("key")) if d.get("key") in first else len(first))
+    diffs = [str(d["text"]) for d in found]
+    why = f" ({diffs[0]}{' and more' if len(diffs) > 1 else ''})" if diffs else ""  # what was changed to get there
     return (f"{labels[best]} is the fastest of {len(labels)} runs: {vals[best]:,.0f} samples/s, "
-            f"{vals[best] / base:.2f}x {labels[0]}.")
+            f"{vals[best] / base:.2f}x {labels[0]}{why}.")
 
 
 def ranks_headline(v: dict[str, Any]) -> str:
