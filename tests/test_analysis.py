@@ -334,5 +334,18 @@ def test_the_consistency_check_rewrites_or_rejects():
     recs = [{"action": f"Raise --workers from 1 to {n}", "reason": "r", "expected_gain": "1.17x", "cause": "cpu"}
             for n in (2, 4)]
     kept, rejected = check_advice(recs, wi)
-    assert [r["action"] for r in rejected] == ["Raise --workers from 1 to 2"]
+    # 2 workers (+3 %) is raised to the fewest near the what-if's best, 4: one recommendation, quoting it
+    assert [r["action"] for r in kept] == ["Raise --workers from 1 to 4"] and rejected == []
     assert kept[0]["expected_gain"].startswith("4 workers: ≈ 212 samples/s (190–240), at least +90 %, then cores: x")
+    # where no count does better, the advice is rejected, with why
+    kept, rejected = check_advice(recs[:1], {"predictions": wi["predictions"][:1]})
+    assert kept == [] and [r["action"] for r in rejected] == ["Raise --workers from 1 to 2"]
+    assert "+3 %" in rejected[0]["rejected_because"]
+    # workers = 0: the rules' 1 worker (+4 %) becomes 2 (+95 %), not 3 or 4 (within 5 % of 2's rate)
+    zero = {"predictions": [
+        {"kind": "workers", "setting": f"workers={n}", "workers": n, "samples_per_s": sps, "change": ch,
+         "change_low": ch - 0.2, "interval": [sps * 0.9, sps * 1.1], "binds": "cores", "assumption": "a"}
+        for n, sps, ch in ((1, 104.0, 0.04), (2, 195.0, 0.95), (3, 196.0, 0.96), (4, 196.5, 0.965))]}
+    kept, _ = check_advice([{"action": "Use DataLoader workers: num_workers 1", "reason": "r", "expected_gain": "",
+                             "cause": "cpu"}], zero)
+    assert [r["action"] for r in kept] == ["Use DataLoader workers: num_workers 2"]

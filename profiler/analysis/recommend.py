@@ -333,6 +333,26 @@ def _quote(p: dict[str, Any], label: str, whatif: WhatIf) -> str:
 _WORKERS = re.compile(r"(?:--workers|num_workers) (?:from \d+ to |\()?(\d+)|fewer workers \((\d+)\)")
 
 
+def _fewest_workers_near_best(action: str, preds: list[dict[str, Any]]) -> str:
+    """``action`` with its worker count raised to the fewest workers the what-if predicts within
+    ``WORKERS_NEAR_BEST`` of its best worker count, where that is more than the rules chose (they choose from cores
+    alone); ``action`` unchanged otherwise, and for advice to use fewer workers."""
+    m = _WORKERS.search(action)
+    if not m or m.group(1) is None or "fewer" in action.lower():
+        return action
+    n = int(m.group(1))
+    rates = {int(p["workers"]): float(p["samples_per_s"]) for p in preds
+             if p["kind"] == "workers" and p.get("workers") is not None and p.get("samples_per_s") is not None}
+    if not rates:
+        return action
+    cap = max(n, th.FIRST_WORKERS_AT_MOST) if action.startswith("Use DataLoader workers") else max(rates)
+    best = max(r for k, r in rates.items() if k <= cap)
+    near = min(k for k, r in rates.items() if k <= cap and r >= best * (1 - th.WORKERS_NEAR_BEST))
+    if near <= n or rates.get(n, 0.0) >= best * (1 - th.WORKERS_NEAR_BEST):
+        return action
+    return action[:m.start(1)] + str(near) + action[m.end(1):]
+
+
 def prediction_for(action: str, preds: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, str]:
     """The what-if prediction a recommendation's action corresponds to, and how to name it."""
     m = _WORKERS.search(action)
@@ -383,6 +403,10 @@ def check_advice(recs: list[Recommendation], whatif: WhatIf | None
         if read_nothing and any(k in r["action"] for k in _STORAGE_ACTIONS):
             rejected.append({**r, "rejected_because": wi["storage_note"]})
             continue
+        if preds:
+            r = {**r, "action": _fewest_workers_near_best(r["action"], preds)}
+            if any(k["action"] == r["action"] for k in kept):
+                continue  # two rules' worker counts raised to the same one
         p, label = prediction_for(r["action"], preds) if preds else (None, "")
         if p is None:
             kept.append(r)
