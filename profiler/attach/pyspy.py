@@ -455,6 +455,10 @@ class Recording:
             del self._folded[key]
         for chain in [c for c in self._chains if c[-1] in pids]:
             del self._chains[chain]
+        # the shared frames and frame tuples, to those the stacks kept still use: torn non-blocking samples make new
+        # distinct tuples all the time, and kept for ever they grew with every worker seen
+        self._stacks = {k[3]: k[3] for k in self._folded}
+        self._frames = {f: f for frames in self._stacks for f in frames}
 
     def running(self) -> bool:
         return self._proc.poll() is None
