@@ -39,7 +39,9 @@ def sweep(args: list[str], **kw) -> subprocess.CompletedProcess:
 
 def test_sweep_end_to_end(tiny, tmp_path):
     out = tmp_path / "sw"
-    r = sweep(["--workers", "0,1", "--data", str(tiny), "--out", str(out), *TINY])
+    # --no-plots: each point's six PNGs were most of this test's time and none is checked here; the sweep's own
+    # sweep.png/sweep.html (the default, plots on) are checked in test_ctrl_c_keeps_the_finished_points.
+    r = sweep(["--workers", "0,1", "--data", str(tiny), "--out", str(out), "--no-plots", *TINY])
     assert r.returncode == 0, r.stderr + r.stdout
     doc = json.loads((out / "sweep.json").read_text())
     assert [p["setting"] for p in doc["points"]] == [{"--workers": 0}, {"--workers": 1}]
@@ -57,7 +59,7 @@ def test_sweep_end_to_end(tiny, tmp_path):
     assert lo <= other["predicted_samples_per_s"] <= hi
     assert doc["coverage"] == (1.0 if other["inside_interval"] else 0.0)
     assert doc["best"]["label"] in ("workers=0", "workers=1")
-    assert (out / "sweep.png").stat().st_size > 1000 and "Best setting" in (out / "sweep.html").read_text()
+    assert not (out / "sweep.png").exists() and not list(out.glob("point*/*.png"))  # --no-plots reaches every run
     assert "Best setting: " + doc["best"]["label"] in r.stdout and "%" in r.stdout
     run1 = json.loads((out / "point1" / "run.json").read_text())
     assert run1["config"]["workers"] == 1 and run1["config"]["batch_size"] == 4  # the single value: every point
@@ -83,6 +85,9 @@ def test_ctrl_c_keeps_the_finished_points(tiny, tmp_path):
     assert len(doc["points"]) == 2 and doc["points"][1].get("failed") == "interrupted"
     assert not (out / "point2").exists()
     assert "finished points are kept" in stdout
+    # plots on (the default): the finished points' summary is drawn, and each finished run drew its own
+    assert (out / "sweep.png").stat().st_size > 1000 and "Best setting" in (out / "sweep.html").read_text()
+    assert (out / "point0" / "step_time.png").is_file()
 
 
 @pytest.mark.parametrize("args, words", [
