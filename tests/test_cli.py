@@ -85,8 +85,9 @@ def test_run_then_report_from_saved_record(tmp_path, images, capsys, monkeypatch
     monkeypatch.setenv("COLUMNS", "80")  # the short view is one screen at 80 columns
     out = tmp_path / "run"
     rc = main(["run", "--data", str(images), "--workers", "1", "--batch-size", "4", "--steps", "4", "--warmup", "1",
-               "--model", "tiny", "--image-size", "32", "--device", "cpu", "--out", str(out), "--no-progress"])
-    assert rc == 0
+               "--model", "tiny", "--image-size", "32", "--device", "cpu", "--out", str(out), "--no-progress",
+               "--no-plots"])  # the two reports below draw this record's PNGs
+    assert rc == 0 and not list(out.glob("*.png"))
     d = json.loads((out / "run.json").read_text())
     for key in ("schema_version", "config", "environment", "throughput", "stages", "stall", "verdict", "samples",
                 "partial"):
@@ -106,6 +107,7 @@ def test_run_then_report_from_saved_record(tmp_path, images, capsys, monkeypatch
     assert max(len(ln) for ln in printed.splitlines() if " " in ln.strip()) <= 80, printed
     assert "Verdict:" not in printed and "┏" not in printed  # no banner, no table: those are --details
     assert main(["report", str(out / "run.json"), "--out", str(tmp_path / "detailed"), "--details"]) == 0
+    assert (tmp_path / "detailed" / "step_time.png").stat().st_size > 1000
     printed = capsys.readouterr().out
     flat = " ".join(re.sub(r"[│╭╮╰╯─]", " ", printed).split())
     assert f"Verdict: {d['verdict']['bottleneck']} ({d['verdict']['severity']})" in flat
