@@ -475,7 +475,7 @@ def test_detail_per_window_is_bounded_whatever_the_step_rate(workers: int, rate:
     8 ms per batch: a few dozen steps per 0.4 s window) both hold at most ``detail`` of them in detail (a chunk
     placed near a window's end may run into the next: one chunk more), and every one of them that the plan set."""
     fast = rate == "fast"
-    epochs, length = (4, 4000) if fast else (1, 150)
+    epochs, length = (2, 4000) if fast else (1, 150)  # fast: two epochs (fresh workers once), ~1,000+ steps a window
     plan, ws = _sampled(tmp_path, workers, epochs, length, 0.0 if fast else 0.002, "0.1s" if fast else "0.4s", 8)
     per_chunk = plan["per_chunk"]
     assert per_chunk == 2 and len(ws) >= 2
