@@ -110,11 +110,15 @@ def test_tensorboard_event_files_hold_the_scalars(phased: tuple[Path, subprocess
     assert b"cause change at step" in events[0].tensor_proto.string_val[0]
 
 
-def test_report_renders_the_folder(phased: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path) -> None:
+def test_report_renders_the_folder(phased: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from profiler.cli import main
+
     out, _ = phased
-    r = subprocess.run([sys.executable, "-m", "profiler", "report", str(out / "rec"), "--out", str(tmp_path)],
-                       capture_output=True, text=True, timeout=120, cwd=str(ROOT))
-    assert r.returncode == 0, r.stderr
+    capsys.readouterr()
+    rc = main(["report", str(out / "rec"), "--out", str(tmp_path)])  # in this process: no second Python start
+    r = capsys.readouterr()
+    assert rc == 0, r.err
     html = (tmp_path / "monitor.html").read_text()
     assert "change point" in html and "step" in html
     assert (tmp_path / "monitor.png").stat().st_size > 1000
@@ -128,7 +132,7 @@ def test_report_renders_the_folder(phased: tuple[Path, subprocess.CompletedProce
     h1 = unescape(html[html.index('<h1 id="headline">') + 18:html.index("</h1>")])
     assert h1 == headline(rec) and len(h1.split()) <= 20, h1
     assert h1.endswith("input-bound on CPU work (was input-bound on storage reads).")
-    assert " ".join(r.stdout.split()).startswith(h1)
+    assert " ".join(r.out.split()).startswith(h1)
     assert 'src="data:image/png;base64,' in html and 'src="monitor.png"' not in html
     from profiler.render.monitor_html import cards
 
