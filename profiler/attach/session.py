@@ -14,13 +14,10 @@ job, no signal is sent to it, and py-spy is never left running: every way out of
 """
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import functools
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 import psutil
 
@@ -133,25 +130,6 @@ def adopt_workers(target: discover.Target, stacks: Iterable[pyspy.Stack]) -> lis
     return added
 
 
-_LIBC: Any = None
-
-
-def _give_back_freed_memory() -> None:
-    """Return what the fold freed to the system (glibc's ``malloc_trim``). Why: glibc keeps freed small blocks in its
-    arenas, so attach's RSS kept ~1-3 MB at each py-spy rotation (the parsed piece, the forgotten workers) although
-    Python's own heap stayed flat (tracemalloc, docs/attach.md); trimming once a rotation (every ROTATE_S) costs a
-    few ms. Elsewhere (musl, macOS) there is no such call and nothing to do."""
-    global _LIBC
-    if _LIBC is False:
-        return
-    try:
-        if _LIBC is None:
-            _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        _LIBC.malloc_trim(0)
-    except (OSError, AttributeError):
-        _LIBC = False
-
-
 def _window(targets: list[discover.Target], recs: list[pyspy.Recording], t0: float, duration_s: float,
             exited: list[bool], ended: list[float], kernels: list[procfs.StateSampler], rate_hz: int,
             folded: list[fold.Folded]) -> None:
@@ -172,7 +150,6 @@ def _window(targets: list[discover.Target], recs: list[pyspy.Recording], t0: flo
                     merged[i] = r.merged
                     with signals.deferred():  # a Ctrl-C half-way would count a worker both folded and not
                         fold.fold_early(t, r, kernels[i], rate_hz, folded[i], r.piece_started_ns)
-                    _give_back_freed_memory()
             if gone or not r.running():  # the target exited, or py-spy ended by itself
                 ended[i] = time.monotonic() - t0
                 # py-spy stops when the interpreter starts finalising: the process may take a moment to go
