@@ -204,11 +204,9 @@ def fold_early(target: discover.Target, rec: pyspy.Recording, kernel: procfs.Sta
                folded: Folded, piece_started_ns: int) -> None:
     """Fold the workers (and main-process threads) that ``build`` will fold whatever the rest of the window brings,
     and forget their per-process state; called after a rotated-out py-spy piece was merged (see the module's
-    docstring). ``piece_started_ns``: CLOCK_MONOTONIC when the running piece was started."""
-    # the workers the stacks show, as the end would adopt them (a worker forked during the window is known only so)
-    from .session import adopt_workers  # session imports this module
-
-    adopt_workers(target, rec.stacks())
+    docstring). ``piece_started_ns``: CLOCK_MONOTONIC when the running piece was started. The caller has adopted
+    the workers the stacks show, as the end does (a worker forked during the window is known only so:
+    ``session.adopt_workers``)."""
     cutoff = piece_started_ns - int(EXITED_BEFORE_PIECE_S * 1e9)
 
     def exited_before(key: tuple[int, int]) -> bool:

@@ -149,6 +149,7 @@ def _window(targets: list[discover.Target], recs: list[pyspy.Recording], t0: flo
                 if r.merged > merged[i]:  # a rotated-out piece was merged: fold what exited before the running one
                     merged[i] = r.merged
                     with signals.deferred():  # a Ctrl-C half-way would count a worker both folded and not
+                        adopt_workers(t, r.stacks())  # the workers the stacks show, as the end adopts them
                         fold.fold_early(t, r, kernels[i], rate_hz, folded[i], r.piece_started_ns)
             if gone or not r.running():  # the target exited, or py-spy ended by itself
                 ended[i] = time.monotonic() - t0
