@@ -108,7 +108,7 @@ def test_heavy_model_is_compute_bound(tmp_path):
     for i in range(32):
         write_png(tmp_path / f"{i:03d}.png", size=(40, 40), seed=i)
     rec = run_profile(data=str(tmp_path), workers=1, batch_size=16, steps=4, warmup=2, model="resnet18",
-                      image_size=32, augment="none", cache="warm")
+                      image_size=64, augment="none", cache="warm")
     assert rec.verdict["bottleneck"] == "compute", rec.verdict
     assert rec.stall["fraction"] < th.NOT_INPUT_BOUND_BELOW
     assert "CPU" in rec.verdict["summary"]  # says the compute device was the CPU
