@@ -155,12 +155,7 @@ class TraceWatch:
                 result = orig(prof, path, *args, **kwargs)  # the job's call, first and unchanged
             finally:
                 _inside.kineto = outer
-            try:
-                watch._exported.add(id(prof))
-                watch.started = [p for p in watch.started if p is not prof]  # exported: not held any longer
-                watch._noted(path)
-            except Exception:  # noqa: BLE001 - noting a path must never fail the job's export
-                pass
+            watch._after_export(prof, path)
             return result
 
         orig_prepare = cls.__dict__["prepare_trace"]
@@ -182,6 +177,15 @@ class TraceWatch:
         self._install_legacy()
         return True
 
+    def _after_export(self, prof: Any, path: Any) -> None:
+        """A job's profiler exported ``path``: note it, and hold that profiler no longer (it is exported)."""
+        try:
+            self._exported.add(id(prof))
+            self.started = [p for p in self.started if p is not prof]
+            self._noted(path)
+        except Exception:  # noqa: BLE001 - noting a path must never fail the job's export
+            pass
+
     def _hold(self, prof: Any) -> None:
         """Hold a job's profiler that starts (for export_pending), at most MAX_HELD_PROFILERS."""
         if (prof is not self.own_profiler and os.getpid() == self._pid
@@ -201,12 +205,7 @@ class TraceWatch:
         def export_chrome_trace(prof: Any, path: Any, *args: Any, **kwargs: Any) -> Any:
             result = orig_legacy(prof, path, *args, **kwargs)  # the job's call, first and unchanged
             if not getattr(_inside, "kineto", False):
-                try:
-                    watch._exported.add(id(prof))
-                    watch.started = [p for p in watch.started if p is not prof]
-                    watch._noted(path)
-                except Exception:  # noqa: BLE001 - noting a path must never fail the job's export
-                    pass
+                watch._after_export(prof, path)
             return result
 
         orig_enter = legacy.__dict__["__enter__"]
