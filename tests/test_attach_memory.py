@@ -106,8 +106,9 @@ def test_exited_workers_are_folded_and_forgotten_during_the_window(monkeypatch: 
     with running_job([sys.executable, str(JOBS / "h4_refork.py"), "0", "64", "2"]) as p:
         target = discover.find(p.pid, binary)
         s = session.sample([target], binary, 7.0, 20)[0]
-    # folded during the window, and forgotten: nothing of a folded worker is left in attach's per-process state
-    assert dropped.calls >= 2 and s.folded.workers >= 2, (dropped.calls, s.folded.workers, s.stacks.log)
+    # folded during the window (at least once: on a busy machine a py-spy piece may take seconds to finish writing, so
+    # fewer rotations land in 7 s), and forgotten: nothing of a folded worker is left in attach's per-process state
+    assert dropped.calls >= 1 and s.folded.workers >= 2, (dropped.calls, s.folded.workers, s.stacks.log)
     gone = {p.pid for p in dropped.procs if p.role == "worker"}
     assert len(gone) == s.folded.workers
     assert not gone & {p.pid for p in s.target.processes}
