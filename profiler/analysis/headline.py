@@ -17,6 +17,7 @@ import os
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import vocab
+from ..record.read import read
 
 if TYPE_CHECKING:  # annotations only
     from ..record import RunRecord
@@ -61,22 +62,18 @@ def _pct(x: float) -> str:
 def device_words(rec: RunRecord) -> str:
     """The compute device as the subject of a sentence: "the GPU", or "the model (CPU)" on a CPU run (the CPU is the
     compute device there, and the model's thread is what waits; the step chart's legend says "model (CPU)" too)."""
-    dev = _d(rec.compute_device)
-    if _d(rec.config).get("model") == "none" and _d(rec.job).get("kind") in (None, "builtin"):
+    r = read(rec)
+    if r.config.model == "none" and r.job.builtin:
         return "the loop (no model)"  # a loader-only run: nothing computes, the loop itself waits
-    if dev.get("type") == "cpu":
+    if r.device.type == "cpu":
         return "the model (CPU)"
-    if dev.get("type") == "cuda":
+    if r.device.type == "cuda":
         return "the GPU"
-    return f"the {dev.get('type') or 'compute device'}"
+    return f"the {r.device.type or 'compute device'}"
 
 
 def _workers(rec: RunRecord) -> int | None:
-    loader = _d(_d(rec.job).get("loader"))
-    if isinstance(loader.get("num_workers"), int):
-        return int(loader["num_workers"])
-    w = _d(rec.config).get("workers")
-    return int(w) if isinstance(w, int) else None
+    return read(rec).workers
 
 
 def _in_workers(rec: RunRecord) -> str:
@@ -96,12 +93,11 @@ def waited_for(rec: RunRecord, cause: str) -> str:
     batches spent most of it in ("decoding in 4 workers"), or, for ``cpu`` where the kernel saw the producing threads
     wait for a core more than run, the contention itself. Consistent with the verdict by construction: only stages
     of its cause are named."""
-    st = _d(rec.stall)
-    by_stage = {k: float(v) for k, v in _d(st.get("by_stage")).items()}
-    by_kind = {k: float(v) for k, v in _d(st.get("by_kind")).items()}
+    st = read(rec).stall
+    by_stage = {k: float(v) for k, v in st.by_stage.items()}
     of_cause = tuple(k for k in by_stage if (vocab.STAGE[k].cause if k in vocab.STAGE else
                                              ("other" if k == "other" else "cpu")) == cause)
-    if cause == "cpu" and by_kind.get("runqueue", 0.0) > by_kind.get("on_cpu", 0.0):
+    if cause == "cpu" and st.by_kind.get("runqueue", 0.0) > st.by_kind.get("on_cpu", 0.0):
         n = _workers(rec)
         return (f"a free core ({n} worker{'s' if n != 1 else ''} oversubscribed)" if n
                 else "a free core (oversubscribed)")
@@ -114,26 +110,27 @@ def waited_for(rec: RunRecord, cause: str) -> str:
 
 def headline(rec: RunRecord) -> str:
     """One sentence of at most ~20 words: verdict, share and cause. Reads the analyzed record only."""
-    v = _d(rec.verdict)
-    b = v.get("bottleneck")
-    frac = float(_d(rec.stall).get("fraction", 0.0) or 0.0)
+    r = read(rec)
+    v = r.verdict
+    b = v.bottleneck
+    frac = r.stall.fraction
     who = device_words(rec)
     if b == "memory":
         bs = batch_size(rec)
         return (f"Does not fit: out of device memory{' at batch size ' + bs if bs != '—' else ''} on "
-                f"{rec.compute_device.get('name') or 'the device'}.")
+                f"{r.device.name or 'the device'}.")
     if b == "none" or not rec.window_steps:
         return "No verdict: the run ended before its first measured step."
     if b == "compute":
-        if v.get("binds") and str(v.get("binds")).startswith("cores"):
+        if v.binds and v.binds.startswith("cores"):
             n = _workers(rec)
             shared = f"the model and {n} worker{'s' if n != 1 else ''}" if n else "the model and its loading"
             return f"Compute-bound on shared cores: {shared} share the CPU; waiting for input took {_pct(frac)}."
-        if _d(rec.compute_device).get("type") == "cpu":
+        if r.device.type == "cpu":
             return f"Compute-bound: the model on the CPU sets the pace; it waited only {_pct(frac)} for input."
         return f"Compute-bound: the model sets the pace; {who} waited only {_pct(frac)} for input."
     if b in vocab.CAUSE_NAMES:
-        sev = str(v.get("severity") or "")
+        sev = v.severity
         head = "Input-bound" if sev.startswith("highly") or not sev else f"{sev.split()[0].capitalize()} input-bound"
         return f"{head}: {who} waited {_pct(frac)} of the time, mostly for {waited_for(rec, str(b))}."
     return f"{str(b or 'Unknown').capitalize()}: {who} waited {_pct(frac)} of the time."
@@ -142,15 +139,12 @@ def headline(rec: RunRecord) -> str:
 def batch_size(rec: RunRecord) -> str:
     """The profiled loader's batch size: its ``batch_size``, else the built-in's configured one, else the samples per
     step the record measured (a batch sampler or a batching dataset leaves ``DataLoader.batch_size`` None)."""
-    bs = _d(_d(rec.job).get("loader")).get("batch_size")
-    if isinstance(bs, int) and not isinstance(bs, bool):
-        return str(bs)
-    kind = _d(rec.job).get("kind")
-    cfg = _d(rec.config).get("batch_size")
-    if kind in (None, "builtin") and isinstance(cfg, int) and not isinstance(cfg, bool):
-        return str(cfg)
-    tp = _d(rec.throughput)
-    steps, samples = tp.get("steps") or 0, tp.get("samples") or 0
+    r = read(rec)
+    if r.job.loader.batch_size is not None:
+        return str(r.job.loader.batch_size)
+    if r.job.builtin and r.config.batch_size is not None:
+        return str(r.config.batch_size)
+    steps, samples = r.throughput.steps, r.throughput.samples
     if steps and samples:
         per = samples / steps
         return str(round(per)) if abs(per - round(per)) < 0.05 else f"≈ {per:.1f}"
@@ -170,18 +164,17 @@ def _short_name(name: str) -> str:
 
 
 def _what_ran(rec: RunRecord) -> Figure:
-    job, device = _d(rec.job), _d(rec.compute_device)
-    on = "on the CPU" if device.get("type") == "cpu" else f"on {device.get('name') or 'the GPU'}"
-    if job.get("kind") in ("script", "module", "api"):
-        target = job.get("target")
-        name = _short_name(os.path.basename(str(target))) if target else "your code"
-        kind = {"module": "module", "api": "your code (profiler.profile)"}.get(str(job.get("kind")), "script")
+    r = read(rec)
+    job, device = r.job, r.device
+    on = "on the CPU" if device.type == "cpu" else f"on {device.name or 'the GPU'}"
+    if job.own:
+        name = _short_name(os.path.basename(job.target)) if job.target else "your code"
+        kind = {"module": "module", "api": "your code (profiler.profile)"}.get(str(job.kind), "script")
         return Figure(name or "your code", f"{kind}, {on}")
-    c = _d(rec.config)
-    model = c.get("model")
+    model = r.config.model
     if not model or model == "none":
         return Figure("loader only", f"no model, {on}")
-    return Figure(str(model), f"model, {c.get('mode') or 'train'} mode, {on}")
+    return Figure(model, f"model, {r.config.mode or 'train'} mode, {on}")
 
 
 def _secs(s: float) -> str:
@@ -194,19 +187,20 @@ def _secs(s: float) -> str:
 
 def key_figures(rec: RunRecord) -> list[Figure]:
     """The cards: throughput, idle share, workers x batch size, window, what ran. Values are figures or "—"."""
-    tp, win, st = _d(rec.throughput), _d(rec.window), _d(rec.stall)
-    sps = float(tp.get("samples_per_s", 0.0) or 0.0)
-    n = _workers(rec)
-    steps, warm = int(win.get("steps", 0) or 0), int(win.get("warmup_steps", 0) or 0)
+    r = read(rec)
+    win, st = r.window, r.stall
+    sps = r.throughput.samples_per_s
+    n = r.workers
+    steps, warm = win.steps, win.warmup_steps
     if not steps:  # nothing measured: "0.0 samples/s" and "0.0 % waiting" would read as measured figures
         return [Figure("—", "throughput: no measured step"), Figure("—", "waiting for input: not measured"),
                 Figure(f"{'—' if n is None else n} × {batch_size(rec)}", "workers × batch size"),
                 Figure("0 steps", f"window, {warm} warm-up asked"), _what_ran(rec)]
     return [
         Figure(f"{sps:,.1f} samples/s", "throughput, measured window"),  # the record's figure, as the tables give it
-        Figure(_pct(float(st.get("fraction", 0.0) or 0.0)), f"waiting for input ({float(st.get('seconds', 0)):.2f} s)"),
+        Figure(_pct(st.fraction), f"waiting for input ({st.seconds:.2f} s)"),
         Figure(f"{'—' if n is None else n} × {batch_size(rec)}", "workers × batch size"),
-        Figure(_secs(float(win.get("seconds", 0) or 0)), f"window: {steps} steps, {warm} warm-up"),
+        Figure(_secs(win.seconds), f"window: {steps} steps, {warm} warm-up"),
         _what_ran(rec),
     ]
 
@@ -218,15 +212,15 @@ def no_change(rec: RunRecord) -> str:
     consistency check dropped is named with its reason when the what-if's best setting would gain more."""
     from ..thresholds import GAIN_CLAIMED_FROM
 
-    v, w = _d(rec.verdict), _d(rec.whatif)
+    r = read(rec)
+    v, w = r.verdict, r.whatif
     if not rec.window_steps:
         return "no step was measured, so there is nothing to judge; let the run reach its measured steps."
-    preds = [p for p in w.get("predictions") or [] if isinstance(p, dict) and not p.get("measured")
-             and isinstance(p.get("change"), (int, float))]
+    preds = [p for p in w.predictions if not p.get("measured") and isinstance(p.get("change"), (int, float))]
     best = max(preds, key=lambda p: float(p["change"]), default=None)
-    dropped = [a for a in w.get("advice_rejected") or [] if isinstance(a, dict) and a.get("action")]
-    bound = str(w.get("binds_words") or v.get("binds") or "")
-    if v.get("bottleneck") == "compute" and best is None:
+    dropped = [a for a in w.advice_rejected if a.get("action")]
+    bound = w.binds_words or v.binds or ""
+    if v.bottleneck == "compute" and best is None:
         return "the input keeps up: only a faster model or device would make this job faster."
     parts = []
     if best is not None and float(best["change"]) < GAIN_CLAIMED_FROM:
@@ -244,11 +238,12 @@ def no_change(rec: RunRecord) -> str:
 # --------------------------------------------------------------------------------------------------------------------
 def attach_headline(rec: RunRecord) -> str:
     """An attach record: sampled shares, said as such, with the sampled wait's interval."""
-    v, st = _d(rec.verdict), _d(rec.stall)
-    b = str(v.get("bottleneck") or "")
-    frac = float(st.get("fraction", 0.0) or 0.0)
-    lo, hi = st.get("fraction_low"), st.get("fraction_high")
-    iv = f" (95 %: {_pct(float(lo))}–{_pct(float(hi))})" if lo is not None and hi is not None else ""
+    r = read(rec)
+    st = r.stall
+    b = r.verdict.bottleneck or ""
+    frac = st.fraction
+    lo, hi = st.fraction_low, st.fraction_high
+    iv = f" (95 %: {_pct(lo)}–{_pct(hi)})" if lo is not None and hi is not None else ""
     if b in vocab.CAUSE_NAMES:
         return f"Input-bound (sampled): the main thread waited for batches {_pct(frac)}{iv}, mostly {cause_words(b)}."
     if b == "compute":

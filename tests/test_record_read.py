@@ -1,0 +1,73 @@
+"""The record's typed reads (profiler/record/read.py): every field a view declares is one the record's schema declares
+(so a view cannot invent a field), an absent or null field reads as the view's stated default, and a real analyzed
+record reads back the values its sections hold."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from profiler.record import RunRecord, schema
+from profiler.record.read import (
+    CeilingsView,
+    ConfigView,
+    DeviceView,
+    JobView,
+    LoaderView,
+    RamView,
+    RecommendationView,
+    StallView,
+    ThroughputView,
+    VerdictView,
+    WhatIfView,
+    WindowView,
+    read,
+    view,
+)
+
+VIEWS: list[tuple[type, type]] = [
+    (ConfigView, schema.Config), (LoaderView, schema.LoaderInfo), (JobView, schema.Job),
+    (DeviceView, schema.ComputeDevice), (WindowView, schema.Window), (ThroughputView, schema.Throughput),
+    (StallView, schema.Stall), (RecommendationView, schema.Recommendation), (VerdictView, schema.Verdict),
+    (WhatIfView, schema.WhatIf), (CeilingsView, schema.Ceilings), (RamView, schema.Ram),
+]
+
+
+@pytest.mark.parametrize("view_cls, section", VIEWS, ids=lambda c: c.__name__)
+def test_every_view_field_is_a_field_of_its_schema_section(view_cls: type, section: type) -> None:
+    declared = set(schema.get_type_hints(section))
+    fields = {f.name for f in dataclasses.fields(view_cls)}
+    assert fields <= declared, sorted(fields - declared)
+
+
+def test_absent_and_null_fields_read_as_the_stated_defaults() -> None:
+    st = view(StallView, {"fraction": 0.25, "fraction_low": None, "by_cause": {"io": 1.5}})
+    assert (st.fraction, st.seconds, st.fraction_low, st.by_cause, st.by_stage) == (0.25, 0.0, None, {"io": 1.5}, {})
+    assert view(ThroughputView, {"window_s": 2.0}) == ThroughputView(window_s=2.0)  # an attach record's throughput
+    assert view(JobView, None) == JobView() and JobView().builtin and not JobView().own
+    j = view(JobView, {"kind": "script", "loader": {"num_workers": 3, "batch_size": None}})
+    assert j.own and j.loader == LoaderView(num_workers=3)
+    v = view(VerdictView, {"bottleneck": "io", "recommendations": [{"action": "a"}, {"action": "b", "cause": "io"}]})
+    assert [r.action for r in v.recommendations] == ["a", "b"] and v.recommendations[1].cause == "io"
+    assert view(VerdictView, "not a dict") == VerdictView()
+
+
+def test_a_real_record_reads_back_what_its_sections_hold(small_jpegs: Path, tmp_path: Path) -> None:
+    from profiler.cli import main
+
+    out = tmp_path / "r"
+    assert main(["run", "--data", str(small_jpegs), "--steps", "6", "--warmup", "1", "--workers", "0",
+                 "--batch-size", "8", "--out", str(out), "--no-plots"]) == 0
+    d: dict[str, Any] = json.loads((out / "run.json").read_text())
+    rec = RunRecord.from_dict(d)
+    from profiler.analysis import analyze
+    analyze(rec)
+    r = read(rec)
+    assert r.stall.fraction == rec.stall["fraction"] and r.verdict.bottleneck == rec.verdict["bottleneck"]
+    assert r.throughput.samples_per_s == rec.throughput["samples_per_s"] > 0
+    assert r.window.steps == rec.window["steps"] == 6 and r.device.type == "cpu"
+    assert r.workers == 0 and r.job.builtin and r.config.batch_size == 8
+    assert [x.action for x in r.verdict.recommendations] == [x["action"] for x in rec.verdict["recommendations"]]
