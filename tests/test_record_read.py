@@ -12,6 +12,10 @@ import pytest
 
 from profiler.record import RunRecord, schema
 from profiler.record.read import (
+    AttachProcessView,
+    AttachSamplerView,
+    AttachThreadView,
+    AttachView,
     CeilingsView,
     ConfigView,
     DeviceView,
@@ -33,6 +37,8 @@ VIEWS: list[tuple[type, type]] = [
     (DeviceView, schema.ComputeDevice), (WindowView, schema.Window), (ThroughputView, schema.Throughput),
     (StallView, schema.Stall), (RecommendationView, schema.Recommendation), (VerdictView, schema.Verdict),
     (WhatIfView, schema.WhatIf), (CeilingsView, schema.Ceilings), (RamView, schema.Ram),
+    (AttachView, schema.Attach), (AttachThreadView, schema.AttachThread), (AttachProcessView, schema.AttachProcess),
+    (AttachSamplerView, schema.AttachSampler),
 ]
 
 

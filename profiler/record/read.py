@@ -189,6 +189,51 @@ class RamView:
     projection_error: str | None = None
 
 
+# The attach section (raw: what `attach PID` sampled) -------------------------------------------------------------
+@dataclass(frozen=True)
+class AttachThreadView:
+    """``attach.threads[i]``: one sampled thread's stack-sample counts and kernel clocks (clocks None: not read)."""
+    pid: int = 0
+    tid: int = 0
+    name: str | None = None
+    role: str | None = None  # "main" | "worker" | "worker_feeder" | "pin_memory" | "other"
+    worker: int = -1  # workers in start order; -1: the main process (or not said)
+    samples: int = 0
+    stages: dict[str, int] = field(default_factory=dict)
+    wait_stages: dict[str, int] = field(default_factory=dict)
+    wall_s: float | None = None
+    on_cpu_s: float | None = None
+    runq_s: float | None = None
+    states: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AttachProcessView:
+    pid: int = 0
+    role: str | None = None  # "main" | "worker" | "child" | "forkserver"
+
+
+@dataclass(frozen=True)
+class AttachSamplerView:
+    name: str | None = None
+    rate_hz: int | None = None
+    samples: int | None = None
+    errors: int = 0  # samples it could not read (absent: none said)
+
+
+@dataclass(frozen=True)
+class AttachView:
+    """``attach``: the sampled window (``view(AttachView, rec.attach)``; not in :class:`Reading`, attach records
+    only)."""
+    seconds: float | None = None
+    sampler: AttachSamplerView = field(default_factory=AttachSamplerView)
+    threads: list[AttachThreadView] = field(default_factory=list)
+    processes: list[AttachProcessView] = field(default_factory=list)
+    workers_at_once: int | None = None  # None: a record older than the figure (count the workers listed)
+    cpu_util: float | None = None  # None: the machine's CPU share was not read
+    absent: dict[str, str] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class Reading:
     """The record's sections, typed: what every analysis step after the first and every renderer read."""
