@@ -19,12 +19,23 @@ from profiler.record.read import (
     CeilingsView,
     ConfigView,
     DeviceView,
+    FindingView,
+    GpuSeriesView,
+    HistogramView,
     JobView,
     LoaderView,
+    MemoryView,
+    OutOfMemoryView,
+    ProcessSeriesView,
+    ProfilerCostView,
     RamView,
     RecommendationView,
+    SamplesView,
+    StageView,
     StallView,
+    StorageView,
     ThroughputView,
+    ToolView,
     VerdictView,
     WhatIfView,
     WindowView,
@@ -39,6 +50,10 @@ VIEWS: list[tuple[type, type]] = [
     (WhatIfView, schema.WhatIf), (CeilingsView, schema.Ceilings), (RamView, schema.Ram),
     (AttachView, schema.Attach), (AttachThreadView, schema.AttachThread), (AttachProcessView, schema.AttachProcess),
     (AttachSamplerView, schema.AttachSampler),
+    (ProfilerCostView, schema.ProfilerCost), (HistogramView, schema.StageHistogram), (StageView, schema.StageStats),
+    (FindingView, schema.Finding), (ToolView, schema.ToolInfo), (StorageView, schema.Storage),
+    (OutOfMemoryView, schema.OutOfMemory), (MemoryView, schema.Memory), (ProcessSeriesView, schema.ProcessSeries),
+    (GpuSeriesView, schema.GpuSeries), (SamplesView, schema.Samples),
 ]
 
 
@@ -77,3 +92,15 @@ def test_a_real_record_reads_back_what_its_sections_hold(small_jpegs: Path, tmp_
     assert r.window.steps == rec.window["steps"] == 6 and r.device.type == "cpu"
     assert r.workers == 0 and r.job.builtin and r.config.batch_size == 8
     assert [x.action for x in r.verdict.recommendations] == [x["action"] for x in rec.verdict["recommendations"]]
+
+
+def test_optional_sub_views_read_as_none_unless_an_object() -> None:
+    m = view(MemoryView, {"device_peak_bytes": 5, "oom": None})
+    assert m.oom is None and m.device_peak_bytes == 5 and m.device_total_bytes is None
+    assert view(MemoryView, {"oom": {"step": 3}}).oom == OutOfMemoryView(step=3)
+    s = view(SamplesView, {"gpu": "damaged", "processes": [{"pid": 7, "role": "main"}]})
+    assert s.gpu is None and s.processes == [ProcessSeriesView(pid=7, role="main")] and s.t_s == []
+    assert view(StallView, {"profiler": {"measured": True, "seconds": 0.5}}).profiler == ProfilerCostView(0.5, 0.0,
+                                                                                                            0.0, True)
+    st = view(StageView, {"count": 4, "mean_ms": 1.5, "histogram": {"edges_ms": [1.0, 2.0], "counts": [4]}})
+    assert st.histogram == HistogramView([1.0, 2.0], [4], 0) and st.p99_ms is None and st.per is None

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar, get_args, get_origin, get_type_hints
@@ -116,6 +117,52 @@ class ThroughputView:
 
 
 @dataclass(frozen=True)
+class ProfilerCostView:
+    """``stall.profiler``: the profiler's own main-thread time in the measured steps (``measured`` False: a record
+    without the profiler_wait column, so nothing to say)."""
+    seconds: float = 0.0
+    rest_s: float = 0.0
+    share_of_window: float = 0.0
+    measured: bool = False
+
+
+@dataclass(frozen=True)
+class HistogramView:
+    """``stages[name].histogram``: the observations kept in detail on log-spaced bins (what latency.png draws)."""
+    edges_ms: list[float] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+    zeros: int = 0
+
+
+@dataclass(frozen=True)
+class StageView:
+    """``stages[name]``: one stage's statistics over the window. The latencies are None where the stage has none
+    (an attach record's sampled stage has shares instead); ``histogram`` None: not kept."""
+    per: str | None = None  # "sample" | "batch" | "step" | "epoch"
+    count: int = 0
+    total_s: float = 0.0
+    mean_ms: float | None = None
+    p50_ms: float | None = None
+    p95_ms: float | None = None
+    p99_ms: float | None = None
+    max_ms: float | None = None
+    bytes: int | None = None
+    percentiles_over: str | None = None
+    histogram: HistogramView | None = None
+    share: float | None = None  # attach: the stage's share of its side's sampled time, and its 95 % interval
+    share_low: float | None = None
+    share_high: float | None = None
+    basis: str | None = None
+
+
+@dataclass(frozen=True)
+class FindingView:
+    """``findings[i]``: one observation; a finding that is not an object reads as its text (``message``)."""
+    kind: str | None = None
+    message: str | None = None
+
+
+@dataclass(frozen=True)
 class StallView:
     """``stall``: the compute device's wait for input, net of the profiler's own time, and its split."""
     seconds: float = 0.0
@@ -129,6 +176,8 @@ class StallView:
     fraction_high: float | None = None
     main_samples: int | None = None  # attach
     wait_samples: int | None = None  # attach
+    per_step: dict[str, list[float]] = field(default_factory=dict)  # cause -> idle seconds per measured step
+    profiler: ProfilerCostView = field(default_factory=ProfilerCostView)
 
 
 @dataclass(frozen=True)
@@ -189,6 +238,80 @@ class RamView:
     projection_error: str | None = None
 
 
+# Other raw sections ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ToolView:
+    name: str | None = None
+    version: str | None = None
+
+
+@dataclass(frozen=True)
+class StorageView:
+    """``storage``: what the dataset's files came from. Absent section: no storage facts (an attach record)."""
+    summary: str | None = None  # the one sentence about storage bytes (analysis/io.py)
+    page_cache_hit_fraction: float | None = None
+    bytes_requested: int = 0
+    bytes_from_device: int = 0
+    cache_mode: str | None = None
+    io_source: str | None = None
+    learned_from: str | None = None
+
+
+@dataclass(frozen=True)
+class OutOfMemoryView:
+    step: int | None = None
+    message: str | None = None
+
+
+@dataclass(frozen=True)
+class MemoryView:
+    """``memory``: the compute device's memory (None: not measured, a CPU run)."""
+    device_peak_bytes: int | None = None
+    device_total_bytes: int | None = None
+    oom: OutOfMemoryView | None = None  # None: the run did not run out of memory
+
+
+@dataclass(frozen=True)
+class ProcessSeriesView:
+    """``samples.processes[i]``: one sampled process's series (a None in a series: that sample was not read)."""
+    pid: int | None = None
+    role: str | None = None  # main | worker | child
+    worker_id: int | None = None
+    t_s: list[float] = field(default_factory=list)
+    cpu_percent: list[float | None] = field(default_factory=list)
+    rss_bytes: list[int | None] = field(default_factory=list)
+    alive_at_end: bool | None = None
+
+
+@dataclass(frozen=True)
+class GpuSeriesView:
+    """``samples.gpu``: the GPU's series; the PCIe ones None where NVML gave none."""
+    index: int | None = None
+    name: str | None = None
+    t_s: list[float] = field(default_factory=list)
+    util_percent: list[float | None] = field(default_factory=list)
+    mem_used_bytes: list[int | None] = field(default_factory=list)
+    mem_total_bytes: int | None = None
+    pcie_rx_bytes_per_s: list[float | None] | None = None
+    pcie_tx_bytes_per_s: list[float | None] | None = None
+
+
+@dataclass(frozen=True)
+class SamplesView:
+    """``samples``: the background sampler's series (~10 Hz), sharing ``t_s``; a series absent reads empty."""
+    interval_s: float | None = None
+    t_s: list[float] = field(default_factory=list)
+    cpu_percent_per_core: list[list[float]] = field(default_factory=list)
+    ram_total_bytes: int | None = None
+    ram_used_bytes: list[int | None] = field(default_factory=list)
+    page_cache_bytes: list[int | None] = field(default_factory=list)
+    shm_used_bytes: list[int | None] = field(default_factory=list)
+    disk_read_bytes_per_s: list[float | None] = field(default_factory=list)
+    disk: str | None = None
+    processes: list[ProcessSeriesView] = field(default_factory=list)
+    gpu: GpuSeriesView | None = None  # None: no GPU was sampled
+
+
 # The attach section (raw: what `attach PID` sampled) -------------------------------------------------------------
 @dataclass(frozen=True)
 class AttachThreadView:
@@ -247,6 +370,11 @@ class Reading:
     whatif: WhatIfView
     ceilings: CeilingsView
     ram: RamView
+    stages: dict[str, StageView] = field(default_factory=dict)  # the stages whose statistics are an object
+    findings: list[FindingView] = field(default_factory=list)
+    storage: StorageView = field(default_factory=StorageView)
+    memory: MemoryView = field(default_factory=MemoryView)
+    tool: ToolView = field(default_factory=ToolView)
 
     @property
     def workers(self) -> int | None:
@@ -258,12 +386,16 @@ class Reading:
 
 @functools.lru_cache(maxsize=None)
 def _fields(cls: type) -> tuple[tuple[str, type | None, bool], ...]:
-    """Each field's name, the view type it holds (or None), and whether it is a list of that view."""
+    """Each field's name, the view type it holds (or None), and whether it is a list of that view. A field typed
+    ``SomeView | None`` holds that view where the section has an object there, else None (absent: not recorded)."""
     hints = get_type_hints(cls)
     out: list[tuple[str, type | None, bool]] = []
     for f in dataclasses.fields(cls):
         t = hints[f.name]
         args = get_args(t)
+        if isinstance(t, types.UnionType) and len(args) == 2 and type(None) in args:
+            t = next(a for a in args if a is not type(None))
+            args = get_args(t)
         if isinstance(t, type) and dataclasses.is_dataclass(t):
             out.append((f.name, t, False))
         elif get_origin(t) is list and args and isinstance(args[0], type) and dataclasses.is_dataclass(args[0]):
@@ -271,6 +403,12 @@ def _fields(cls: type) -> tuple[tuple[str, type | None, bool], ...]:
         else:
             out.append((f.name, None, False))
     return tuple(out)
+
+
+@functools.lru_cache(maxsize=None)
+def _optional(cls: type, name: str) -> bool:
+    """Whether the field's default is None (a ``SomeView | None`` field: a non-object there reads as None)."""
+    return next(f for f in dataclasses.fields(cls) if f.name == name).default is None
 
 
 def view(cls: type[V], section: object) -> V:
@@ -287,7 +425,7 @@ def view(cls: type[V], section: object) -> V:
             kw[name] = v
         elif many:
             kw[name] = [view(sub, x) for x in v] if isinstance(v, list) else []
-        else:
+        elif isinstance(v, Mapping) or not _optional(cls, name):  # type: ignore[arg-type]
             kw[name] = view(sub, v)
     return cls(**kw)
 
@@ -298,4 +436,15 @@ def read(rec: RunRecord) -> Reading:
                    device=view(DeviceView, rec.compute_device), window=view(WindowView, rec.window),
                    throughput=view(ThroughputView, rec.throughput), stall=view(StallView, rec.stall),
                    verdict=view(VerdictView, rec.verdict), whatif=view(WhatIfView, rec.whatif),
-                   ceilings=view(CeilingsView, rec.ceilings), ram=view(RamView, rec.ram))
+                   ceilings=view(CeilingsView, rec.ceilings), ram=view(RamView, rec.ram),
+                   stages={str(k): view(StageView, v) for k, v in (rec.stages or {}).items()
+                           if isinstance(v, Mapping)},
+                   findings=[view(FindingView, f) if isinstance(f, Mapping) else FindingView(message=str(f))
+                             for f in rec.findings or []],
+                   storage=view(StorageView, rec.storage), memory=view(MemoryView, rec.memory),
+                   tool=view(ToolView, rec.tool))
+
+
+def samples(rec: RunRecord) -> SamplesView:
+    """The sampler's series as a view (not in :class:`Reading`: only the utilisation plot and the trace read them)."""
+    return view(SamplesView, rec.samples)
