@@ -26,10 +26,12 @@ Pure: reads ``rec.attach`` (counts and kernel clocks), fills the derived section
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .. import thresholds as th
 from .. import vocab
+from ..record.read import AttachThreadView, AttachView, StallView, view
 from .verdict import NOTHING_MEASURED, VERDICT_CAUSES, severity
 
 if TYPE_CHECKING:
@@ -69,75 +71,82 @@ def _pct(x: float) -> str:
     return f"{x * 100:.0f} %" if x >= 0.1 else f"{x * 100:.1f} %"
 
 
-def _by_role(threads: list[dict[str, Any]], role: str) -> list[dict[str, Any]]:
-    return [t for t in threads if t.get("role") == role]
+def _attach(a: AttachView | Mapping[str, Any]) -> AttachView:
+    """The attach section as its view (tests and callers may hand the raw section)."""
+    return a if isinstance(a, AttachView) else view(AttachView, a)
 
 
-def worker_mix(a: dict[str, Any]) -> dict[str, Any]:
+def _thread(t: AttachThreadView | Mapping[str, Any] | None) -> AttachThreadView | None:
+    return t if t is None or isinstance(t, AttachThreadView) else view(AttachThreadView, t)
+
+
+def _by_role(threads: list[AttachThreadView], role: str) -> list[AttachThreadView]:
+    return [t for t in threads if t.role == role]
+
+
+def worker_mix(a_: AttachView | Mapping[str, Any]) -> dict[str, Any]:
     """Per worker and in all: seconds producing by kind (on_cpu, runqueue, blocked_device, blocked_other,
     transfer), stage samples, and the shares behind them."""
-    threads = a.get("threads") or []
-    feeders = {t["pid"]: t for t in _by_role(threads, "worker_feeder")}
+    a = _attach(a_)
+    threads = a.threads
+    feeders = {t.pid: t for t in _by_role(threads, "worker_feeder")}
     rows = []
     for t in _by_role(threads, "worker"):
-        n = int(t.get("samples") or 0)
+        n = t.samples
         if n <= 0:
-            rows.extend(_unsampled_worker(t, a))
+            rows.extend(_unsampled_worker(t))
             continue
-        st = t.get("stages") or {}
-        wall = float(t.get("wall_s") or a.get("seconds") or 0.0)
+        st = t.stages
+        wall = float(t.wall_s or a.seconds or 0.0)
         prod_k = sum(v for k, v in st.items() if k not in (IDLE, "transfer"))
         prod_s = wall * prod_k / n
         put_s = wall * st.get("transfer", 0) / n
-        f = feeders.get(t["pid"]) or {}
-        fn = int(f.get("samples") or 0)
-        feed_s = float(f.get("wall_s") or wall) * (f.get("stages") or {}).get("transfer", 0) / fn if fn else 0.0
-        oncpu, runq = float(t.get("on_cpu_s") or 0.0), float(t.get("runq_s") or 0.0)
+        f = feeders.get(t.pid)
+        fn = f.samples if f is not None else 0
+        feed_s = float(f.wall_s or wall) * f.stages.get("transfer", 0) / fn if f is not None and fn else 0.0
+        oncpu, runq = float(t.on_cpu_s or 0.0), float(t.runq_s or 0.0)
         busy = min(prod_s, max(0.0, oncpu + runq - put_s))
         on = busy * (oncpu / (oncpu + runq)) if oncpu + runq > 0 else 0.0
         blocked = max(0.0, prod_s - busy)
-        states = t.get("states") or {}
-        n_states = sum(states.values())
-        dev = min(blocked, wall * states.get("D", 0) / n_states) if n_states else 0.0
-        rows.append({"pid": t["pid"], "worker": t.get("worker", -1), "samples": n, "wall_s": wall,
-                     "producing_share": prod_k / n, "idle_share": st.get(IDLE, 0) / n,
+        n_states = sum(t.states.values())
+        dev = min(blocked, wall * t.states.get("D", 0) / n_states) if n_states else 0.0
+        rows.append({"pid": t.pid, "worker": t.worker, "samples": n, "wall_s": wall,
+                     "producing_share": prod_k / n, "idle_share": st.get(IDLE, 0) / n, "unsampled": False,
                      "kinds": {"on_cpu": on, "runqueue": busy - on, "blocked_device": dev,
                                "blocked_other": blocked - dev, "transfer": put_s + feed_s},
-                     "stages": {k: v for k, v in st.items()}})
+                     "stages": dict(st)})
     kinds = {k: sum(r["kinds"][k] for r in rows) for k in ("on_cpu", "runqueue", "blocked_device", "blocked_other",
                                                             "transfer")}
     for t in _by_role(threads, "pin_memory"):  # pinning a batch before the main thread may take it: transfer
-        n = int(t.get("samples") or 0)
-        if n:
-            kinds["transfer"] += float(t.get("wall_s") or a.get("seconds") or 0.0) * (
-                t.get("stages") or {}).get("transfer", 0) / n
+        if t.samples:
+            kinds["transfer"] += float(t.wall_s or a.seconds or 0.0) * t.stages.get("transfer", 0) / t.samples
     return {"workers": rows, "kinds": kinds, "total_s": sum(kinds.values())}
 
 
-def _unsampled_worker(t: dict[str, Any], a: dict[str, Any]) -> list[dict[str, Any]]:
+def _unsampled_worker(t: AttachThreadView) -> list[dict[str, Any]]:
     """A worker with kernel clocks but no stack samples: its whole window is taken as producing (idle cannot be told
     apart without stacks), split by the clocks alone; ``unsampled`` marks the row, and the verdict says so."""
-    wall = float(t.get("wall_s") or 0.0)
+    wall = float(t.wall_s or 0.0)
     if wall <= 0:
         return []
-    oncpu, runq = float(t.get("on_cpu_s") or 0.0), float(t.get("runq_s") or 0.0)
+    oncpu, runq = float(t.on_cpu_s or 0.0), float(t.runq_s or 0.0)
     blocked = max(0.0, wall - oncpu - runq)
-    states = t.get("states") or {}
-    n_states = sum(states.values())
-    dev = min(blocked, wall * states.get("D", 0) / n_states) if n_states else 0.0
-    return [{"pid": t["pid"], "worker": t.get("worker", -1), "samples": 0, "wall_s": wall, "producing_share": 1.0,
+    n_states = sum(t.states.values())
+    dev = min(blocked, wall * t.states.get("D", 0) / n_states) if n_states else 0.0
+    return [{"pid": t.pid, "worker": t.worker, "samples": 0, "wall_s": wall, "producing_share": 1.0,
              "idle_share": 0.0, "unsampled": True,
              "kinds": {"on_cpu": oncpu, "runqueue": runq, "blocked_device": dev, "blocked_other": blocked - dev,
                        "transfer": 0.0}, "stages": {}}]
 
 
-def main_thread(a: dict[str, Any]) -> dict[str, Any] | None:
-    mains = [t for t in _by_role(a.get("threads") or [], "main") if t.get("tid") == t.get("pid")] or \
-        _by_role(a.get("threads") or [], "main")
-    return max(mains, key=lambda t: int(t.get("samples") or 0)) if mains else None
+def main_thread(a_: AttachView | Mapping[str, Any]) -> AttachThreadView | None:
+    a = _attach(a_)
+    mains = [t for t in _by_role(a.threads, "main") if t.tid == t.pid] or _by_role(a.threads, "main")
+    return max(mains, key=lambda t: t.samples) if mains else None
 
 
-def main_queued_s(m: dict[str, Any] | None, recv_s: float, k_recv: int, k_wait: int, n_main: int) -> float:
+def main_queued_s(m_: AttachThreadView | Mapping[str, Any] | None, recv_s: float, k_recv: int, k_wait: int,
+                  n_main: int) -> float:
     """Seconds of the main thread's taking-in (``recv_s``, ``k_recv`` samples) that it spent waiting for a core: its
     run-queue time over the window, apportioned over the samples in which it had work to run (taking a batch in, and
     everything outside the DataLoader) — polling for a batch it is blocked and queues for no core — at most
@@ -150,46 +159,46 @@ def main_queued_s(m: dict[str, Any] | None, recv_s: float, k_recv: int, k_wait: 
     tests/jobs/h4_transfer.py beside two busy loops pinned to each core attach kept all of the taking-in as transfer
     (100 % of the wait) where ``run``, on the same execution, measured 35 % of it as the main thread waiting for a core
     (now attach: 37 %); in a CI run under load the two named different causes (issue 36 item 5)."""
+    m = _thread(m_)
     if m is None or recv_s <= 0 or k_recv <= 0:
         return 0.0
-    runq = float(m.get("runq_s") or 0.0)
+    runq = float(m.runq_s or 0.0)
     busy = k_recv + max(0, n_main - k_wait)
     return min(recv_s, runq * k_recv / busy)
 
 
-def _main_queued_of(stall: Stall, a: dict[str, Any]) -> float:
+def _main_queued_of(stall: StallView, a: AttachView) -> float:
     """``main_queued_s`` again from the record and its stall (for the recommendations)."""
     m = main_thread(a)
-    k_wait, n_main = int(stall.get("wait_samples") or 0), int(stall.get("main_samples") or 0)
-    k_recv = min(int(((m or {}).get("wait_stages") or {}).get("transfer", 0)), k_wait)
-    recv_s = float(stall.get("seconds") or 0.0) * k_recv / k_wait if k_wait else 0.0
+    k_wait, n_main = stall.wait_samples or 0, stall.main_samples or 0
+    k_recv = min(int(m.wait_stages.get("transfer", 0)) if m is not None else 0, k_wait)
+    recv_s = float(stall.seconds) * k_recv / k_wait if k_wait else 0.0
     return main_queued_s(m, recv_s, k_recv, k_wait, n_main)
 
 
-def _main_load_kinds(m: dict[str, Any], wait_s: float, window_s: float) -> dict[str, float]:
+def _main_load_kinds(m: AttachThreadView, wait_s: float, window_s: float) -> dict[str, float]:
     """workers = 0: the wait split by the main thread's own kernel clocks (see the module docstring)."""
-    wall = float(m.get("wall_s") or window_s)
-    oncpu, runq = float(m.get("on_cpu_s") or 0.0), float(m.get("runq_s") or 0.0)
+    wall = float(m.wall_s or window_s)
+    oncpu, runq = float(m.on_cpu_s or 0.0), float(m.runq_s or 0.0)
     blocked = min(wait_s, max(0.0, wall - oncpu - runq))
     busy = wait_s - blocked
-    states = m.get("states") or {}
-    n = sum(states.values())
-    dev = min(blocked, wall * states.get("D", 0) / n) if n else 0.0
+    n = sum(m.states.values())
+    dev = min(blocked, wall * m.states.get("D", 0) / n) if n else 0.0
     on = busy * oncpu / (oncpu + runq) if oncpu + runq > 0 else busy
     return {"on_cpu": on, "runqueue": busy - on, "blocked_device": dev, "blocked_other": blocked - dev,
             "transfer": 0.0}
 
 
-def stage_table(a: dict[str, Any], m: dict[str, Any] | None) -> dict[str, StageStats]:
+def stage_table(a: AttachView, m: AttachThreadView | None) -> dict[str, StageStats]:
     """Stages as shares of sampled time: worker stages of the workers' sampled time (with workers = 0, of the main
     thread's), main-loop stages of the main thread's; each with its samples and 95 % interval."""
     out: dict[str, StageStats] = {}
-    workers = _by_role(a.get("threads") or [], "worker")
-    n_w = sum(int(t.get("samples") or 0) for t in workers)
-    wall_w = sum(float(t.get("wall_s") or 0.0) for t in workers)
+    workers = _by_role(a.threads, "worker")
+    n_w = sum(t.samples for t in workers)
+    wall_w = sum(float(t.wall_s or 0.0) for t in workers)
     counts: dict[str, int] = {}
     for t in workers:
-        for k, v in (t.get("stages") or {}).items():
+        for k, v in t.stages.items():
             counts[k] = counts.get(k, 0) + int(v)
 
     def row(name: str, k: int, n: int, seconds: float, per: str) -> StageStats:
@@ -200,36 +209,34 @@ def stage_table(a: dict[str, Any], m: dict[str, Any] | None) -> dict[str, StageS
 
     for k, v in sorted(counts.items(), key=lambda kv: -kv[1]):
         out[k] = row(k, v, n_w, wall_w, "worker")
-    if m:
-        n = int(m.get("samples") or 0)
-        wall = float(m.get("wall_s") or a.get("seconds") or 0.0)
-        for k, v in (m.get("stages") or {}).items():
+    if m is not None:
+        n = m.samples
+        wall = float(m.wall_s or a.seconds or 0.0)
+        for k, v in m.stages.items():
             out[k] = row(k, int(v), n, wall, "main")
-        for k, v in (m.get("wait_stages") or {}).items():  # workers = 0: the loading inside the wait
+        for k, v in m.wait_stages.items():  # workers = 0: the loading inside the wait
             if k not in out:
                 out[k] = row(k, int(v), n, wall, "main (inside wait)")
     return out
 
 
 def analyze_attach(rec: RunRecord) -> RunRecord:
-    a: dict[str, Any] = dict(rec.attach or {})
-    window_s = float(a.get("seconds") or rec.window["seconds"] or 0.0)
+    a = view(AttachView, rec.attach)
+    window_s = float(a.seconds or rec.window["seconds"] or 0.0)
     m = main_thread(a)
-    n_main = int(m.get("samples") or 0) if m else 0
-    st = (m or {}).get("stages") or {}
-    k_wait = int(st.get("wait", 0))
+    n_main = m.samples if m is not None else 0
+    k_wait = int(m.stages.get("wait", 0)) if m is not None else 0
     frac = k_wait / n_main if n_main else 0.0
     lo, hi = wilson(k_wait, n_main)
     wait_s = frac * window_s
     mix = worker_mix(a)
     # the most workers alive at once (a loader re-forking its workers each epoch is still num_workers workers);
     # records written before that figure: the workers listed
-    at_once = a.get("workers_at_once")
-    workers = int(at_once) if at_once is not None else len(
-        [p for p in a.get("processes") or [] if p.get("role") == "worker"])
+    at_once = a.workers_at_once
+    workers = int(at_once) if at_once is not None else len([p for p in a.processes if p.role == "worker"])
     # The part of the wait the main thread spent taking a worker's batch in (rebuilding its tensors, unpickling it:
     # classify._receiving) is transfer as sampled; only the rest, waiting for a batch, is split by the workers' mix.
-    k_recv = int(((m or {}).get("wait_stages") or {}).get("transfer", 0)) if workers else 0
+    k_recv = int(m.wait_stages.get("transfer", 0)) if m is not None and workers else 0
     recv_s = wait_s * min(k_recv, k_wait) / k_wait if k_wait else 0.0
     queued_s = main_queued_s(m, recv_s, min(k_recv, k_wait), k_wait, n_main)
     if workers == 0 and m is not None:
@@ -271,11 +278,11 @@ def analyze_attach(rec: RunRecord) -> RunRecord:
     if rec.partial:
         findings.append({"kind": "partial", "message": f"Partial attach: {rec.partial_reason}. Figures cover the "
                                                        f"{window_s:.1f} s sampled."})
-    errs = int((a.get("sampler") or {}).get("errors") or 0)
+    errs = int(a.sampler.errors)
     if errs:
         findings.append({"kind": "sampler_errors", "message": f"{errs} stack samples could not be read "
                                                               "(a process exiting or a torn non-blocking read)."})
-    for key, why in (a.get("absent") or {}).items():
+    for key, why in a.absent.items():
         findings.append({"kind": "absent", "message": f"Not measured from outside — {key}: {why}."})
     rec.findings = findings
     return rec
@@ -285,15 +292,15 @@ def _cores(rec_cores: float | None) -> str:
     return f"{rec_cores:g}" if rec_cores else "?"
 
 
-def verdict(a: dict[str, Any], stall: Stall, mix: dict[str, Any], m: dict[str, Any] | None, workers: int,
-            window_s: float) -> Verdict:
-    n_main = int(stall.get("main_samples") or 0)
+def verdict(a_: AttachView | Mapping[str, Any], stall: Stall, mix: dict[str, Any],
+            m_: AttachThreadView | Mapping[str, Any] | None, workers: int, window_s: float) -> Verdict:
+    a, m, sv = _attach(a_), _thread(m_), view(StallView, stall)
+    n_main = sv.main_samples or 0
     # a job between epochs (validating, checkpointing) has workers, idle ones: activity is a wait or a worker making
     # a batch, not the workers' existence
-    wait_stages = (m or {}).get("wait_stages") or {}
-    any_dl = bool(int(stall.get("wait_samples") or 0)) or bool(wait_stages) or any(
+    any_dl = bool(sv.wait_samples or 0) or bool(m is not None and m.wait_stages) or any(
         r["producing_share"] > 0 for r in mix["workers"]) or any(
-        float(t.get("on_cpu_s") or 0.0) >= ACTIVE_WORKER_CPU_S for t in _by_role(a.get("threads") or [], "worker"))
+        float(t.on_cpu_s or 0.0) >= ACTIVE_WORKER_CPU_S for t in _by_role(a.threads, "worker"))
     if n_main == 0 or not any_dl:
         why = "no samples of the main thread" if n_main == 0 else "no DataLoader activity seen"
         return {"bottleneck": NOTHING_MEASURED, "severity": "nothing measured",
@@ -305,12 +312,12 @@ def verdict(a: dict[str, Any], stall: Stall, mix: dict[str, Any], m: dict[str, A
            f"{stall['wait_samples']} of {n_main} main-thread samples)"
     sev = severity(frac)
     who = f"{workers} worker{'s' if workers != 1 else ''}" if workers else "the main process (workers = 0)"
-    total = float(stall.get("seconds") or 0.0)
+    total = float(sv.seconds)
     if frac < th.NOT_INPUT_BOUND_BELOW or total <= 0:
         return {"bottleneck": "compute", "severity": sev,
                 "summary": f"Compute-bound: the input pipeline keeps up; the main thread waited for the next batch "
                            f"{band} of {window_s:.1f} s sampled.",
-                "recommendations": recommendations("compute", stall, mix, workers, a)}
+                "recommendations": recommendations("compute", sv, mix, workers, a)}
     by = stall["by_cause"]
     causes = {c: float(by.get(c, 0.0)) for c in VERDICT_CAUSES}
     cause = max(causes, key=lambda c: causes[c])
@@ -322,25 +329,25 @@ def verdict(a: dict[str, Any], stall: Stall, mix: dict[str, Any], m: dict[str, A
         summary += f" Note: {_pct(other)} of the wait could not be tied to what the workers were doing (other)."
         if causes[cause] <= 0:
             cause = "other"
-    unsampled = [r for r in mix["workers"] if r.get("unsampled")]
+    unsampled = [r for r in mix["workers"] if r["unsampled"]]
     if unsampled:
         summary += (f" {len(unsampled)} worker{'s' if len(unsampled) != 1 else ''} could not be stack-sampled: "
                     "judged by the kernel's clocks alone (all of its time taken as producing).")
     out: Verdict = {"bottleneck": cause if cause != "other" else "other", "severity": sev,
                     "summary": summary, "cause_share": round(share, 4)}
-    out["recommendations"] = recommendations(cause, stall, mix, workers, a)
+    out["recommendations"] = recommendations(cause, sv, mix, workers, a)
     return out
 
 
-def recommendations(cause: str, stall: Stall, mix: dict[str, Any], workers: int,
-                    a: dict[str, Any]) -> list[Recommendation]:
+def recommendations(cause: str, stall: StallView, mix: dict[str, Any], workers: int,
+                    a: AttachView) -> list[Recommendation]:
     """A few rules on the sampled numbers, each quoting them; the exact what-if needs a ``run``."""
     out: list[Recommendation] = []
     rows = mix["workers"]
     busy = sum(r["producing_share"] for r in rows) / len(rows) if rows else 0.0
-    util = a.get("cpu_util")
-    kinds = stall.get("by_kind") or {}
-    wait = float(stall.get("seconds") or 0.0)
+    util = a.cpu_util
+    kinds = stall.by_kind
+    wait = float(stall.seconds)
 
     def rec(action: str, reason: str, gain: str, c: str) -> None:
         out.append({"action": action, "reason": reason, "expected_gain": gain, "cause": c})
@@ -356,7 +363,7 @@ def recommendations(cause: str, stall: Stall, mix: dict[str, Any], workers: int,
                 "removes the wait for a core from each batch's way to the main process", "cpu")
         elif workers == 0:
             rec("Use DataLoader workers: num_workers 2 or more",
-                f"with workers = 0 the main thread loads every batch itself: {_pct(stall['fraction'])} of its "
+                f"with workers = 0 the main thread loads every batch itself: {_pct(stall.fraction)} of its "
                 "samples were inside the DataLoader", "overlaps loading with the model step", "cpu")
         elif util is not None and util < th.CPU_SATURATED_FROM and runq < 0.25 * wait:
             rec(f"Raise num_workers from {workers} to {workers + max(1, workers // 2)}",
