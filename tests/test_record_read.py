@@ -12,28 +12,43 @@ import pytest
 
 from profiler.record import RunRecord, schema
 from profiler.record.read import (
+    AccountingView,
     AttachProcessView,
     AttachSamplerView,
+    AttachTargetView,
     AttachThreadView,
     AttachView,
+    CeilingRowView,
     CeilingsView,
+    CollectivesView,
     ConfigView,
+    CpuInfoView,
+    DatasetView,
     DeviceView,
+    DistributedView,
+    EnvironmentView,
     FindingView,
     GpuSeriesView,
     HistogramView,
     JobView,
     LoaderView,
+    MeasuredPointView,
     MemoryView,
     OutOfMemoryView,
+    PredictionView,
     ProcessSeriesView,
     ProfilerCostView,
+    RamInfoView,
     RamView,
     RecommendationView,
+    ResidencyView,
     SamplesView,
+    SkippedFileView,
     StageView,
     StallView,
+    SteadinessView,
     StorageView,
+    TailView,
     ThroughputView,
     ToolView,
     VerdictView,
@@ -44,6 +59,9 @@ from profiler.record.read import (
 )
 
 VIEWS: list[tuple[type, type]] = [
+    (PredictionView, schema.Prediction), (MeasuredPointView, schema.MeasuredPoint),
+    (SteadinessView, schema.Steadiness), (CeilingRowView, schema.CeilingRow), (AttachTargetView, schema.AttachTarget),
+    (CollectivesView, schema.Collectives), (DistributedView, schema.Distributed),
     (ConfigView, schema.Config), (LoaderView, schema.LoaderInfo), (JobView, schema.Job),
     (DeviceView, schema.ComputeDevice), (WindowView, schema.Window), (ThroughputView, schema.Throughput),
     (StallView, schema.Stall), (RecommendationView, schema.Recommendation), (VerdictView, schema.Verdict),
@@ -53,7 +71,10 @@ VIEWS: list[tuple[type, type]] = [
     (ProfilerCostView, schema.ProfilerCost), (HistogramView, schema.StageHistogram), (StageView, schema.StageStats),
     (FindingView, schema.Finding), (ToolView, schema.ToolInfo), (StorageView, schema.Storage),
     (OutOfMemoryView, schema.OutOfMemory), (MemoryView, schema.Memory), (ProcessSeriesView, schema.ProcessSeries),
-    (GpuSeriesView, schema.GpuSeries), (SamplesView, schema.Samples),
+    (GpuSeriesView, schema.GpuSeries), (SamplesView, schema.Samples), (SkippedFileView, schema.SkippedFile),
+    (TailView, schema.TailTotals), (AccountingView, schema.Accounting), (CpuInfoView, schema.CpuInfo),
+    (RamInfoView, schema.RamInfo), (EnvironmentView, schema.Environment), (DatasetView, schema.Dataset),
+    (ResidencyView, schema.Residency),
 ]
 
 
@@ -104,3 +125,18 @@ def test_optional_sub_views_read_as_none_unless_an_object() -> None:
                                                                                                             0.0, True)
     st = view(StageView, {"count": 4, "mean_ms": 1.5, "histogram": {"edges_ms": [1.0, 2.0], "counts": [4]}})
     assert st.histogram == HistogramView([1.0, 2.0], [4], 0) and st.p99_ms is None and st.per is None
+
+
+def test_rows_of_whatif_and_ceilings_read_as_views() -> None:
+    w = view(WhatIfView, {"predictions": [{"setting": "workers=2", "samples_per_s": None, "binds": "unknown"},
+                                          {"setting": "this", "measured": True, "interval": [1.0, 2.0]}],
+                          "measured": {"samples_per_s": 1.5}})
+    rows = w.prediction_rows
+    assert [(p.setting, p.samples_per_s, p.measured, p.interval) for p in rows] == [
+        ("workers=2", None, False, None), ("this", None, True, [1.0, 2.0])]
+    assert w.predictions[0]["binds"] == "unknown"  # the rows themselves stay as written
+    assert w.measured.samples_per_s == 1.5 and w.measured.interval is None and w.steadiness.notices == []
+    c = view(CeilingsView, {"rows": [{"stage": "decode", "samples_per_s": 90.0, "basis": "measured", "how": "h"}]})
+    assert [(r.stage, r.samples_per_s, r.words) for r in c.row_views] == [("decode", 90.0, None)]
+    d = view(DistributedView, {"backend": "gloo", "collectives": {"start": [1.0], "end": [2.0]}})
+    assert (d.backend, d.collectives.start, view(DistributedView, None).collectives.start) == ("gloo", [1.0], [])

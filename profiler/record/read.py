@@ -47,6 +47,12 @@ class ConfigView:
     storage: str | None = None
     cache: str | None = None
     script: str | None = None
+    pin_memory: bool | None = None
+    amp: bool | None = None
+    augment: str | None = None
+    image_size: int | None = None
+    prefetch_factor: int | None = None
+    throttle_mechanism: str | None = None
 
 
 @dataclass(frozen=True)
@@ -63,6 +69,7 @@ class LoaderView:
     multiprocessing_context: str | None = None
     chosen: str | None = None
     samples_basis: str | None = None
+    batch_bytes: float | None = None  # mean bytes of a batch's tensors; None: none held (or an older record)
 
 
 @dataclass(frozen=True)
@@ -200,6 +207,36 @@ class VerdictView:
 
 
 @dataclass(frozen=True)
+class PredictionView:
+    """``whatif.predictions[i]``: one setting's predicted samples/s (None: this run cannot predict it)."""
+    setting: str = ""
+    kind: str | None = None
+    samples_per_s: float | None = None
+    interval: list[float] | None = None  # [low, high], 95 %; None: none (an older record, or not predicted)
+    change: float | None = None
+    binds: str | None = None
+    binds_words: str | None = None
+    assumption: str = ""
+    measured: bool = False  # the measured setting's own row
+
+
+@dataclass(frozen=True)
+class MeasuredPointView:
+    """``whatif.measured``: the measured setting, the predictions' baseline."""
+    samples_per_s: float | None = None
+    workers: int | None = None
+    interval: list[float] | None = None
+
+
+@dataclass(frozen=True)
+class SteadinessView:
+    """``whatif.steadiness``: absent in records analyzed before it (nothing said about the window then)."""
+    steady: bool | None = None
+    notices: list[str] = field(default_factory=list)
+    remeasure: str | None = None
+
+
+@dataclass(frozen=True)
 class WhatIfView:
     """``whatif``: predicted samples/s at other settings (rows stay plain dicts: their columns vary by kind)."""
     predictions: list[dict[str, Any]] = field(default_factory=list)
@@ -215,6 +252,23 @@ class WhatIfView:
     core_share: float | None = None
     cores_available: float | None = None
     other_load_cores: float | None = None
+    measured: MeasuredPointView = field(default_factory=MeasuredPointView)
+    steadiness: SteadinessView = field(default_factory=SteadinessView)
+
+    @property
+    def prediction_rows(self) -> list[PredictionView]:
+        """``predictions`` as views (the field stays the rows as written: their extra columns vary by kind)."""
+        return [view(PredictionView, p) for p in self.predictions]
+
+
+@dataclass(frozen=True)
+class CeilingRowView:
+    """``ceilings.rows[i]``: samples/s one stage alone could sustain (analysis writes only rows it could rate)."""
+    stage: str = ""
+    samples_per_s: float | None = None
+    basis: str | None = None  # "measured" | "derived"
+    how: str = ""
+    words: str | None = None  # the cores row: what shares them, in the what-if's words
 
 
 @dataclass(frozen=True)
@@ -224,6 +278,11 @@ class CeilingsView:
     rows: list[dict[str, Any]] = field(default_factory=list)
     lowest: str | None = None
     lowest_words: str | None = None
+
+    @property
+    def row_views(self) -> list[CeilingRowView]:
+        """``rows`` as views."""
+        return [view(CeilingRowView, r) for r in self.rows]
 
 
 @dataclass(frozen=True)
@@ -246,6 +305,18 @@ class ToolView:
 
 
 @dataclass(frozen=True)
+class ResidencyView:
+    """``storage.residency_start`` / ``_end``: the dataset's share in the page cache (``fraction`` None: unknown)."""
+    files_total: int = 0
+    files_checked: int = 0
+    bytes_total: int = 0
+    bytes_checked: int = 0
+    bytes_resident: int = 0
+    fraction: float | None = None
+    sampled: bool | None = None
+
+
+@dataclass(frozen=True)
 class StorageView:
     """``storage``: what the dataset's files came from. Absent section: no storage facts (an attach record)."""
     summary: str | None = None  # the one sentence about storage bytes (analysis/io.py)
@@ -255,6 +326,16 @@ class StorageView:
     cache_mode: str | None = None
     io_source: str | None = None
     learned_from: str | None = None
+    throttle: dict[str, Any] | None = None  # None: not throttled
+    window: dict[str, Any] | None = None  # the measured window's byte totals (analysis/io.py); None: not counted
+    residency_start: ResidencyView | None = None  # None: the page-cache residency was not checked
+
+
+@dataclass(frozen=True)
+class SkippedFileView:
+    """``skipped.files[i]``: a file the dataset could not read or decode, and why."""
+    path: str | None = None
+    reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -269,6 +350,8 @@ class MemoryView:
     device_peak_bytes: int | None = None
     device_total_bytes: int | None = None
     oom: OutOfMemoryView | None = None  # None: the run did not run out of memory
+    oom_recommendations: list[Any] = field(default_factory=list)
+    breakdown: dict[str, Any] | None = None  # None: no breakdown of the device memory was made
 
 
 @dataclass(frozen=True)
@@ -280,6 +363,9 @@ class ProcessSeriesView:
     t_s: list[float] = field(default_factory=list)
     cpu_percent: list[float | None] = field(default_factory=list)
     rss_bytes: list[int | None] = field(default_factory=list)
+    pss_bytes: list[int | None] = field(default_factory=list)
+    uss_bytes: list[int | None] = field(default_factory=list)
+    io: dict[str, int] | None = None  # {rchar, read_bytes}; None: not read
     alive_at_end: bool | None = None
 
 
@@ -304,12 +390,76 @@ class SamplesView:
     cpu_percent_per_core: list[list[float]] = field(default_factory=list)
     ram_total_bytes: int | None = None
     ram_used_bytes: list[int | None] = field(default_factory=list)
+    ram_available_bytes: list[int | None] = field(default_factory=list)
     page_cache_bytes: list[int | None] = field(default_factory=list)
     shm_used_bytes: list[int | None] = field(default_factory=list)
     disk_read_bytes_per_s: list[float | None] = field(default_factory=list)
     disk: str | None = None
     processes: list[ProcessSeriesView] = field(default_factory=list)
     gpu: GpuSeriesView | None = None  # None: no GPU was sampled
+
+
+@dataclass(frozen=True)
+class TailView:
+    """``timeline.tail``: exact totals of the measured steps beyond the detail cap (absent: none beyond it)."""
+    steps: int = 0
+    samples: int = 0
+    wait_s: float = 0.0
+    idle_s: float = 0.0
+    h2d_s: float = 0.0
+    compute_s: float = 0.0
+    main_runq_s: float = 0.0
+    profiler_wait_s: float = 0.0
+    profiler_rest_s: float = 0.0
+    detail_steps: int = 0
+    hist_us_log2: dict[str, list[int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AccountingView:
+    """``timeline.accounting``: which per-thread clocks the spans could use (None: not said, an older record)."""
+    cpu_clock: str | None = None
+    runqueue: bool | None = None
+    thread_io: bool | None = None
+    absent: dict[str, str] = field(default_factory=dict)
+    lean_unchecked: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CpuInfoView:
+    model: str | None = None
+    logical_cores: int | None = None
+    physical_cores: int | None = None
+    affinity_cores: int | None = None
+    cgroup_cpu_quota: float | None = None
+    usable_cores: float | None = None
+    usable_cores_int: int | None = None
+
+
+@dataclass(frozen=True)
+class RamInfoView:
+    total_bytes: int | None = None
+    available_bytes: int | None = None
+    cgroup_limit_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class EnvironmentView:
+    """``environment``: the record's machine (never the analyzing one)."""
+    cpu: CpuInfoView = field(default_factory=CpuInfoView)
+    ram: RamInfoView = field(default_factory=RamInfoView)
+    packages: dict[str, str | None] = field(default_factory=dict)
+    torch: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DatasetView:
+    """``dataset``: the built-in pipeline's files (absent for a user's job: 0 files, 0 bytes)."""
+    root: str | None = None
+    files: int = 0
+    classes: int = 0
+    layout: str | None = None
+    total_bytes: int = 0
 
 
 # The attach section (raw: what `attach PID` sampled) -------------------------------------------------------------
@@ -345,16 +495,45 @@ class AttachSamplerView:
 
 
 @dataclass(frozen=True)
+class AttachTargetView:
+    """``attach.target``: the sampled main process (``pid`` is required in the record: None only without one)."""
+    pid: int | None = None
+    given_pid: int | None = None
+
+
+@dataclass(frozen=True)
 class AttachView:
     """``attach``: the sampled window (``view(AttachView, rec.attach)``; not in :class:`Reading`, attach records
     only)."""
     seconds: float | None = None
     sampler: AttachSamplerView = field(default_factory=AttachSamplerView)
+    target: AttachTargetView = field(default_factory=AttachTargetView)
+    stopped_by: str | None = None  # "duration" | "interrupted" | "target exited"
     threads: list[AttachThreadView] = field(default_factory=list)
     processes: list[AttachProcessView] = field(default_factory=list)
     workers_at_once: int | None = None  # None: a record older than the figure (count the workers listed)
     cpu_util: float | None = None  # None: the machine's CPU share was not read
     absent: dict[str, str] = field(default_factory=dict)
+
+
+# Torchrun (raw: one rank's facts; absent for a single process) ---------------------------------------------------
+@dataclass(frozen=True)
+class CollectivesView:
+    """``distributed.collectives``: the DDP communication hook's all-reduce spans (empty: none measured)."""
+    method: str | None = None
+    kind: str | None = None
+    start: list[float] = field(default_factory=list)
+    end: list[float] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class DistributedView:
+    """``distributed``: one rank of a torchrun job (``view(DistributedView, rec.distributed)``; all None: a single
+    process)."""
+    rank: int | None = None
+    world_size: int | None = None
+    backend: str | None = None  # "gloo" | "nccl" | None: not said (a user's script's own process group)
+    collectives: CollectivesView = field(default_factory=CollectivesView)
 
 
 @dataclass(frozen=True)
@@ -375,6 +554,10 @@ class Reading:
     storage: StorageView = field(default_factory=StorageView)
     memory: MemoryView = field(default_factory=MemoryView)
     tool: ToolView = field(default_factory=ToolView)
+    environment: EnvironmentView = field(default_factory=EnvironmentView)
+    dataset: DatasetView = field(default_factory=DatasetView)
+    accounting: AccountingView = field(default_factory=AccountingView)  # timeline.accounting
+    tail: TailView | None = None  # timeline.tail; None: no measured step beyond the detail cap
 
     @property
     def workers(self) -> int | None:
@@ -430,6 +613,10 @@ def view(cls: type[V], section: object) -> V:
     return cls(**kw)
 
 
+def _d(x: object) -> Mapping[str, Any]:
+    return x if isinstance(x, Mapping) else {}
+
+
 def read(rec: RunRecord) -> Reading:
     """The record's sections as views (a few µs: built afresh, so a section changed since reads as it is now)."""
     return Reading(config=view(ConfigView, rec.config), job=view(JobView, rec.job),
@@ -442,7 +629,10 @@ def read(rec: RunRecord) -> Reading:
                    findings=[view(FindingView, f) if isinstance(f, Mapping) else FindingView(message=str(f))
                              for f in rec.findings or []],
                    storage=view(StorageView, rec.storage), memory=view(MemoryView, rec.memory),
-                   tool=view(ToolView, rec.tool))
+                   tool=view(ToolView, rec.tool), environment=view(EnvironmentView, rec.environment),
+                   dataset=view(DatasetView, rec.dataset),
+                   accounting=view(AccountingView, _d(rec.timeline).get("accounting")),
+                   tail=view(TailView, _d(rec.timeline).get("tail")) if _d(rec.timeline).get("tail") else None)
 
 
 def samples(rec: RunRecord) -> SamplesView:
