@@ -33,14 +33,18 @@ from .scalars import (  # noqa: F401
     is_typeddict,
 )
 from .sections_derived import (  # noqa: F401
+    CeilingRow,
     Ceilings,
     Finding,
+    MeasuredPoint,
+    Prediction,
     ProfilerCost,
     Ram,
     Recommendation,
     StageHistogram,
     StageStats,
     Stall,
+    Steadiness,
     Throughput,
     Verdict,
     WhatIf,

@@ -102,6 +102,50 @@ class Ram(TypedDict, total=False):
     summary: str  # the RAM sentence, workers counted at once (analysis/ram.py)
 
 
+# The rows of ``whatif`` and ``ceilings``, declared for their typed reads (record/read.py). The sections keep them as
+# plain objects (``list[dict[str, Any]]``): analysis builds them as dicts whose extra columns vary by kind (a workers
+# row has ``workers``, a storage row ``storage``...), and validation keeps unknown keys anyway.
+class Prediction(TypedDict, total=False):
+    """One ``whatif.predictions`` row: a setting and the samples/s predicted for it."""
+    kind: str  # "workers" | "cache" | "storage" | "model" | "pin_memory"
+    setting: str
+    samples_per_s: float | None  # null: this run cannot predict it (``predictable`` false, ``binds`` "unknown")
+    interval: list[float] | None  # [low, high], 95 %
+    change: float | None  # relative to the measured samples/s
+    change_low: float | None
+    binds: str
+    binds_words: str
+    assumption: str
+    measured: bool  # the row of the measured setting itself
+    predictable: bool
+    workers: Count
+
+
+class MeasuredPoint(TypedDict, total=False):
+    """``whatif.measured``: the measured setting's samples/s, the predictions' baseline."""
+    samples_per_s: float
+    workers: Count
+    interval: list[float]
+
+
+class Steadiness(TypedDict, total=False):
+    """``whatif.steadiness``: was the window steady enough to predict from."""
+    steady: bool
+    notices: list[str]
+    widen: float
+    remeasure: str
+
+
+class CeilingRow(TypedDict, total=False):
+    """One ``ceilings.rows`` row: samples/s one stage alone could sustain."""
+    stage: str
+    samples_per_s: float
+    basis: str  # "measured" | "derived"
+    how: str
+    words: str  # the cores row: what shares them, in the what-if's words
+    cores: float
+
+
 class WhatIf(TypedDict, total=False):
     """Predicted samples/s for other settings, from this run alone (analysis/whatif.py)."""
     measured: dict[str, Any]
