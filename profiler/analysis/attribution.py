@@ -33,10 +33,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .. import vocab
+from ..record.read import AccountingView, view
 from .stats import Tables, ordered, sample_stage_seconds
 
 if TYPE_CHECKING:  # annotations only
-    from ..record.schema import ProfilerCost, Stall, TailTotals, Timeline
+    from ..record.read import TailView
+    from ..record.schema import ProfilerCost, Stall, Timeline
 
 KIND_NAMES = tuple(vocab.KINDS)
 _K = {k: i for i, k in enumerate(KIND_NAMES)}
@@ -146,10 +148,10 @@ def _worker_spans(t: Tables, stage_names: list[str], kernel: bool) -> dict[int, 
 
 
 def has_kernel_accounting(timeline: Timeline, t: Tables) -> bool:
-    acc = timeline["accounting"]
-    if "per-thread accounting" in acc.get("absent", {}):  # a migrated schema-1 record: nothing was measured
+    acc = view(AccountingView, timeline["accounting"])
+    if "per-thread accounting" in acc.absent:  # a migrated schema-1 record: nothing was measured
         return False
-    if acc.get("cpu_clock"):  # written by a harness that measured per-thread CPU (schema 2)
+    if acc.cpu_clock:  # written by a harness that measured per-thread CPU (schema 2)
         return True
     cpu = t.spans.get("cpu")
     return bool(cpu is not None and cpu.size and (cpu > 0).any())
@@ -282,13 +284,13 @@ def profiler_cost(st: dict[str, np.ndarray], window_s: float, taken_out: float) 
             "measured": "profiler_wait" in st}
 
 
-def extend_to_tail(stall: Stall, tail: TailTotals | None, window_s: float) -> Stall:
+def extend_to_tail(stall: Stall, tail: TailView | None, window_s: float) -> Stall:
     """Add the idle time of the measured steps beyond the detail (their exact total), split in the proportions the
     detailed steps measured — the one assumption, stated in ``stall.tail``. ``per_step`` stays the detail's."""
-    if not tail or not tail.get("steps"):
+    if tail is None or not tail.steps:
         return stall
-    own = min(float(tail.get("profiler_wait_s", 0.0)), float(tail.get("idle_s", 0.0)))
-    extra = float(tail.get("idle_s", 0.0)) - own
+    own = min(float(tail.profiler_wait_s), float(tail.idle_s))
+    extra = float(tail.idle_s) - own
     base = float(stall["seconds"])
     for key in ("by_cause", "by_kind", "by_stage"):
         parts = stall[key]
@@ -301,12 +303,12 @@ def extend_to_tail(stall: Stall, tail: TailTotals | None, window_s: float) -> St
     stall["fraction"] = round(stall["seconds"] / window_s, 6) if window_s > 0 else 0.0
     secs = stall["seconds"]
     stall["share_by_cause"] = {k: (round(v / secs, 4) if secs > 0 else 0.0) for k, v in stall["by_cause"].items()}
-    prof = stall.get("profiler")
-    if prof is not None:
+    if "profiler" in stall:  # the stall being built: its own-cost part, where attribute() measured one
+        prof = stall["profiler"]
         prof["seconds"] = round(float(prof["seconds"]) + own, 6)
-        prof["rest_s"] = round(float(prof["rest_s"]) + float(tail.get("profiler_rest_s", 0.0)), 6)
+        prof["rest_s"] = round(float(prof["rest_s"]) + float(tail.profiler_rest_s), 6)
         prof["share_of_window"] = round((prof["seconds"] + prof["rest_s"]) / window_s, 6) if window_s > 0 else 0.0
-    stall["tail"] = {"steps": int(tail["steps"]), "idle_s": round(extra, 6),
+    stall["tail"] = {"steps": int(tail.steps), "idle_s": round(extra, 6),
                      "method": "exact idle total; split in the shares of the steps kept in detail"}
     return stall
 

@@ -9,11 +9,14 @@ import numpy as np
 
 from .. import thresholds as th
 from .. import vocab
+from ..record.read import SamplesView, StageView, read, view
 from .stats import Tables
 
 if TYPE_CHECKING:  # annotations only: analysis and renderers take the typed record
+    from collections.abc import Mapping
+
     from ..record import RunRecord
-    from ..record.schema import Samples, StageStats
+    from ..record.schema import StageStats
 
 
 @dataclass
@@ -112,9 +115,9 @@ class Context:
         return self.usable_cores * (1.0 - self.cpu_util)
 
 
-def cpu_util_in_window(samples: Samples, start_s: float, end_s: float) -> float | None:
-    t = np.asarray(samples.get("t_s") or [], dtype=float)
-    per_core = samples.get("cpu_percent_per_core") or []
+def cpu_util_in_window(samples: SamplesView, start_s: float, end_s: float) -> float | None:
+    t = np.asarray(samples.t_s, dtype=float)
+    per_core = samples.cpu_percent_per_core
     if t.size == 0 or not per_core:
         return None
     m = (t >= start_s) & (t <= end_s)
@@ -131,37 +134,49 @@ def loader_settings(rec: RunRecord, samples: int, steps: int) -> dict[str, Any]:
     profiler's defaults. A loader built with ``batch_size=None`` or a batch sampler has no fixed batch size: the mean
     samples per measured step stands in for it. Built-in runs (and v1 records) take them from config.
     """
-    cfg = rec.config
-    loader = rec.loader
-    if not loader:
-        return {"workers": int(cfg.get("workers") or 0), "batch_size": int(cfg.get("batch_size") or 1),
-                "pin_memory": bool(cfg.get("pin_memory"))}
-    batch = loader.get("batch_size")
+    r = read(rec)
+    if not rec.loader:  # no job.loader (or an empty one): the built-in's options
+        return {"workers": int(r.config.workers or 0), "batch_size": int(r.config.batch_size or 1),
+                "pin_memory": bool(r.config.pin_memory)}
+    loader = r.job.loader
+    batch = loader.batch_size
     if batch is None:
         batch = round(samples / steps) if steps else 1
-    return {"workers": int(loader.get("num_workers") or 0), "batch_size": max(1, int(batch)),
-            "pin_memory": bool(loader.get("pin_memory"))}
+    return {"workers": int(loader.num_workers or 0), "batch_size": max(1, int(batch)),
+            "pin_memory": bool(loader.pin_memory)}
 
 
-def _sample_cpu_ms(stages: dict[str, StageStats]) -> float:
+def _sample_cpu_ms(stages: Mapping[str, StageView]) -> float:
     """Mean CPU stage time per sample: every per-sample stage whose cause is cpu (registry or user-named)."""
     total = 0.0
     for name, st in stages.items():
         s = vocab.stage(name)
-        if s.per == "sample" and s.cause == "cpu" and st.get("per", "sample") == "sample":
-            total += float(st.get("mean_ms", 0.0))
+        if s.per == "sample" and s.cause == "cpu" and st.per in (None, "sample"):
+            total += float(st.mean_ms or 0.0)
     return total
 
 
-def build_context(rec: RunRecord, t: Tables, stages: dict[str, StageStats]) -> Context:
-    cfg, env, win = rec.config, rec.environment, rec.window
+def _mean_ms(st: StageView) -> float:
+    """A stage's mean in ms; 0 where the window had no such stage."""
+    return st.mean_ms if st.mean_ms is not None else 0.0
+
+
+def build_context(rec: RunRecord, t: Tables, stages_: dict[str, StageStats]) -> Context:
+    r = read(rec)
+    cfg, win = r.config, rec.window
+    stages = {k: view(StageView, v) for k, v in stages_.items()}
+    no_stage = StageView()
+
+    def stage(name: str) -> StageView:
+        return stages[name] if name in stages else no_stage
+
     job_kind = rec.job_kind
     window_s = float(win["seconds"])
     samples = int(np.sum(t.steps["samples"])) if "samples" in t.steps else 0
     steps = int(t.steps["wait_start"].size) if "wait_start" in t.steps else 0
-    if t.tail:  # measured steps beyond the detail: exact counts (timeline.tail)
-        samples += int(t.tail.get("samples", 0))
-        steps += int(t.tail.get("steps", 0))
+    if t.tail is not None:  # measured steps beyond the detail: exact counts (timeline.tail)
+        samples += int(t.tail.samples)
+        steps += int(t.tail.steps)
     loader = loader_settings(rec, samples, steps)
     sp = t.spans
     sel = np.isin(sp["batch"], t.measured_batches) if sp.get("batch") is not None and sp["batch"].size else None
@@ -169,12 +184,13 @@ def build_context(rec: RunRecord, t: Tables, stages: dict[str, StageStats]) -> C
     mean_bytes = float(nbytes[sel].mean()) if sel is not None and sel.any() and nbytes is not None else 0.0
     mean_px = float(sp["pixels"][sel].mean()) if sel is not None and sel.any() and "pixels" in sp else 0.0
     per_sample = _per_sample_io(sp, sel)
-    read_total = stages.get("read", {}).get("total_s", 0.0)
-    read_bytes = stages.get("read", {}).get("bytes", 0)
-    cpu, ram_info = env.get("cpu") or {}, env.get("ram") or {}
+    read_total = stage("read").total_s
+    read_bytes = stage("read").bytes or 0
+    cpu = r.environment.cpu
+    sv = view(SamplesView, rec.samples)
     # The record's machine, never the analyzing one: a record read elsewhere must give the same verdict.
-    usable = cpu.get("usable_cores") or cpu.get("logical_cores") or 1
-    ram = ram_info.get("available_bytes") or (rec.samples.get("ram_available_bytes") or [None])[0]
+    usable = cpu.usable_cores or cpu.logical_cores or 1
+    ram = r.environment.ram.available_bytes or (sv.ram_available_bytes or [None])[0]
     return Context(
         device_type=rec.compute_device["type"],
         device_name=rec.device_name,
@@ -182,23 +198,23 @@ def build_context(rec: RunRecord, t: Tables, stages: dict[str, StageStats]) -> C
         samples=samples, samples_per_s=samples / window_s if window_s > 0 else 0.0,
         batch_size=loader["batch_size"], workers=loader["workers"],
         usable_cores=float(usable),
-        cpu_util=cpu_util_in_window(rec.samples, float(win["start_s"]), float(win["end_s"])),
-        compute_ms=stages.get("compute", {}).get("mean_ms", 0.0), h2d_ms=stages.get("h2d", {}).get("mean_ms", 0.0),
+        cpu_util=cpu_util_in_window(sv, float(win["start_s"]), float(win["end_s"])),
+        compute_ms=_mean_ms(stage("compute")), h2d_ms=_mean_ms(stage("h2d")),
         sample_cpu_ms=_sample_cpu_ms(stages),
-        sample_read_ms=stages.get("read", {}).get("mean_ms", 0.0),
-        collate_ms=stages.get("collate", {}).get("mean_ms", 0.0),
-        transfer_ms=stages.get("transfer", {}).get("mean_ms", 0.0),
-        ready_ahead_ms=stages.get("ready_ahead", {}).get("mean_ms", 0.0),
+        sample_read_ms=_mean_ms(stage("read")),
+        collate_ms=_mean_ms(stage("collate")),
+        transfer_ms=_mean_ms(stage("transfer")),
+        ready_ahead_ms=_mean_ms(stage("ready_ahead")),
         mean_file_bytes=mean_bytes, mean_pixels=mean_px,
         timed_reads=read_total > 0,
         bytes_measured=bool(nbytes is not None and sel is not None and sel.any() and float(nbytes[sel].max()) >= 0),
         read_mb_s_per_worker=(read_bytes / 1e6 / read_total) if read_total > 0 else 0.0,
-        dataset_bytes=int(rec.dataset.get("total_bytes", 0) or 0),
+        dataset_bytes=int(r.dataset.total_bytes or 0),
         ram_available_bytes=int(ram) if ram else None,
-        pin_memory=loader["pin_memory"], amp=bool(cfg.get("amp")),
-        augment=str(cfg.get("augment", "")) if job_kind == "builtin" else "",
-        image_size=int(cfg.get("image_size") or 224), job_kind=job_kind,
-        page_cache_hit=(rec.storage or {}).get("page_cache_hit_fraction"),
+        pin_memory=loader["pin_memory"], amp=bool(cfg.amp),
+        augment=str(cfg.augment or "") if job_kind == "builtin" else "",
+        image_size=int(cfg.image_size or 224), job_kind=job_kind,
+        page_cache_hit=r.storage.page_cache_hit_fraction,
         main_runq_ms=(float(np.mean(t.steps["main_runq"])) * 1e3
                       if t.steps.get("main_runq") is not None and t.steps["main_runq"].size else None),
         batch_bytes=_batch_bytes(rec),
@@ -208,7 +224,7 @@ def build_context(rec: RunRecord, t: Tables, stages: dict[str, StageStats]) -> C
 
 def _batch_bytes(rec: RunRecord) -> float | None:
     """Mean bytes of a batch's tensors (``job.loader.batch_bytes``), when the record has them."""
-    v = (rec.loader or {}).get("batch_bytes")
+    v = read(rec).job.loader.batch_bytes
     return float(v) if isinstance(v, (int, float)) and v >= 0 else None
 
 

@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import vocab
+from ..record.read import TailView, view
 
 if TYPE_CHECKING:  # annotations only
-    from ..record.schema import StageHistogram, StageStats, TailTotals, Timeline
+    from ..record.schema import StageHistogram, StageStats, Timeline
 
 
 def describe(values_s: np.ndarray, per: str) -> StageStats:
@@ -57,7 +58,7 @@ class Tables:
     span_stages: dict[str, np.ndarray]  # named sub-stage self seconds per dataset call
     epochs: dict[str, np.ndarray]
     measured_batches: np.ndarray  # batch numbers received in measured steps
-    tail: TailTotals | None = None  # exact totals of the measured steps beyond the detail (timeline.tail)
+    tail: TailView | None = None  # exact totals of the measured steps beyond the detail (timeline.tail)
 
 
 def tables(timeline: Timeline) -> Tables:
@@ -71,7 +72,9 @@ def tables(timeline: Timeline) -> Tables:
     sp = {k: np.asarray(v) for k, v in raw_spans.items() if k != "stages"}
     ss = {k: np.asarray(v, dtype=float) for k, v in raw_spans.get("stages", {}).items()}
     ep = {k: np.asarray(v) for k, v in timeline["epochs"].items()}
-    return Tables(st, bt, sp, ss, ep, st.get("batch", np.array([], dtype=np.int64)), timeline.get("tail") or None)
+    tail = timeline["tail"] if "tail" in timeline else None
+    return Tables(st, bt, sp, ss, ep, st.get("batch", np.array([], dtype=np.int64)),
+                  view(TailView, tail) if tail else None)
 
 
 def _asked_at(t: Tables, bt: dict[str, np.ndarray]) -> np.ndarray:
@@ -155,19 +158,18 @@ def stage_stats(t: Tables) -> dict[str, StageStats]:
     out = {k: describe(v, vocab.stage(k).per) for k, v in durations.items()}
     for k, v in durations.items():
         out[k]["histogram"] = histogram(v)
-    if t.tail and t.tail.get("steps"):
+    if t.tail is not None and t.tail.steps:
         # Main-loop stages: count and total are exact over every measured step; the percentiles (and every worker
         # stage) describe the steps kept in detail.
-        n = int(t.tail["steps"])
-        tail_s = {"wait": t.tail.get("wait_s", 0.0), "h2d": t.tail.get("h2d_s", 0.0),
-                  "compute": t.tail.get("compute_s", 0.0)}
+        n = int(t.tail.steps)
+        tail_s = {"wait": t.tail.wait_s, "h2d": t.tail.h2d_s, "compute": t.tail.compute_s}
         for k, extra_s in tail_s.items():
             if k in out:
                 s = out[k]
                 s["count"] += n
                 s["total_s"] = round(s["total_s"] + float(extra_s), 6)
                 s["mean_ms"] = round(s["total_s"] / s["count"] * 1e3, 4) if s["count"] else 0.0
-                s["percentiles_over"] = f"the first {int(t.tail.get('detail_steps', 0))} measured steps"
+                s["percentiles_over"] = f"the first {int(t.tail.detail_steps)} measured steps"
     sp = t.spans
     if "read" in out and sp.get("rchar") is not None and sp["rchar"].size:
         out["read"]["bytes"] = int(sp["rchar"][np.isin(sp["batch"], t.measured_batches)].sum())
