@@ -70,6 +70,21 @@ class LoaderView:
     chosen: str | None = None
     samples_basis: str | None = None
     batch_bytes: float | None = None  # mean bytes of a batch's tensors; None: none held (or an older record)
+    created_in: str | None = None  # the library frame that called DataLoader(...); None: the job's own line did
+    recreated: int = 0  # times the job made it afresh for a new epoch
+
+
+@dataclass(frozen=True)
+class OtherLoaderView:
+    """``job.other_loader_figures[i]``: a loader the job iterated besides the profiled one."""
+    dataset_class: str | None = None
+    created_at: str | None = None
+    num_workers: int | None = None
+    batch_size: int | None = None
+    role: str | None = None
+    steps: int = 0
+    samples: int = 0
+    wait_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -81,6 +96,7 @@ class JobView:
     ended: str | None = None
     loader: LoaderView = field(default_factory=LoaderView)
     other_loaders: int = 0
+    other_loader_figures: list[OtherLoaderView] = field(default_factory=list)
 
     @property
     def own(self) -> bool:
@@ -218,6 +234,9 @@ class PredictionView:
     binds_words: str | None = None
     assumption: str = ""
     measured: bool = False  # the measured setting's own row
+    change_low: float | None = None  # the interval's low end as a change: the claim
+    workers: int | None = None  # a workers row's count (None: another kind of row)
+    predictable: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -254,6 +273,7 @@ class WhatIfView:
     other_load_cores: float | None = None
     measured: MeasuredPointView = field(default_factory=MeasuredPointView)
     steadiness: SteadinessView = field(default_factory=SteadinessView)
+    inputs: dict[str, Any] = field(default_factory=dict)  # the measured rates the model predicts from
 
     @property
     def prediction_rows(self) -> list[PredictionView]:
