@@ -10,6 +10,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from .. import thresholds as th
+from ..record.read import MemoryView, PredictionView, StallView, VerdictView, WhatIfView, view
 from ..record.schema import Recommendation
 from .context import Context
 from .io import fits_in_page_cache
@@ -33,7 +34,7 @@ def _ceiling_gain(ctx: Context, new_rate_samples: float) -> str:
             f"the model alone could take {model_cap:.0f} samples/s")
 
 
-def _cpu_rules(ctx: Context, stall: Stall) -> list[Recommendation]:
+def _cpu_rules(ctx: Context, stall: StallView) -> list[Recommendation]:
     out = []
     idle, util = ctx.idle_cores, ctx.cpu_util  # idle is None exactly when util is
     saturated = util is not None and util >= th.CPU_SATURATED_FROM
@@ -58,7 +59,7 @@ def _cpu_rules(ctx: Context, stall: Stall) -> list[Recommendation]:
             _ceiling_gain(ctx, per_worker_sps * target), "cpu"))
     if ctx.workers > 0 and (saturated or idle is None or idle < th.MIN_IDLE_CORES_FOR_MORE_WORKERS):
         busy = f"{util * 100:.0f} %" if util is not None else "fully"
-        by = stall.get("by_stage", {})
+        by = stall.by_stage
         dec, aug = float(by.get("decode", 0)), float(by.get("augment", 0))
         if aug >= dec and ctx.augment in ("standard", "heavy"):
             lighter = "light" if ctx.augment == "heavy" else "light (eval-style resize + crop)"
@@ -67,7 +68,7 @@ def _cpu_rules(ctx: Context, stall: Stall) -> list[Recommendation]:
                 "(torchvision.transforms.v2 on CUDA tensors, or NVIDIA DALI)",
                 f"the cores are saturated ({busy} busy) and augmentation is the largest part of the wait "
                 f"({aug:.2f} s; {ctx.sample_cpu_ms:.1f} ms of decode+augment per sample).",
-                f"removes up to {aug:.2f} s of the {stall.get('seconds', 0):.2f} s wait", "cpu"))
+                f"removes up to {aug:.2f} s of the {stall.seconds:.2f} s wait", "cpu"))
         if dec > 0 and ctx.mean_pixels > 0:
             target_px = (ctx.image_size * th.PRE_RESIZE_FACTOR) ** 2 * 4 / 3
             if ctx.mean_pixels > target_px * th.PRE_RESIZE_MIN_PIXEL_RATIO:
@@ -93,7 +94,7 @@ def _cpu_rules(ctx: Context, stall: Stall) -> list[Recommendation]:
                 out.append(_rec(
                     f"Make the largest part of a sample cheaper: {where}",
                     f"the cores are saturated ({busy} busy) and '{top}' is the largest part of the wait "
-                    f"({named[top]:.2f} s of {stall.get('seconds', 0):.2f} s); more workers cannot add cores.",
+                    f"({named[top]:.2f} s of {stall.seconds:.2f} s); more workers cannot add cores.",
                     f"removes up to {named[top]:.2f} s of the wait", "cpu"))
         if ctx.device_type == "cuda" and dec > 0:
             out.append(_rec(
@@ -103,9 +104,9 @@ def _cpu_rules(ctx: Context, stall: Stall) -> list[Recommendation]:
     return out
 
 
-def _io_rules(ctx: Context, stall: Stall) -> list[Recommendation]:
+def _io_rules(ctx: Context, stall: StallView) -> list[Recommendation]:
     out = []
-    io_s = float(stall.get("by_cause", {}).get("io", 0))
+    io_s = float(stall.by_cause.get("io", 0))
     if ctx.reads_off_device:  # blocked, no byte from the device: faster storage, RAM or shards change nothing
         return [_rec(
             "Find what the workers wait on in __getitem__: they were blocked, not on the storage device (sleeps, "
@@ -205,9 +206,10 @@ def _blocked_words(ctx: Context) -> str:
     return f"{blocked:.1f} ms blocked per sample (measured) of its {blocked + ctx.sample_cpu_ms:.1f} ms per sample"
 
 
-def _transfer_rules(ctx: Context, stall: Stall) -> list[Recommendation]:
+def _transfer_rules(ctx: Context, stall_: Stall | StallView) -> list[Recommendation]:
+    stall = stall_ if isinstance(stall_, StallView) else view(StallView, stall_)
     out = []
-    tr = float(stall.get("by_cause", {}).get("transfer", 0))
+    tr = float(stall.by_cause.get("transfer", 0))
     if ctx.device_type == "cuda" and not ctx.pin_memory:
         out.append(_rec(f"Turn on {ctx.knob('pin_memory')} and copy with non_blocking=True",
                         f"the H2D copy takes {ctx.h2d_ms:.1f} ms per step from pageable memory, and transfer is "
@@ -250,7 +252,7 @@ def _transfer_rules(ctx: Context, stall: Stall) -> list[Recommendation]:
     return out
 
 
-def _compute_rules(ctx: Context, memory: Memory | None) -> list[Recommendation]:
+def _compute_rules(ctx: Context, memory: MemoryView) -> list[Recommendation]:
     out = []
     if ctx.device_type == "cuda":
         if not ctx.amp:
@@ -259,8 +261,7 @@ def _compute_rules(ctx: Context, memory: Memory | None) -> list[Recommendation]:
                             f"the input keeps up and compute takes {ctx.compute_ms:.1f} ms per step in fp32.",
                             "tensor-core math: typically 1.5-3x faster convolutions/matmuls on Ampere or newer",
                             "compute"))
-        peak = (memory or {}).get("device_peak_bytes")
-        total = (memory or {}).get("device_total_bytes")
+        peak, total = memory.device_peak_bytes, memory.device_total_bytes
         if peak and total and peak < th.BATCH_GROWTH_MAX_PEAK_SHARE * total:
             factor = int(th.BATCH_GROWTH_USABLE_SHARE * total // peak)
             if factor >= 2:
@@ -291,14 +292,16 @@ RULES = {"io": _io_rules, "cpu": _cpu_rules, "transfer": _transfer_rules}
 
 def recommend(verdict: Verdict, stall: Stall, ctx: Context,
               memory: Memory | None = None, whatif: WhatIf | None = None) -> list[Recommendation]:
-    b = verdict.get("bottleneck")
+    b = view(VerdictView, verdict).bottleneck
+    mem = view(MemoryView, memory)
     if b == NOTHING_MEASURED:
         return []
     if b == "memory":
-        return list((memory or {}).get("oom_recommendations", []))
-    recs = _compute_rules(ctx, memory) if b == "compute" else _input_rules(b, stall, ctx)
+        return list(mem.oom_recommendations)
+    recs = _compute_rules(ctx, mem) if b == "compute" else _input_rules(b, view(StallView, stall), ctx)
     kept, rejected = check_advice(recs, whatif)
-    if isinstance(whatif, dict) and whatif.get("predictions") is not None:
+    # the what-if being built: it predicted (a record it could not read has no predictions and gets no list)
+    if isinstance(whatif, dict) and "predictions" in whatif and whatif["predictions"] is not None:
         # What the check dropped, and why: a reader of run.json can see the advice its own numbers ruled out.
         whatif["advice_rejected"] = [{"action": r["action"], "because": r["rejected_because"]} for r in rejected]
     return kept
@@ -309,25 +312,26 @@ def _sps(v: float) -> str:
     return f"{v:,.0f}" if v >= 100 else f"{v:.1f}"
 
 
-def _quote(p: dict[str, Any], label: str, whatif: WhatIf) -> str:
+def _quote(p: PredictionView, label: str, whatif: WhatIfView) -> str:
     """"2 workers: ≈ 212 samples/s (190–240), at least +12 %, then <what binds>": the low end is the claim."""
-    iv = p.get("interval")
-    low = p.get("change_low")
+    assert p.samples_per_s is not None  # check_advice quotes only predicted rows
+    iv = p.interval
+    low = p.change_low
     pct = ""
     if low is not None:
         pct = f", at least {low * 100:+.0f} %"
-    elif p.get("change") is not None:
-        pct = f" ({p['change'] * 100:+.0f} %)"
-    then = p.get("binds_words") or p.get("binds", "")
-    if p.get("binds") == "storage":
+    elif p.change is not None:
+        pct = f" ({p.change * 100:+.0f} %)"
+    then = p.binds_words or p.binds or ""
+    if p.binds == "storage":
         from ..storage.spec import format_rate
 
-        rchar = float(((whatif.get("inputs") or {}).get("rchar")) or 0.0)
+        rchar = float(whatif.inputs.get("rchar") or 0.0)  # the model's inputs: a dict of the rates it used
         if rchar > 0:  # the device's rate, as a user buys it
-            then += f" at {format_rate(p['samples_per_s'] * rchar)}"
+            then += f" at {format_rate(p.samples_per_s * rchar)}"
     span = f" ({_sps(iv[0])}–{_sps(iv[1])})" if iv else ""
-    return (f"{label}: ≈ {_sps(p['samples_per_s'])} samples/s{span}{pct}, then {then} "
-            f"(predicted from this run; {p['assumption']})")
+    return (f"{label}: ≈ {_sps(p.samples_per_s)} samples/s{span}{pct}, then {then} "
+            f"(predicted from this run; {p.assumption})")
 
 
 _WORKERS = re.compile(r"(?:--workers|num_workers) (?:from \d+ to |\()?(\d+)|fewer workers \((\d+)\)")
@@ -341,8 +345,9 @@ def _fewest_workers_near_best(action: str, preds: list[dict[str, Any]]) -> str:
     if not m or m.group(1) is None or "fewer" in action.lower():
         return action
     n = int(m.group(1))
-    rates = {int(p["workers"]): float(p["samples_per_s"]) for p in preds
-             if p["kind"] == "workers" and p.get("workers") is not None and p.get("samples_per_s") is not None}
+    rows = [view(PredictionView, p) for p in preds]
+    rates = {int(p.workers): float(p.samples_per_s) for p in rows
+             if p.kind == "workers" and p.workers is not None and p.samples_per_s is not None}
     if not rates:
         return action
     cap = max(n, th.FIRST_WORKERS_AT_MOST) if action.startswith("Use DataLoader workers") else max(rates)
@@ -394,40 +399,41 @@ def check_advice(recs: list[Recommendation], whatif: WhatIf | None
     point gain is real but whose low end is within noise is kept without a claim: it says to re-measure. Each
     rejected one carries ``rejected_because``.
     """
-    wi: WhatIf = whatif or {}
-    preds = wi.get("predictions") or []
+    wi = view(WhatIfView, whatif)
+    preds = wi.predictions
     kept: list[Recommendation] = []
     rejected: list[RejectedAdvice] = []
-    read_nothing = "read no files" in str(wi.get("storage_note") or "")
+    read_nothing = "read no files" in str(wi.storage_note or "")
     for r in recs:
         if read_nothing and any(k in r["action"] for k in _STORAGE_ACTIONS):
-            rejected.append({**r, "rejected_because": wi["storage_note"]})
+            rejected.append({**r, "rejected_because": str(wi.storage_note)})
             continue
         if preds:
             r = {**r, "action": _fewest_workers_near_best(r["action"], preds)}
             if any(k["action"] == r["action"] for k in kept):
                 continue  # two rules' worker counts raised to the same one
-        p, label = prediction_for(r["action"], preds) if preds else (None, "")
-        if p is None:
+        row, label = prediction_for(r["action"], preds) if preds else (None, "")
+        if row is None:
             kept.append(r)
             continue
-        if p.get("samples_per_s") is None:
-            rejected.append({**r, "rejected_because": f"the what-if cannot predict {label}: {p['assumption']}"})
+        p = view(PredictionView, row)
+        if p.samples_per_s is None:
+            rejected.append({**r, "rejected_because": f"the what-if cannot predict {label}: {row['assumption']}"})
             continue
-        change = p.get("change")
+        change = p.change
         if change is not None and change < th.GAIN_CLAIMED_FROM:
             rejected.append({**r, "rejected_because": f"the what-if puts {label} at {change * 100:+.0f} % "
                                                      f"(under {th.GAIN_CLAIMED_FROM * 100:.0f} %)"})
             continue
         gain = _quote(p, label, wi)
-        low = p.get("change_low")
+        low = p.change_low
         if low is not None and low < th.GAIN_CLAIMED_FROM:
-            iv = p.get("interval") or [p["samples_per_s"]] * 2
-            remeasure = (wi.get("steadiness") or {}).get("remeasure")
-            gain = (f"{label}: ≈ {_sps(p['samples_per_s'])} samples/s ({_sps(iv[0])}–{_sps(iv[1])}); the low end is "
+            iv = p.interval or [p.samples_per_s] * 2
+            remeasure = wi.steadiness.remeasure
+            gain = (f"{label}: ≈ {_sps(p.samples_per_s)} samples/s ({_sps(iv[0])}–{_sps(iv[1])}); the low end is "
                     "within noise of this run, so no gain is claimed"
                     + (f" — measure it: {remeasure}" if remeasure else "")
-                    + f" (predicted from this run; {p['assumption']})")
+                    + f" (predicted from this run; {row['assumption']})")
         kept.append({**r, "expected_gain": gain})
     return kept, rejected
 
@@ -438,10 +444,10 @@ def quote_predictions(recs: list[Recommendation], whatif: WhatIf | None) -> list
 # --- end what-if quotes ----------------------------------------------------------------------------------------------
 
 
-def _input_rules(b: str | None, stall: Stall, ctx: Context) -> list[Recommendation]:
+def _input_rules(b: str | None, stall: StallView, ctx: Context) -> list[Recommendation]:
     recs: list[Recommendation] = []
-    total = float(stall.get("seconds", 0.0)) or 1.0
-    by = stall.get("by_cause", {})
+    total = float(stall.seconds) or 1.0
+    by = stall.by_cause
     # Rules for every cause holding a worthwhile share, the verdict's own cause first.
     order = [b] + [c for c in RULES if c != b]
     for cause in order:

@@ -554,6 +554,33 @@ class DistributedView:
     world_size: int | None = None
     backend: str | None = None  # "gloo" | "nccl" | None: not said (a user's script's own process group)
     collectives: CollectivesView = field(default_factory=CollectivesView)
+    run_folder: str | None = None  # the job's folder above the rank's (None: not said)
+
+
+@dataclass(frozen=True)
+class TorchTraceClockView:
+    """``torch_traces.clock``: the clock pair that places the record's times on kineto's (None: not read)."""
+    ours: str | None = None
+    theirs: str | None = None
+    t0_monotonic_ns: int | None = None
+    realtime_minus_monotonic_us: int | None = None
+    drift_ns: int | None = None
+
+
+@dataclass(frozen=True)
+class TorchTraceView:
+    """``torch_traces.traces[i]``: one Chrome trace torch.profiler exported while the job was profiled."""
+    path: str | None = None
+    by: str | None = None  # "job" | "profiler"
+    exported_s: float | None = None
+
+
+@dataclass(frozen=True)
+class TorchTracesView:
+    """``torch_traces`` (``view(TorchTracesView, rec.torch_traces)``): none listed, no clock: nothing to merge."""
+    traces: list[TorchTraceView] = field(default_factory=list)
+    clock: TorchTraceClockView | None = None
+    error: str | None = None
 
 
 @dataclass(frozen=True)
