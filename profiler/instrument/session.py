@@ -29,6 +29,7 @@ from .batch import LO_N, LO_W_ENTRY, M_RUNQ, BatchMeta, Instrumented, fetch_off_
 from .derived import CLOSE_TIMING_FROM_OFF_NS
 from .device_time import DeviceTime
 from .flat_steps import F_END, F_REST_END, FLAT_FOLD_EVERY, FlatSteps
+from .gaps import Gaps
 from .inline_fetch import LEAN_CHECK, inline_call_costs
 from .lean_check import unchecked_since
 from .loaders import (
@@ -152,6 +153,8 @@ class Session(Relays, LoaderTracking, FlatSteps, DeviceTime):
         # ... and a light step calls on_step only from this step and wait start on (the monitor's next chunk or
         # cut: a callback per step was most of a light step's bookkeeping); 0, 0: every step.
         self.due_step = self.due_ns = 0
+        # NOTE [ Monitor gaps ] (gaps.py): the monitor's, where it takes this hook off the path between detail chunks
+        self._gap: Gaps | None = None
         self.window_start_ns = 0
         self.window_end_ns = 0
         self.closed = False
@@ -183,6 +186,8 @@ class Session(Relays, LoaderTracking, FlatSteps, DeviceTime):
 
     def stop(self) -> None:
         """End profiling: the open step ends now, the window closes if it has not, the hooks come out."""
+        if self._gap is not None:  # the monitor's gap closes and its thread ends before the hooks come out
+            self._gap.stop(time.perf_counter_ns())
         if not self.closed:
             self._close(time.perf_counter_ns())
         hooks.uninstall()
@@ -249,6 +254,9 @@ class Session(Relays, LoaderTracking, FlatSteps, DeviceTime):
             # Under the monitor, a step its fetchers make without instrumentation (NOTE [ Monitor sampling ],
             # batch.py): the wait's two wall clocks and the batch's samples, folded into the tail's totals when it
             # ends (_end_step), and nothing else.
+            gap = self._gap
+            if gap is not None and gap.open:  # a probe of a gap, or its close (NOTE [ Monitor gaps ], gaps.py)
+                return gap.on_next(it, orig)
             t0 = _perf()
             try:
                 data = orig(it)

@@ -21,6 +21,10 @@ Profiling a user's DataLoader unchanged needs these seams. Public API offers non
    ``fetch`` (inline_fetch.inline_map_fetch's) hands its lean batches' clocks over beside the batch (``lean_out_of``).
 8. ``torch.utils.data._utils.signal_handling``'s SIGCHLD handler — recognised by its module and paused while the
    profiler saves its record (``worker_watchdog_paused``), so a worker dying then cannot abort the save.
+9. ``_BaseDataLoaderIter._num_yielded`` — the batches an iterator has handed out this epoch, read (never written) by
+   the monitor's gap thread while the ``__next__`` hook is off between detail chunks (instrument/gaps.py, NOTE
+   [ Monitor gaps ]). Checked by ``gap_problems()``, not ``check()``: without it the monitor keeps the hook on every
+   step (its cost before gaps), ``run`` does not need it.
 
 ``check()`` fails loudly (tests/test_torch_hooks.py) when a torch release moves any of them; ``install`` refuses to
 run (one clear line) rather than profile wrongly.
@@ -58,6 +62,7 @@ from .torch_private import signal_handling as _signal_handling
 from .torch_private import worker_mod as _worker_mod
 
 _installed = False
+_hooked_next: Any = None  # install's __next__ (hook_next puts it back after a monitor gap)
 
 
 def check() -> list[str]:
@@ -331,6 +336,8 @@ def install(on_next: Callable[[Any, Callable[[Any], Any]], Any],
     _dl._BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign]
     DataLoader.__iter__ = __iter__  # type: ignore[method-assign]
     _installed = True
+    global _hooked_next
+    _hooked_next = __next__
 
 
 def uninstall() -> None:
@@ -342,6 +349,43 @@ def uninstall() -> None:
     DataLoader.__iter__ = _ORIG_ITER  # type: ignore[method-assign]
     substages.uninstall_library_stages()
     _installed = False
+
+
+def _gap_next(self: Any) -> Any:
+    """``__next__`` inside a monitor gap (NOTE [ Monitor gaps ], gaps.py): torch's own, and an envelope that a
+    fetcher made all the same (its count ran apart from the epoch's) opened, so the job never sees one."""
+    data = _ORIG_NEXT(self)
+    return data.batch if data.__class__ is Instrumented else data
+
+
+def hook_next(on: bool) -> None:
+    """The profiler's ``__next__`` on (every step seen) or off (``_gap_next``: a monitor gap); nothing unless
+    installed. Any thread (the gap thread turns it on): one attribute store, atomic under the GIL."""
+    if _installed and _hooked_next is not None:
+        _dl._BaseDataLoaderIter.__next__ = _hooked_next if on else _gap_next  # type: ignore[method-assign]
+
+
+def next_is_hooked(it: Any) -> bool:
+    """Does ``it``'s ``__next__`` resolve to the hook this module put on ``_BaseDataLoaderIter`` (not an iterator
+    subclass's own, overrides.py, or torchdata's)? Only then does ``hook_next`` take it off ``it``'s path."""
+    return _hooked_next is not None and getattr(type(it), "__next__", None) is _hooked_next
+
+
+def batches_yielded(it: Any) -> int | None:
+    """Seam 9: the batches ``it`` handed out this epoch (None where torch keeps no such count)."""
+    v = getattr(it, "_num_yielded", None)
+    return v if v.__class__ is int else None
+
+
+def gap_problems() -> list[str]:
+    """What this torch lacks of seam 9 (the monitor then keeps its hook on every step)."""
+    try:
+        nxt, reset = inspect.getsource(_ORIG_NEXT), inspect.getsource(_dl._BaseDataLoaderIter._reset)
+    except (OSError, TypeError, AttributeError):
+        return ["the source of _BaseDataLoaderIter.__next__ / _reset is not available"]
+    if "self._num_yielded += 1" not in nxt or "self._num_yielded = 0" not in reset:
+        return ["_BaseDataLoaderIter no longer counts its batches in _num_yielded"]
+    return []
 
 
 def _unwrapping_next(self: Any) -> Any:

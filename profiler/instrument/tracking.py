@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from . import torch_hooks
 from .batch import DETAIL_RANGE, NO_RANGE, SAMPLING, BatchMeta, set_detail_range
+from .gaps import Gaps
 from .loaders import LoaderSelector, call_sites, count_samples, epoch_length
 from .steps import (
     ROLE_ENDED_EARLY,
@@ -79,6 +80,7 @@ class LoaderTracking:
     sampling: tuple[int, int] | None
     _plan: list[int] | None
     _lw1: int
+    _gap: Gaps | None
 
     if TYPE_CHECKING:  # the session's own, called from here
         def _on_next(self, it: Any, orig: Callable[[Any], Any]) -> Any: ...
@@ -95,6 +97,8 @@ class LoaderTracking:
     def _on_iter(self, loader: Any, orig: Callable[[Any], Any]) -> Any:
         if os.getpid() != self._owner_pid or threading.get_ident() != self._owner_thread:
             return orig(loader)  # another thread, or a process the job forked: left alone (one process, one record)
+        if self._gap is not None:  # the monitor's gap ends here (NOTE [ Monitor gaps ], gaps.py)
+            self._gap.close(time.perf_counter_ns(), False)
         adopt = self._loader_ref is None and not self.closed and loader not in self._other_entry
         eligible = self.select is None or self.select.matches(qualified_name(loader.dataset),
                                                              self._created.get(loader, (None, None)))

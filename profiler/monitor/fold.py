@@ -30,7 +30,8 @@ def merge(a: WindowSummary, b: WindowSummary) -> WindowSummary:
         outside_s=round(a.outside_s + b.outside_s, 6), other_loader_s=round(a.other_loader_s + b.other_loader_s, 6),
         workers=b.workers, processes=b.processes, rss_bytes=max(a.rss_bytes, b.rss_bytes),
         uss_bytes=max(a.uss_bytes, b.uss_bytes), rchar=a.rchar + b.rchar, read_bytes=a.read_bytes + b.read_bytes,
-        bottleneck=lead.bottleneck, severity=lead.severity, summary=lead.summary, keep=a.keep or b.keep)
+        bottleneck=lead.bottleneck, severity=lead.severity, summary=lead.summary, keep=a.keep or b.keep,
+        estimated_steps=a.estimated_steps + b.estimated_steps, probe_steps=a.probe_steps + b.probe_steps)
 
 
 class WindowLog:

@@ -24,6 +24,7 @@ from .record import MonitorRecord
 from .windows import WindowSummary, summarize, take
 
 if TYPE_CHECKING:
+    from ..instrument.gaps import Gaps
     from ..instrument.session import Session
     from .exporters import Exporter
 
@@ -48,7 +49,7 @@ class Monitor:
                  status: Callable[[WindowSummary, list[ChangePoint]], None] | None = None,
                  job: dict[str, Any] | None = None, write_every_s: float = th.MONITOR_WRITE_EVERY_S,
                  max_windows: int | None = None, full_windows: int | None = None, min_window_s: float = 0.0,
-                 sample: bool = True):
+                 sample: bool = True, gaps: bool = True):
         if window_steps < 1 or detail < 0:
             raise ValueError("window_steps must be >= 1 and detail >= 0")
         self.out = out
@@ -56,6 +57,8 @@ class Monitor:
         self.min_ns = int(min_window_s * 1e9)  # a step window also lasts at least this long (the default window)
         self.detail = detail
         self.sample = sample  # detail batches chosen in the fetchers (NOTE [ Monitor sampling ]); False: every batch
+        self.gaps = gaps and sample  # the hook off the path between chunks (NOTE [ Monitor gaps ], instrument/gaps.py)
+        self.chunk_ns = 0  # when the last chunk began (a gap opens only if no other loader was stepped since)
         # The detail is spread over the window in MONITOR_DETAIL_CHUNKS chunks, so a change inside a window is seen
         # by its cause split too, not only by its wait share. The k-th of C chunks starts once k/C of the window's
         # steps *and* of its seconds have passed (a step window's minimum length, a time window's length): however
@@ -121,8 +124,11 @@ class Monitor:
             if k >= self.due_n and t0 >= self.due_ns:
                 self._due(t0)
             if chained is None:
-                session.due_step = self.base + self.due_n - 1
-                session.due_ns = self.due_ns
+                due_step, due_ns = self.base + self.due_n - 1, self.due_ns
+                gap = session._gap
+                if gap is not None and not gap.open and self.failed is None:
+                    due_step, due_ns = self._gap_or_call_back(session, gap, t0, t1, due_step, due_ns)
+                session.due_step, session.due_ns = due_step, due_ns
 
         session.on_step = on_step
         if self.sample:
@@ -132,8 +138,32 @@ class Monitor:
             set_sampling(True)
             session.sampling = (self.chunks, self.per_chunk)
             session.detail_steps = FOREVER
+            if self.gaps:
+                from ..instrument.gaps import Gaps
+
+                session._gap = Gaps(session)
         else:
             session.detail_steps = self.per_chunk
+
+    def _gap_or_call_back(self, s: Session, gap: Gaps, t0: int, t1: int, due_step: int, due_ns: int
+                          ) -> tuple[int, int]:
+        """After a light step that began at ``t0`` (its batch in hand at ``t1``): open a gap until the next event
+        (``due_step`` / ``due_ns``) once the detail range is behind, or else be called back at the step where it will
+        be (NOTE [ Monitor gaps ]). Returns the Session's due_step / due_ns."""
+        if due_ns - t1 < gap.min_ns:  # the next event is too close for a gap
+            return due_step, due_ns
+        behind = s._n_steps + max(0, self.range_hi - s._epoch_batches) if len(s.epochs) == self.range_epoch \
+            else s._n_steps
+        if behind > s._n_steps or not s._lw1 or s._lw0 != t0:
+            # the range's last batch is still ahead (or this is one of its steps): be called back at the first step
+            # after it (the event's own test is made first at every call, so it is never missed by more than that)
+            return max(behind, s._n_steps), 0
+        it = s._live_iter() if s._live_iter is not None else None
+        if it is not None and gap.may_open(it, self.chunk_ns) and not gap.begin(it, t1, due_step, due_ns):
+            left = gap.left(it)  # too near the epoch's end: be called back at the next epoch's first step
+            if left is not None:
+                return s._n_steps + left, 0
+        return due_step, due_ns
 
     def detail_plan(self, k: int) -> tuple[int, int]:
         """(steps since the cut, ns since the cut) from which the window's ``k``-th chunk may start."""
@@ -180,7 +210,7 @@ class Monitor:
         s = self.session
         if s is None or self.failed is not None:
             return True
-        t = time.perf_counter_ns()
+        t = self.chunk_ns = time.perf_counter_ns()
         try:
             epoch = len(s.epochs)
             at = s._epoch_batches  # the epoch's index of the batch the next step waits for
@@ -243,6 +273,8 @@ class Monitor:
         li = s.loader
         w = summarize(cut, self.rec.windows_total, li.num_workers if li is not None else 0, self.procs.snapshot(),
                       li.batch_size if li is not None else None, _cores())
+        if s._gap is not None:
+            w.estimated_steps, w.probe_steps = s._gap.take_window()
         self.rec.windows_total += 1
         self.rec.steps_total += w.steps
         found = self.detector.feed(w)

@@ -62,6 +62,10 @@ class WindowSummary:
     severity: str
     summary: str
     keep: bool = False  # near a change point: never folded
+    # NOTE [ Monitor gaps ] (instrument/gaps.py): steps the hook did not see one by one (their count and samples
+    # exact, their wait estimated from probes: timed steps, probe_steps of them)
+    estimated_steps: int = 0
+    probe_steps: int = 0
 
     @property
     def seconds(self) -> float:

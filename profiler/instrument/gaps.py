@@ -1,0 +1,246 @@
+"""Monitor gaps: the stretches between detail chunks where no per-step Python runs on the job's path.
+
+NOTE [ Monitor gaps ]
+    Under ``profiler monitor`` a light step (outside the detail) cost ~2 µs of the profiler's own Python between
+    ``next()`` and the job's model step, and on the 2-core VM that work cost about five times its own time in the
+    step after it (docs/monitor.md § Cost): +2.5-6 % of a light loop's CPU, where the target is 1 %. So between
+    detail chunks the monitor takes its ``__next__`` off the loader's path (torch_hooks.hook_next: torch's own
+    ``__next__`` plus an envelope check, ``_gap_next``) and a daemon thread (this module) does the bookkeeping:
+
+    - *Counting*: the iterator's own batch count (torch_hooks.batches_yielded, seam 9) read by the thread; at the
+      gap's close the steps in between go into the Session's tail totals at once: steps exact, samples as the
+      step before the gap's (a constant batch size; the epoch's last, partial batch never falls in a gap: below).
+    - *The wait share*: the thread turns the hook back on for one step MONITOR_GAP_HZ times a second (a *probe*):
+      that step's wait and its whole length are timed (its ``next()``, then the next one's entry), and the hook
+      goes off again. The gap's wait is the probes' ratio estimate (their waits over their lengths) applied to its
+      time. Why probes and not the main thread's stack sampled from the thread: the thread runs only when the main
+      thread lets go of the GIL, so a stack sample lands where the job releases it (torch ops), not where it was
+      when the sample was due: a bias in favour of compute that depends on the job. A probe times a step chosen by
+      the clock, independently of its own length (it is the step *after* the tick).
+    - *Closing*: the thread turns the hook on for good once the monitor's next event (chunk or cut: the Session's
+      ``due_step`` / ``due_ns``) is less than a tick away, or the epoch has fewer batches left than
+      MONITOR_GAP_MARGIN_TICKS ticks' worth (its end, StopIteration and all, is then seen by the hook as in ``run``),
+      or the iterator is gone. The next ``next()`` on the hooked path closes the gap (``close``) and carries on as
+      a light step. A new ``iter()`` of any loader closes it at once (tracking.py): the open step is then the one
+      in progress, with its wait taken as 0 (the time since its ``next()`` is counted in the gap's steps).
+
+    What the window then says: steps and samples exact as before; the idle time of its gap steps estimated (their
+    count: ``estimated_steps``, the probes behind it: ``probe_steps``); the cause split, as before, the detail's.
+    Opened only where it cannot go wrong (``Gaps.may_open``): host clocks, a map-style dataset of known length,
+    workers by ``fork`` (or none: their detail range is the epoch's), no other loader stepped since the last
+    chunk (an interleaved loader would go uncounted), torch's ``_num_yielded`` present and the iterator's
+    ``__next__`` the hooked one. ``run`` never has a Gaps object.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from typing import TYPE_CHECKING, Any, Callable
+
+from .. import thresholds as th
+from . import torch_hooks
+
+if TYPE_CHECKING:
+    from .session import Session
+
+_perf = time.perf_counter_ns
+
+
+class Gaps:
+    """A Session's gaps (one open at a time) and the thread that watches them; made by the monitor."""
+
+    def __init__(self, session: Session, hz: float = th.MONITOR_GAP_HZ, min_s: float = th.MONITOR_GAP_MIN_S):
+        self.s = session
+        self.tick_s = 1.0 / hz
+        self.min_ns = int(min_s * 1e9)
+        self.usable = not torch_hooks.gap_problems()
+        self.open = False
+        self.closing = False  # the thread asked for the close (the hook is back on)
+        self.probe = 0  # 0: none; 1: the hook is on for a probe; 2: its wait timed, its end is the next entry
+        self.it: Callable[[], Any] = lambda: None  # weakref to the gap's iterator
+        self.n0 = 0  # its batch count when the gap opened
+        self.t_open = 0
+        self.epoch_len = 0
+        self.due_step = self.due_ns = 0  # the monitor's next event (Session.due_step / due_ns when the gap opened)
+        self.pw0 = self.pw1 = 0  # the probe step's wait
+        self.p_n = 0  # this gap's probes, their waits and lengths (ns)
+        self.p_wait = self.p_span = 0
+        self.ratio = 0.0  # the last gap's wait share (a gap without a probe takes it)
+        self.rate = 0.0  # the last gap's steps per ns (how many batches a tick is worth)
+        # The window's figures, taken by the monitor at each cut (take_window)
+        self.w_steps = self.w_probes = 0
+        self.gaps = 0  # gaps opened (the tests' and the bench's)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # --- the main thread ----------------------------------------------------------------------------------------
+    def may_open(self, it: Any, others_since: int) -> bool:
+        """Can a gap open on ``it`` now (module docstring: where it cannot go wrong)?"""
+        s = self.s
+        li = s.loader
+        if not self.usable or self.open or s.cuda is not None or s.closed or li is None or s._lw1 == 0:
+            return False
+        if li.num_workers > 0 and not (li.multiprocessing_context or "").startswith("fork") \
+                or (li.multiprocessing_context or "").startswith("forkserver"):
+            return False
+        if not li.batches_per_epoch or torch_hooks.batches_yielded(it) is None or not torch_hooks.next_is_hooked(it):
+            return False
+        return not any(o.last_ns > others_since for o in s.others)
+
+    def begin(self, it: Any, t_ns: int, due_step: int, due_ns: int) -> bool:
+        """Open a gap after the light step that just began (its ``next()`` returned at ``t_ns``) on ``it``: the hook
+        comes off until the monitor's next event (``due_step`` / ``due_ns``, as Session.due_step / due_ns)."""
+        y = torch_hooks.batches_yielded(it)
+        li = self.s.loader
+        if y is None or li is None or not li.batches_per_epoch or due_ns - t_ns < self.min_ns \
+                or li.batches_per_epoch - y <= self.ahead(self.rate):
+            return False
+        try:
+            self.it = weakref.ref(it)
+        except TypeError:
+            return False
+        self.n0, self.t_open, self.epoch_len = y, t_ns, int(li.batches_per_epoch)
+        self.due_step, self.due_ns = due_step, due_ns
+        self.probe = self.p_n = self.p_wait = self.p_span = 0
+        self.closing = False
+        self.open = True
+        self.gaps += 1
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="profiler-monitor-gaps", daemon=True)
+            self._thread.start()
+        torch_hooks.hook_next(False)
+        return True
+
+    def on_next(self, it: Any, orig: Callable[[Any], Any]) -> Any:
+        """Session._on_next while a gap is open and the hook is on (a probe, or the close)."""
+        s = self.s
+        if self.closing or it is not self.it():
+            self.close(_perf(), True)
+            return s._on_next(it, orig)
+        t0 = _perf()
+        p = self.probe
+        if p == 2:  # the probe step ends here
+            self.p_n += 1
+            self.p_wait += self.pw1 - self.pw0
+            self.p_span += t0 - self.pw0
+        with self._lock:
+            if p == 1:
+                self.probe = 2  # this step is the probe: the hook stays on for its end
+            else:
+                self.probe = 0
+                if not self.closing:
+                    torch_hooks.hook_next(False)
+        try:
+            data = orig(it)
+        except BaseException as e:
+            self.close(t0, True)  # the epoch's end (or the job's error) ends the gap's steps here
+            s._wait_raised(e, t0)
+            raise
+        if p == 1:
+            self.pw0, self.pw1 = t0, _perf()
+        return data.batch if data.__class__ is torch_hooks.Instrumented else data
+
+    def close(self, t_ns: int, boundary: bool) -> None:
+        """End the gap at ``t_ns``: the steps it held go into the Session's tail totals. ``boundary``: ``t_ns`` is a
+        ``next()`` of its iterator (the steps so far all end there); else the time of some other event (a new
+        ``iter()``, the job's end): the step in progress, if the epoch has one, stays open from ``t_ns``."""
+        if not self.open:
+            return
+        with self._lock:
+            self.open = self.closing = False
+            self.probe = 0
+            torch_hooks.hook_next(True)
+        s = self.s
+        s.due_step = s.due_ns = 0  # the monitor's callback at the next step (it publishes the next event again)
+        it = self.it()
+        y = torch_hooks.batches_yielded(it) if it is not None else None
+        k = max(0, y - self.n0) if y is not None else 0  # batches handed out in the gap (the Session saw none)
+        if t_ns > self.t_open and k > 0:
+            self.rate = k / (t_ns - self.t_open)
+        exhausted = y is not None and y >= self.epoch_len
+        # At a next() (or after the epoch's last batch) the light step open when the gap began and the gap's steps
+        # have all ended; at another event the last one handed out is still under way and stays open (below).
+        in_progress = not boundary and not exhausted
+        ended = k if in_progress else k + 1
+        w0, w1, n = s._lw0, s._lw1, s._ln
+        if not w1 or not ended:  # (no light step: cannot happen) or the step open when the gap began still is
+            return
+        span = max(0, t_ns - w1)
+        ratio = self.p_wait / self.p_span if self.p_span > 0 else self.ratio
+        self.ratio = ratio
+        wait = (w1 - w0) + int(ratio * span)
+        tail = s.tail
+        tail.steps += ended
+        tail.samples += n * ended
+        tail.wait_ns += wait
+        tail.idle_ns += wait
+        tail.compute_ns += max(0, t_ns - w0 - wait)
+        if not tail.first_ns:
+            tail.first_ns = w0
+        if t_ns > tail.last_ns:
+            tail.last_ns = t_ns
+        s._measured_done += ended
+        s._n_steps += k
+        s._epoch_batches += k
+        s._last_next_ns = t_ns
+        if in_progress:
+            s._lw0 = s._lw1 = t_ns  # its wait unknown (0), its rest from now
+        else:
+            s._lw1 = 0
+            if not boundary and y is not None and y >= self.epoch_len:
+                s._epoch_done = True
+        self.w_steps += ended
+        self.w_probes += self.p_n
+
+    def ahead(self, rate: float) -> int:
+        """Batches a gap closes before the epoch's end at ``rate`` steps per ns (MONITOR_GAP_MARGIN_TICKS)."""
+        return int(rate * self.tick_s * 1e9 * th.MONITOR_GAP_MARGIN_TICKS) + 2
+
+    def left(self, it: Any) -> int | None:
+        """Batches ``it``'s epoch has still to hand out (None: not known)."""
+        y = torch_hooks.batches_yielded(it)
+        li = self.s.loader
+        return max(0, li.batches_per_epoch - y) if y is not None and li is not None and li.batches_per_epoch \
+            else None
+
+    def take_window(self) -> tuple[int, int]:
+        """(steps whose wait was estimated, probes behind the estimates) since the last call (a cut)."""
+        got = (self.w_steps, self.w_probes)
+        self.w_steps = self.w_probes = 0
+        return got
+
+    def stop(self, t_ns: int) -> None:
+        """The job's end: the open gap closes at ``t_ns``, the thread ends (before the hooks come out)."""
+        self.close(t_ns, False)
+        self._stop.set()
+        th_ = self._thread
+        if th_ is not None and th_ is not threading.current_thread():
+            th_.join(timeout=1.0)
+
+    # --- the thread ---------------------------------------------------------------------------------------------
+    def _run(self) -> None:
+        tick_ns = int(self.tick_s * 1e9)
+        while not self._stop.wait(self.tick_s):
+            if not self.open or self.closing:
+                if self.open and self.closing:  # a probe's end may have taken the hook off meanwhile
+                    torch_hooks.hook_next(True)
+                continue
+            it = self.it()
+            y = torch_hooks.batches_yielded(it) if it is not None else None
+            now = _perf()
+            with self._lock:
+                if not self.open:
+                    continue
+                if y is None:
+                    self.closing = True
+                else:
+                    k = y - self.n0
+                    ahead = self.ahead(max(self.rate, k / max(1, now - self.t_open)))  # steps per ns so far
+                    step_due = self.s._n_steps + k + ahead >= self.due_step
+                    if (step_due and now + tick_ns >= self.due_ns) or self.epoch_len - y <= ahead:
+                        self.closing = True
+                    elif self.probe == 0:
+                        self.probe = 1
+                torch_hooks.hook_next(True)
