@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import thresholds as th
+from ..record.read import MainProcessSamplesView, ModelAloneView, StageView, samples, view
+from ..record.read import read as read_views
 from .stats import Tables
 
 if TYPE_CHECKING:  # annotations only: analysis and renderers take the typed record
@@ -85,24 +87,23 @@ def _mean_in_window(t: list, v: list, start: float, end: float) -> float | None:
 
 def _process_cores(rec: RunRecord, start: float, end: float) -> tuple[float | None, float | None]:
     """Mean cores used by the job's processes (all, workers) in the window, from the sampled cpu_percent."""
-    procs = rec.processes
     total = workers = 0.0
     seen = False
-    for p in procs:
-        m = _mean_in_window(p.get("t_s") or [], p.get("cpu_percent") or [], start, end)
+    for p in samples(rec).processes:
+        m = _mean_in_window(p.t_s, p.cpu_percent, start, end)
         if m is None:
             continue
         seen = True
         total += m / 100.0
-        if p.get("role") == "worker":
+        if p.role == "worker":
             workers += m / 100.0
     return (total, workers) if seen else (None, None)
 
 
 def _system_busy(rec: RunRecord, start: float, end: float, cores: float) -> float | None:
-    s = rec.samples
-    t = np.asarray(s.get("t_s") or [], dtype=float)
-    rows = s.get("cpu_percent_per_core") or []
+    s = samples(rec)
+    t = np.asarray(s.t_s, dtype=float)
+    rows = s.cpu_percent_per_core
     if t.size == 0 or len(rows) != t.size:
         return None
     vals = [float(np.mean(r)) for r, ti in zip(rows, t) if r and start <= ti <= end]
@@ -112,9 +113,9 @@ def _system_busy(rec: RunRecord, start: float, end: float, cores: float) -> floa
 def _other_load_spread(rec: RunRecord, start: float, end: float, cores: float) -> float | None:
     """10th-90th percentile range of the cores other processes used in the window: all busy cores (per-core samples)
     less the job's processes (their sampled cpu_percent, interpolated to the same instants)."""
-    s = rec.samples or {}
-    t = np.asarray(s.get("t_s") or [], dtype=float)
-    rows = s.get("cpu_percent_per_core") or []
+    s = samples(rec)
+    t = np.asarray(s.t_s, dtype=float)
+    rows = s.cpu_percent_per_core
     if t.size == 0 or len(rows) != t.size:
         return None
     keep = (t >= start) & (t <= end)
@@ -122,9 +123,9 @@ def _other_load_spread(rec: RunRecord, start: float, end: float, cores: float) -
         return None
     busy = np.asarray([float(np.mean(r)) / 100.0 * cores if r else np.nan for r in rows])[keep]
     job = np.zeros(int(keep.sum()))
-    for p in s.get("processes") or []:
-        pt = np.asarray(p.get("t_s") or [], dtype=float)
-        pv = np.asarray([np.nan if v is None else v for v in (p.get("cpu_percent") or [])], dtype=float)
+    for p in s.processes:
+        pt = np.asarray(p.t_s, dtype=float)
+        pv = np.asarray([np.nan if v is None else v for v in p.cpu_percent], dtype=float)
         ok = np.isfinite(pv)
         if pt.size != pv.size or ok.sum() < 2:
             continue
@@ -164,20 +165,25 @@ def _steadiness(rec: RunRecord) -> dict[str, Any]:
     return out
 
 
-def _per_sample(m: Any, key: str) -> float | None:
-    """``m[key] / m["samples"]`` of a raw ceiling measurement, None unless both are sane."""
-    if not isinstance(m, dict) or type(m.get("samples")) is not int or m["samples"] <= 0:
+def _per_sample(n: int | None, v: float | None) -> float | None:
+    """``v / n`` of a raw ceiling measurement (seconds over its samples), None unless both are sane."""
+    if type(n) is not int or n <= 0:
         return None
-    v = m.get(key)
-    return float(v) / m["samples"] if isinstance(v, (int, float)) and v > 0 else None
+    return float(v) / n if isinstance(v, (int, float)) and v > 0 else None
+
+
+def _mean_ms(stages: dict[str, Any], name: str) -> float:
+    """A stage's mean in ms (the stage statistics analysis just built); 0 where the window had no such stage."""
+    ms = view(StageView, stages[name]).mean_ms if name in stages else None
+    return ms if ms is not None else 0.0
 
 
 def measure(rec: RunRecord, t: Tables, stages: dict[str, Any], ctx: Context) -> Rates:
     """The rates of ``rec`` (its measured window), from the tables and the context analysis already built."""
     notes: list[str] = []
     sp, bt, st = t.spans, t.batches, t.steps
-    win = rec.window
-    start, end = float(win.get("start_s", 0.0)), float(win.get("end_s", 0.0))
+    r = read_views(rec)
+    start, end = float(r.window.start_s), float(r.window.end_s)
     samples = max(ctx.samples, 1)
     steps = max(ctx.steps, 1)
     sel = np.isin(sp["batch"], t.measured_batches) if sp.get("batch") is not None and sp["batch"].size else None
@@ -193,10 +199,11 @@ def measure(rec: RunRecord, t: Tables, stages: dict[str, Any], ctx: Context) -> 
     else:
         items, wall, cpu, runq, read, rchar, rbytes, cold = float(samples), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
         notes.append("no dataset calls in the window: per-sample costs unknown")
-    acc = rec.timeline["accounting"]
+    clock = r.accounting.cpu_clock
     if cpu <= 0 and wall > 0:  # no per-thread clock (v1 record, or a kernel without schedstat): wall minus reads
         cpu, runq = max(wall - read, 0.0), 0.0
-        notes.append(f"no per-thread CPU clock ({acc.get('cpu_clock', 'absent')}): CPU per sample = wall minus read")
+        notes.append(f"no per-thread CPU clock ({'absent' if clock is None else clock}): CPU per sample = wall "
+                     "minus read")
     blocked = max(wall - cpu - runq, 0.0)
     read_blocked = min(blocked, read)
     if read <= 0 and sel is not None and sel.any() and "read_bytes" in sp and "cpu" in sp:
@@ -218,7 +225,7 @@ def measure(rec: RunRecord, t: Tables, stages: dict[str, Any], ctx: Context) -> 
     collate_cpu = float(bt["collate_cpu"][bsel].sum()) if bsel is not None and "collate_cpu" in bt else 0.0
     collate_runq = float(bt["collate_runq"][bsel].sum()) if bsel is not None and "collate_runq" in bt else 0.0
     nb = max(int(bsel.sum()) if bsel is not None else 0, 1)
-    collate_wall = stages.get("collate", {}).get("mean_ms", 0.0) / 1e3
+    collate_wall = _mean_ms(stages, "collate") / 1e3
     if collate_cpu <= 0:
         collate_cpu = collate_wall * nb
     per = 1.0 / items
@@ -236,31 +243,30 @@ def measure(rec: RunRecord, t: Tables, stages: dict[str, Any], ctx: Context) -> 
     if st.get("wait_start") is not None and st["wait_start"].size > 1:
         gaps = st["wait_start"][1:].astype(float) - st["compute_end"][:-1].astype(float)
         loop = float(np.clip(gaps, 0, None).mean())
-    torch_env = rec.environment.get("torch") or {}
-    st_rec = rec.storage or {}
-    ma = rec.model_alone
-    ma_s = ma.get("seconds_per_step") if isinstance(ma, dict) else None
-    mp = rec.main_process_samples
-    main_cpu, main_proc = _per_sample(mp, "cpu_s"), _per_sample(mp, "process_cpu_s")
+    torch_env = r.environment.torch  # free-form in the schema (torch's own facts): read by key
+    ma_s = view(ModelAloneView, rec.model_alone).seconds_per_step
+    mp = view(MainProcessSamplesView, rec.main_process_samples)
+    main_cpu, main_proc = _per_sample(mp.samples, mp.cpu_s), _per_sample(mp.samples, mp.process_cpu_s)
     steady = _steadiness(rec)
     cpu_half = None
     if sel is not None and sel.any() and "cpu" in sp and int(sel.sum()) >= 3 and cpu > 0:
         c = sp["cpu"][sel].astype(float) / np.maximum(sp.get("items", np.ones_like(sp["batch"]))[sel], 1)
         cpu_half = float(1.96 * c.std(ddof=1) / np.sqrt(c.size) / max(c.mean(), 1e-12))
-    target = rec.job.get("target") if rec.job and rec.job_kind != "builtin" else None
+    target = r.job.target if rec.job and rec.job_kind != "builtin" else None
     return Rates(
         samples_per_s=ctx.samples_per_s, workers=ctx.workers, batch=samples / steps,
         device_type=ctx.device_type, cores=max(ctx.usable_cores, 1.0),
         model_threads=int(torch_env.get("num_threads") or ctx.usable_cores or 1),
         cpu_s=cpu_s, runq_s=runq_s, blocked_s=blocked * per, read_blocked_s=read_blocked * per,
         rchar=rchar * per, read_bytes=rbytes * per, cold_reads=cold * per,
-        collate_s=collate_wall, transfer_s=stages.get("transfer", {}).get("mean_ms", 0.0) / 1e3 if ctx.workers else 0.0,
+        collate_s=collate_wall, transfer_s=_mean_ms(stages, "transfer") / 1e3 if ctx.workers else 0.0,
         compute_s=ctx.compute_ms / 1e3, h2d_s=ctx.h2d_ms / 1e3, loop_s=loop,
         main_wait_cpu_s=float(np.mean(st["main_cpu"])) if st.get("main_cpu") is not None and st["main_cpu"].size
         else 0.0,
         job_cores=job, worker_cores=workers_c or 0.0, share=share,
         system_busy_cores=_system_busy(rec, start, end, max(ctx.usable_cores, 1.0)),
-        pin_memory=ctx.pin_memory, throttle=st_rec.get("throttle"), cache_mode=str(st_rec.get("cache_mode", "as-is")),
+        pin_memory=ctx.pin_memory, throttle=r.storage.throttle,
+        cache_mode=str(r.storage.cache_mode if r.storage.cache_mode is not None else "as-is"),
         model_alone_s=float(ma_s) if isinstance(ma_s, (int, float)) and ma_s > 0 else None,
         main_sample_cpu_s=main_cpu, main_sample_process_cpu_s=main_proc,
         cpu_rel_half=cpu_half, other_load_spread=_other_load_spread(rec, start, end, max(ctx.usable_cores, 1.0)),

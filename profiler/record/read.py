@@ -306,6 +306,27 @@ class CeilingsView:
 
 
 @dataclass(frozen=True)
+class RamProcessRowView:
+    """``ram.processes[i]``: one sampled process's peaks (None: never read)."""
+    pid: int | None = None
+    role: str | None = None
+    worker_id: int | None = None
+    peak_rss_bytes: int | None = None
+    peak_pss_bytes: int | None = None
+    peak_uss_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class RamProjectionRowView:
+    """``ram.projection[i]``: the host RAM projected at a worker count (``fits`` None: no RAM figure to fit in)."""
+    workers: int | None = None
+    projected_bytes: int | None = None
+    available_bytes: int | None = None
+    fits: bool | None = None
+    warning: str | None = None
+
+
+@dataclass(frozen=True)
 class RamView:
     summary: str | None = None
     workers_at_once: int | None = None
@@ -315,6 +336,16 @@ class RamView:
     processes: list[dict[str, Any]] = field(default_factory=list)
     projection: list[dict[str, Any]] = field(default_factory=list)
     projection_error: str | None = None
+
+    @property
+    def process_rows(self) -> list[RamProcessRowView]:
+        """``processes`` as views (the field stays the rows as written)."""
+        return [view(RamProcessRowView, p) for p in self.processes]
+
+    @property
+    def projection_rows(self) -> list[RamProjectionRowView]:
+        """``projection`` as views."""
+        return [view(RamProjectionRowView, r) for r in self.projection]
 
 
 # Other raw sections ----------------------------------------------------------------------------------------------
@@ -470,6 +501,28 @@ class EnvironmentView:
     ram: RamInfoView = field(default_factory=RamInfoView)
     packages: dict[str, str | None] = field(default_factory=dict)
     torch: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ModelAloneView:
+    """``model_alone``: the model step timed alone after the window (None: not measured; ``error`` says why)."""
+    steps: int | None = None
+    seconds_per_step: float | None = None
+    batch_size: int | None = None
+    cost_s: float | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class MainProcessSamplesView:
+    """``main_process_samples``: a few samples loaded in the main process after the window (None: not measured)."""
+    samples: int | None = None
+    wall_s: float | None = None
+    cpu_s: float | None = None
+    process_cpu_s: float | None = None
+    torch_threads: int | None = None
+    cost_s: float | None = None
+    error: str | None = None
 
 
 @dataclass(frozen=True)
