@@ -8,6 +8,7 @@ from typing import Any
 
 from .. import vocab
 from ..analysis.headline import attach_figures, attach_headline
+from ..record.read import read
 from ..redact import redact_value
 from .attach_terminal import NOT_DRAWN
 from .jinja import environment
@@ -27,17 +28,18 @@ def render_shares(rec: Any, out: Path, ctx: dict[str, Any]) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = sorted((rec.stages or {}).items(), key=lambda kv: (kv[1].get("per") != "main", kv[1].get("share", 0)))
+    rows = sorted(read(rec).stages.items(), key=lambda kv: (kv[1].per != "main", kv[1].share or 0))
     fig, ax = plt.subplots(figsize=(8, 0.4 * len(rows) + 1.5))
-    names = [mpl(_side_label(k, str(s.get("per")))) for k, s in rows]
-    share = [100 * float(s.get("share", 0)) for _, s in rows]
-    err = [[100 * (float(s.get("share", 0)) - float(s.get("share_low", 0))) for _, s in rows],
-           [100 * (float(s.get("share_high", 0)) - float(s.get("share", 0))) for _, s in rows]]
+    names = [mpl(_side_label(k, str(s.per))) for k, s in rows]
+    share = [100 * float(s.share or 0) for _, s in rows]
+    err = [[100 * (float(s.share or 0) - float(s.share_low or 0)) for _, s in rows],
+           [100 * (float(s.share_high or 0) - float(s.share or 0)) for _, s in rows]]
     colors = [vocab.color(k) if k in vocab.STAGE or k in vocab.CAUSE else "#b0b0b0" for k, _ in rows]
     ax.barh(names, share, xerr=err, color=colors, capsize=3)
     ax.set_xlabel("% of the side's sampled time (bars: 95 % interval)")
     ax.set_xlim(0, 100)
-    ax.set_title(mpl(f"attach: {rec.verdict.get('bottleneck', '?')}"), loc="left")
+    b = read(rec).verdict.bottleneck
+    ax.set_title(mpl(f"attach: {'?' if b is None else b}"), loc="left")
     fig.tight_layout()
     try:
         return write_png(fig, out / "shares.png", dpi=100)  # a full disk leaves no truncated PNG

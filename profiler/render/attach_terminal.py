@@ -10,6 +10,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ..analysis.headline import attach_headline
+from ..record.read import AttachView, read
+from ..record.read import view as section_view
 from ..redact import redact_argv
 from .units import markup, pct, stage_label
 
@@ -56,35 +58,30 @@ def print_found(t: Target, console: Console, duration_s: float, rate_hz: int) ->
 
 
 def print_attach(rec: RunRecord, console: Console, files: list[str]) -> None:
-    a: dict[str, Any] = dict(rec.attach or {})
-    v = rec.verdict or {}
-    style = {"compute": "green", "io": "red", "cpu": "red", "transfer": "yellow"}.get(str(v.get("bottleneck")), "")
+    r = read(rec)
+    a, v = section_view(AttachView, rec.attach), r.verdict
+    style = {"compute": "green", "io": "red", "cpu": "red", "transfer": "yellow"}.get(str(v.bottleneck), "")
     partial = f" [yellow](partial: {markup(rec.partial_reason)})[/]" if rec.partial else ""
     console.print(f"\n[bold {style}]{markup(attach_headline(rec))}[/]{partial}")  # the answer first
-    console.print(f"{markup(v.get('bottleneck', '?'))}: {markup(v.get('summary', ''))}")
-    sampler = a.get("sampler") or {}
-    console.print(f"sampled {a.get('seconds', 0):.1f} s of process {a.get('target', {}).get('pid')} at "
-                  f"{sampler.get('rate_hz')} Hz: {sampler.get('samples', 0)} stack samples "
-                  f"({sampler.get('errors', 0)} unreadable), stopped by {a.get('stopped_by')}")
+    console.print(f"{markup('?' if v.bottleneck is None else v.bottleneck)}: {markup(v.summary)}")
+    console.print(f"sampled {a.seconds or 0:.1f} s of process {a.target.pid} at {a.sampler.rate_hz} Hz: "
+                  f"{a.sampler.samples or 0} stack samples ({a.sampler.errors} unreadable), stopped by {a.stopped_by}")
     t = Table(title="where the sampled time went (share of the side's samples, 95 % interval)", title_justify="left")
     for col in ("stage", "side", "share", "95 % interval", "samples", "≈ seconds"):
         t.add_column(col, justify="left" if col in ("stage", "side") else "right")
-    for name, s in sorted((rec.stages or {}).items(), key=lambda kv: (kv[1].get("per") != "main", -kv[1].get(
-            "share", 0))):
+    for name, s in sorted(r.stages.items(), key=lambda kv: (kv[1].per != "main", -(kv[1].share or 0))):
         label = {"idle": "idle (waiting for an index / nothing to send)", "wait": "wait for batch (main)",
                  "compute": "compute (main, outside the DataLoader)"}.get(name) or stage_label(name)
-        t.add_row(markup(label), str(s.get("per")), pct(s.get("share")),
-                  f"{pct(s.get('share_low'))}–{pct(s.get('share_high'))}", str(s.get("count")),
-                  f"{s.get('total_s', 0):.2f}")
+        t.add_row(markup(label), str(s.per), pct(s.share), f"{pct(s.share_low)}–{pct(s.share_high)}", str(s.count),
+                  f"{s.total_s:.2f}")
     console.print(t)
-    st = rec.stall or {}
-    by = st.get("share_by_cause") or {}
-    if st.get("seconds"):
+    by = r.stall.share_by_cause
+    if r.stall.seconds:
         console.print("wait by cause: " + ", ".join(f"{k} {pct(by.get(k, 0))}" for k in ("io", "cpu", "transfer",
                                                                                           "other")))
-    for r in v.get("recommendations") or []:
-        console.print(f"  → [bold]{markup(r['action'])}[/]: {markup(r['reason'])}")
-    console.print("not measured from outside: " + ", ".join(sorted((a.get("absent") or {}).keys())))
+    for x in v.recommendations:
+        console.print(f"  → [bold]{markup(x.action)}[/]: {markup(x.reason)}")
+    console.print("not measured from outside: " + ", ".join(sorted(a.absent)))
     if files:
         console.print("Wrote: " + ", ".join(markup(f) for f in files))
 

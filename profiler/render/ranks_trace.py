@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..record.read import DistributedView
+from ..record.read import view as section_view
 from .output import write_atomic
 from .trace import MAIN_PID
 from .trace import build_trace as rank_trace
@@ -27,7 +29,8 @@ def build_trace(recs: dict[int, RunRecord | None], view: dict[str, Any]) -> dict
     for r, rec in sorted(recs.items()):
         if rec is None:
             continue
-        backend = backend or (rec.distributed or {}).get("backend")
+        dist = section_view(DistributedView, rec.distributed)
+        backend = backend or dist.backend
         try:
             t = rank_trace(rec)
         except Exception as err:  # noqa: BLE001 - the rank's detail trace failed: keep its main loop at least
@@ -48,12 +51,12 @@ def build_trace(recs: dict[int, RunRecord | None], view: dict[str, Any]) -> dict
             if "id" in e:
                 e["id"] = f"r{r}-{e['id']}"
             events.append(e)
-        col = (rec.distributed or {}).get("collectives") or {}
-        if col.get("start"):
+        col = dist.collectives
+        if col.start:
             tid = 9
             events.append({"ph": "M", "name": "thread_name", "pid": base + MAIN_PID, "tid": tid,
                            "args": {"name": "all-reduce (DDP comm hook)"}})
-            for a, b in zip(col["start"], col["end"]):
+            for a, b in zip(col.start, col.end):
                 events.append({"ph": "X", "name": "all_reduce", "cat": "collective", "pid": base + MAIN_PID,
                                "tid": tid, "ts": int(round(a * 1e6)) + shift, "dur": max(1, int(round((b - a) * 1e6)))})
     return {"traceEvents": events, "displayTimeUnit": "ms",

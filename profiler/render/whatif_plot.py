@@ -16,6 +16,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from ..record.read import CeilingsView, WhatIfView, view
 from .output import write_png
 from .units import mpl
 
@@ -29,24 +30,24 @@ def render(rec: RunRecord, out_dir: Path, ctx: dict) -> Path:
 
 
 def plot_whatif(rec: RunRecord, path: str | Path) -> Path:
-    c, w = rec.ceilings or {}, rec.whatif or {}
-    n_preds = len([p for p in w.get("predictions") or [] if p.get("samples_per_s") is not None])
-    fig = Figure(figsize=(12, max(3.6, 1.3 + 0.3 * max(n_preds, len(c.get("rows") or [])))), dpi=100)
+    c, w = view(CeilingsView, rec.ceilings), view(WhatIfView, rec.whatif)
+    n_preds = len([p for p in w.prediction_rows if p.samples_per_s is not None])
+    fig = Figure(figsize=(12, max(3.6, 1.3 + 0.3 * max(n_preds, len(c.rows)))), dpi=100)
     FigureCanvasAgg(fig)
     ax1, ax2 = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
-    rows = c.get("rows") or []
+    rows = c.row_views
     y = np.arange(len(rows))
-    vals = [r["samples_per_s"] for r in rows]
-    colors = ["#d62728" if r["stage"] == c.get("lowest") else "#1f77b4" for r in rows]
+    vals = [x.samples_per_s or 0.0 for x in rows]  # analysis writes a row only with its rate
+    colors = ["#d62728" if x.stage == c.lowest else "#1f77b4" for x in rows]
     bars = ax1.barh(y, vals, color=colors)
-    for b, r in zip(bars, rows):
-        if r["basis"] == "derived":
+    for b, x in zip(bars, rows):
+        if x.basis == "derived":
             b.set_hatch("//")
             b.set_alpha(0.7)
-    ax1.set_yticks(y, [r["stage"] for r in rows], fontsize=8)
+    ax1.set_yticks(y, [x.stage for x in rows], fontsize=8)
     if vals:
         ax1.set_xscale("log")
-        ax1.axvline(c.get("samples_per_s") or 0, color="black", linestyle="--", linewidth=1, label="this run")
+        ax1.axvline(c.samples_per_s or 0, color="black", linestyle="--", linewidth=1, label="this run")
         ax1.legend(fontsize=8, loc="lower right")
     ax1.set_xlabel("samples/s (log)")
     ax1.set_title("Ceilings: each stage alone (hatched = derived)", fontsize=10)
@@ -64,24 +65,24 @@ def _predictions(ax: Axes, rec: RunRecord) -> None:
     labels: analysis/binds.py binds_label), the measured setting in black, this run's rate as a dashed line."""
     from ..analysis.binds import binds_label
 
-    w = rec.whatif or {}
-    preds = [p for p in w.get("predictions") or [] if p.get("samples_per_s") is not None]
+    w = view(WhatIfView, rec.whatif)
+    preds = [p for p in w.prediction_rows if p.samples_per_s is not None]
     if not preds:
         ax.text(0.5, 0.5, "no prediction", ha="center", va="center", transform=ax.transAxes)
         ax.set_axis_off()
         return
     y = np.arange(len(preds))[::-1]
-    labels = [binds_label(str(p["binds"])) for p in preds]
+    labels = [binds_label(str(p.binds)) for p in preds]
     colors = {lab: _BINDS_COLORS[i % len(_BINDS_COLORS)] for i, lab in enumerate(dict.fromkeys(labels))}
     for yi, p, lab in zip(y, preds, labels):
-        x = float(p["samples_per_s"])
-        iv = p.get("interval") or [x, x]
-        color = "black" if p.get("measured") else colors[lab]
+        x = float(p.samples_per_s or 0.0)  # not None: filtered above
+        iv = p.interval or [x, x]
+        color = "black" if p.measured else colors[lab]
         ax.errorbar([x], [yi], xerr=[[max(x - iv[0], 0.0)], [max(iv[1] - x, 0.0)]], fmt="o", color=color,
                     ecolor=color, elinewidth=1.5, capsize=3, markersize=5)
-    names = [mpl(p["setting"]) + (" (this run)" if p.get("measured") else "") for p in preds]
+    names = [mpl(p.setting) + (" (this run)" if p.measured else "") for p in preds]
     ax.set_yticks(y, names, fontsize=8)
-    meas = (w.get("measured") or {}).get("samples_per_s")
+    meas = w.measured.samples_per_s
     if meas:
         ax.axvline(float(meas), color="black", linestyle="--", linewidth=1)
     handles = [Line2D([], [], marker="o", linestyle="", color=col, label=f"then bound by {lab}")

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..record.read import CeilingRowView, CeilingsView, WhatIfView, view
+
 if TYPE_CHECKING:  # annotations only: analysis and renderers take the typed record
     from ..record import RunRecord
 
@@ -16,22 +18,22 @@ def _sps(v: float | None) -> str:
     return f"{v:,.0f}" if v >= 100 else f"{v:.1f}"
 
 
-def _stage(r: dict[str, Any], c: Any) -> str:
+def _stage(r: CeilingRowView, c: CeilingsView) -> str:
     """The stage's short name (its long words, e.g. what shares the cores, are the row's "how" and the "Bound by"
     line: said there, not three times)."""
-    return r["stage"] + (" ← sets the pace" if r["stage"] == c.get("lowest") else "")
+    return r.stage + (" ← sets the pace" if r.stage == c.lowest else "")
 
 
 def ceiling_rows(rec: RunRecord) -> list[tuple[str, str, str, str]]:
     """(stage, samples/s, measured|derived, how) per ceiling, the lowest marked."""
-    c = rec.ceilings or {}
-    return [(_stage(r, c), _sps(r["samples_per_s"]), r["basis"], _how(r)) for r in c.get("rows") or []]
+    c = view(CeilingsView, rec.ceilings)
+    return [(_stage(r, c), _sps(r.samples_per_s), str(r.basis), _how(r)) for r in c.row_views]
 
 
-def _how(r: dict[str, Any]) -> str:
+def _how(r: CeilingRowView) -> str:
     """How a ceiling was found, less the long words of what binds that open it ("cores: the model and 2 workers share
     ...: 11.1 ms of CPU per sample"): the "Bound by" line says them, once."""
-    how, words = str(r.get("how") or ""), str(r.get("words") or "")
+    how, words = r.how, r.words or ""
     return how[len(words) + 2:] if words and how.startswith(words + ": ") else how
 
 
@@ -45,43 +47,40 @@ def estimate(x: float | None, iv: list[float] | None) -> str:
 def prediction_rows(rec: RunRecord) -> list[tuple[str, str, str, str, str]]:
     """(setting, samples/s with its interval, change, would bind, assumption) per prediction."""
     rows = []
-    for p in rec.whatif.get("predictions") or []:
-        ch = p.get("change")
-        rows.append((p["setting"] + (" (this run)" if p.get("measured") else ""),
-                     estimate(p.get("samples_per_s"), p.get("interval")), _change(ch, p),
-                     p.get("binds_words") or p["binds"], p["assumption"]))
+    for p in view(WhatIfView, rec.whatif).prediction_rows:
+        rows.append((p.setting + (" (this run)" if p.measured else ""), estimate(p.samples_per_s, p.interval),
+                     _change(p.change, p.measured), p.binds_words or str(p.binds), p.assumption))
     return rows
 
 
 def notices(rec: RunRecord) -> list[str]:
     """Lines said under the predictions: an unsteady baseline (with the command that measures it better), and why a
     job that read no files has no storage rows. Old records (no steadiness section) have none."""
-    w = rec.whatif or {}
+    w = view(WhatIfView, rec.whatif)
     out = []
-    st = w.get("steadiness") or {}
-    if st.get("notices"):
-        out.append("Unsteady baseline — the intervals are widened: " + "; ".join(st["notices"]) + ". Re-measure: "
-                   + str(st.get("remeasure")))
-    if w.get("storage_note"):
-        note = str(w["storage_note"])
+    st = w.steadiness
+    if st.notices:
+        out.append("Unsteady baseline — the intervals are widened: " + "; ".join(st.notices) + ". Re-measure: "
+                   + str(st.remeasure))
+    if w.storage_note:
+        note = w.storage_note
         out.append(note[:1].upper() + note[1:] + ".")  # not str.capitalize(): it lowercases the rest ("4 KiB")
     return out
 
 
 def headline(rec: RunRecord) -> str:
-    c = rec.ceilings or {}
-    rows = c.get("rows") or []
+    c, w = view(CeilingsView, rec.ceilings), view(WhatIfView, rec.whatif)
+    rows = c.row_views
     if not rows:
         return "No ceilings: this run measured no steps."
-    parts = ", ".join(f"{r['stage']} {_sps(r['samples_per_s'])} ({r['basis']})" for r in rows)
-    lowest = c.get("lowest") or c.get("lowest_words")  # the short name: its words follow under the table
-    meas = (rec.whatif or {}).get("measured") or {}
-    now = estimate(c.get("samples_per_s"), meas.get("interval")).removeprefix("≈ ")
+    parts = ", ".join(f"{x.stage} {_sps(x.samples_per_s)} ({x.basis})" for x in rows)
+    lowest = c.lowest or c.lowest_words  # the short name: its words follow under the table
+    now = estimate(c.samples_per_s, w.measured.interval).removeprefix("≈ ")
     return f"This run: {now} samples/s; alone, {parts} — the lowest ({lowest}) sets the pace."
 
 
-def _change(ch: float | None, p: dict[str, Any]) -> str:
-    if ch is None or p.get("measured"):
+def _change(ch: float | None, measured: bool) -> str:
+    if ch is None or measured:
         return "—"
     return "±0 %" if abs(ch) < 0.005 else f"{ch * 100:+.0f} %"
 
@@ -104,17 +103,17 @@ def table_rows(rec: RunRecord) -> tuple[list[dict[str, Any]], list[dict[str, Any
     notes: list[dict[str, Any]] = []
     index: dict[str, int] = {}
     bounds: dict[str, str] = {}
-    for p in rec.whatif.get("predictions") or []:
-        setting = p["setting"] + (" (this run)" if p.get("measured") else "")
-        words = str(p.get("binds_words") or p["binds"])
-        label = binds_label(str(p["binds"]))
-        if label not in bounds or p.get("measured"):
+    for p in view(WhatIfView, rec.whatif).prediction_rows:
+        setting = p.setting + (" (this run)" if p.measured else "")
+        words = p.binds_words or str(p.binds)
+        label = binds_label(str(p.binds))
+        if label not in bounds or p.measured:
             bounds[label] = words.removeprefix(label + ": ")
-        text = str(p.get("assumption") or "")
+        text = p.assumption
         if text not in index:
             index[text] = len(notes) + 1
             notes.append({"n": index[text], "settings": [], "text": text})
         notes[index[text] - 1]["settings"].append(setting)
-        rows.append({"setting": setting, "sps": estimate(p.get("samples_per_s"), p.get("interval")),
-                     "change": _change(p.get("change"), p), "label": label, "words": words, "note": index[text]})
+        rows.append({"setting": setting, "sps": estimate(p.samples_per_s, p.interval),
+                     "change": _change(p.change, p.measured), "label": label, "words": words, "note": index[text]})
     return rows, notes, [{"label": k, "words": v} for k, v in bounds.items()]
