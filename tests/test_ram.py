@@ -132,12 +132,12 @@ def _growth_tests(samples: dict) -> list[dict]:
     for p in ram._workers(samples):
         s = ram._private_series(p)
         if s is None:
-            out.append({"pid": p.get("pid"), "series": None})
+            out.append({"pid": p.pid, "series": None})
             continue
         growth = s.v[-1] - s.v[0]
         rises = sum(max(0.0, b - a) for a, b in zip(s.v, s.v[1:]))
         late = s.v[-1] - ram._value_at(s, (s.t[0] + s.t[-1]) / 2)
-        out.append({"pid": p.get("pid"), "readings": len(s.v), "growth_mib": growth / MIB,
+        out.append({"pid": p.pid, "readings": len(s.v), "growth_mib": growth / MIB,
                     "monotone": growth / rises if rises else None, "late": late / growth if growth else None,
                     "slope": ram._slope(s.t, s.v), "span_s": (s.t[0], s.t[-1]), "values_mib": [v / MIB for v in s.v]})
     return out

@@ -16,6 +16,7 @@ import bisect
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..record.read import ProcessSeriesView, SamplesView, read, view
 from ..thresholds import (  # the judgment thresholds, with their reasons, live in one module
     ASSUMED_WORKER_PRIVATE_BYTES,
     BUILTIN_OBJECT_BYTES_PER_FILE,
@@ -30,8 +31,10 @@ from ..thresholds import (  # the judgment thresholds, with their reasons, live 
 from .context import Context
 
 if TYPE_CHECKING:  # annotations only: analysis and renderers take the typed record
+    from collections.abc import Mapping
+
     from ..record import RunRecord
-    from ..record.schema import ProcessSeries, Ram, Samples
+    from ..record.schema import Ram
 
 COPY_ON_READ_FIX = (
     "keep the dataset's per-sample metadata (file names, labels, boxes) in numpy arrays or torch tensors instead "
@@ -50,13 +53,18 @@ class _Series:
     basis: str
 
 
-def _private_series(proc: ProcessSeries) -> _Series | None:
+def _samples(samples: SamplesView | Mapping[str, Any]) -> SamplesView:
+    """The samples section as its view (tests hand the raw section)."""
+    return samples if isinstance(samples, SamplesView) else view(SamplesView, samples)
+
+
+def _private_series(proc: ProcessSeriesView) -> _Series | None:
     """The process's private memory over time: USS when sampled, else PSS (its fair share of shared pages, which
     still rises as shared pages become private). RSS cannot show copy-on-write: a copied page was resident before."""
-    for values, basis in ((proc.get("uss_bytes"), "uss"), (proc.get("pss_bytes"), "pss")):
+    for values, basis in ((proc.uss_bytes, "uss"), (proc.pss_bytes, "pss")):
         if not values:
             continue
-        pairs = [(t, v) for t, v in zip(proc.get("t_s") or [], values) if v is not None]
+        pairs = [(t, v) for t, v in zip(proc.t_s, values) if v is not None]
         if pairs:
             return _Series([p[0] for p in pairs], [float(p[1]) for p in pairs], basis)
     return None
@@ -80,14 +88,14 @@ def _value_at(s: _Series, when: float) -> float:
     return s.v[-1]
 
 
-def _rss_at(proc: ProcessSeries, when: float) -> float | None:
+def _rss_at(proc: ProcessSeriesView, when: float) -> float | None:
     """The worker's RSS at its reading nearest ``when`` (RSS is read at every tick, USS only at some)."""
-    pairs = [(abs(t - when), float(v)) for t, v in zip(proc.get("t_s") or [], proc.get("rss_bytes") or [])
+    pairs = [(abs(t - when), float(v)) for t, v in zip(proc.t_s, proc.rss_bytes)
              if v is not None]
     return min(pairs)[1] if pairs else None
 
 
-def _worker_growth(proc: ProcessSeries, object_bound: float | None = None) -> dict | None:
+def _worker_growth(proc: ProcessSeriesView, object_bound: float | None = None) -> dict | None:
     """The copy-on-read test for one worker; the figures when it matches, else None.
 
     Copy-on-write copying is shared pages turning private: USS up while RSS stays (the page was resident, shared,
@@ -113,17 +121,17 @@ def _worker_growth(proc: ProcessSeries, object_bound: float | None = None) -> di
         copied = min(copied, object_bound)
     if copied < COPY_ON_READ_MIN_GROWTH_BYTES or copied < COPY_ON_READ_MIN_COPIED_SHARE * growth:
         return None
-    return {"pid": proc.get("pid"), "worker_id": proc.get("worker_id"), "basis": s.basis,
+    return {"pid": proc.pid, "worker_id": proc.worker_id, "basis": s.basis,
             "growth_bytes": int(growth), "copied_bytes": int(copied), "rss_growth_bytes": int(rss_growth),
             "slope_bytes_per_s": slope, "duration_s": s.t[-1] - s.t[0],
             "start_bytes": int(s.v[0]), "end_bytes": int(s.v[-1])}
 
 
-def _workers(samples: Samples) -> list[ProcessSeries]:
-    return [p for p in samples.get("processes") or [] if p.get("role") == "worker"]
+def _workers(samples: SamplesView | Mapping[str, Any]) -> list[ProcessSeriesView]:
+    return [p for p in _samples(samples).processes if p.role == "worker"]
 
 
-def detect_copy_on_read(samples: Samples, object_bound: float | None = None) -> dict | None:
+def detect_copy_on_read(samples: SamplesView | Mapping[str, Any], object_bound: float | None = None) -> dict | None:
     """The pytorch#13246 finding when DataLoader workers' shared pages steadily turn private, else None.
 
     A worker matches when its USS (PSS when USS was not sampled) has a positive least-squares slope, grew by at least
@@ -162,19 +170,19 @@ def _peak(values: list | None) -> float | None:
     return float(max(vals)) if vals else None
 
 
-def _budget(samples: Samples, procs: list[ProcessSeries]) -> int | None:
+def _budget(samples: SamplesView, procs: list[ProcessSeriesView]) -> int | None:
     """RAM the job could hold: min over ticks of (available + the job's private memory then), carrying each
     process's last private reading forward; the job's own private pages are not in ``available`` but are its to
     reuse. None when the run has no available-RAM series.
 
     Each process's series is built once and looked up by bisection: linear in ticks x processes, so a 20,000-step
     run with 50,000 ticks takes milliseconds, not minutes."""
-    avail, ticks = samples.get("ram_available_bytes") or [], samples.get("t_s") or []
+    avail, ticks = samples.ram_available_bytes, samples.t_s
     tracked = []
     for p in procs:
         series = _private_series(p)
         if series is not None:
-            tracked.append((series, (p.get("t_s") or [series.t[-1]])[-1]))
+            tracked.append((series, (p.t_s or [series.t[-1]])[-1]))
     best = None
     for t, a in zip(ticks, avail):
         if a is None:
@@ -189,7 +197,7 @@ def _budget(samples: Samples, procs: list[ProcessSeries]) -> int | None:
     return int(best) if best is not None else None
 
 
-def project_ram(samples: Samples, workers_now: int, workers_target: list[int],
+def project_ram(samples_: SamplesView | Mapping[str, Any], workers_now: int, workers_target: list[int],
                 copy_on_read: dict | None | bool = False) -> list[dict]:
     """Projected host RAM for each worker count in ``workers_target``, from this run's measurements.
 
@@ -199,19 +207,20 @@ def project_ram(samples: Samples, workers_now: int, workers_target: list[int],
     ``copy_on_read``: the caller's :func:`detect_copy_on_read` result (a finding or None), so detection runs once;
     left at ``False`` (not given), it is detected here.
     """
-    procs = samples.get("processes") or []
-    main = next((p for p in procs if p.get("role") == "main"), None)
+    samples = _samples(samples_)
+    procs = samples.processes
+    main = next((p for p in procs if p.role == "main"), None)
     workers = _workers(samples)
-    main_series = _private_series(main) if main else None
-    main_rss = _last(main.get("rss_bytes")) if main else None
+    main_series = _private_series(main) if main is not None else None
+    main_rss = _last(main.rss_bytes) if main is not None else None
     main_private = main_series.v[-1] if main_series else (main_rss or 0.0)
     shared = max(0.0, (main_rss or 0.0) - main_private) if main_series else 0.0
     worker_series = [s for s in (_private_series(w) for w in workers) if s is not None]
     if worker_series:  # each worker's peak: the projection is about the most RAM held at once
         per_worker = sum(max(s.v) for s in worker_series) / len(worker_series)
         basis = worker_series[0].basis
-    elif workers and any(_peak(w.get("rss_bytes")) for w in workers):
-        rss_peaks = [_peak(w.get("rss_bytes")) or 0.0 for w in workers]
+    elif workers and any(_peak(w.rss_bytes) for w in workers):
+        rss_peaks = [_peak(w.rss_bytes) or 0.0 for w in workers]
         per_worker, basis = sum(rss_peaks) / len(rss_peaks), "rss"  # overstates: includes shared pages
     else:
         per_worker, basis = float(ASSUMED_WORKER_PRIVATE_BYTES), "assumed"
@@ -242,32 +251,29 @@ def project_ram(samples: Samples, workers_now: int, workers_target: list[int],
 
 def ram_section(rec: RunRecord, ctx: Context) -> Ram:
     """Host RAM: per-process peaks, /dev/shm, copy-on-read growth, and a projection for other worker counts."""
-    s = rec.samples
+    r = read(rec)
+    s = view(SamplesView, rec.samples)
     # The built-in dataset's only Python objects are its file list: its workers' growth is the heap's, never a copy
     # of those (bounded by what they could hold). A script's objects are not measured: the RSS test alone decides.
     bound = None
-    measured = (rec.loader or {}).get("dataset_object_bytes")  # optional: the dataset's objects, where recorded
-    if isinstance(measured, (int, float)) and measured >= 0:
-        bound = float(measured)
-    elif rec.job_kind == "builtin":
-        files = int((rec.dataset or {}).get("files") or 0)
-        bound = float(files * BUILTIN_OBJECT_BYTES_PER_FILE)
+    if rec.job_kind == "builtin":
+        bound = float(int(r.dataset.files or 0) * BUILTIN_OBJECT_BYTES_PER_FILE)
     cor = detect_copy_on_read(s, bound)  # once: the projection and the finding both use this result
     out: Ram = {"copy_on_read": cor}
-    shm = [v for v in (s.get("shm_used_bytes") or []) if v is not None]
+    shm = [v for v in s.shm_used_bytes if v is not None]
     out["shm_peak_bytes"] = max(shm) if shm else None
-    out["processes"] = [_process_peaks(p) for p in s.get("processes", [])]
+    out["processes"] = [_process_peaks(p) for p in s.processes]
     w = ctx.workers
     targets = sorted({max(1, w), w * 2 or 2, w * 4 or 4, int(ctx.usable_cores) * 2})
     try:
-        out["projection"] = project_ram(s, w, targets, copy_on_read=cor) if s.get("processes") else []
+        out["projection"] = project_ram(s, w, targets, copy_on_read=cor) if s.processes else []
     except Exception as e:  # a projection is advice; a record without enough samples must still render
         out["projection"] = []
         out["projection_error"] = f"{type(e).__name__}: {e}"
     procs = out["processes"]
     out["workers_at_once"] = w
-    out["worker_processes"] = sum(1 for p in procs if p.get("role") == "worker")
-    line = ram_line(procs, w, bool((rec.loader or {}).get("persistent_workers")))
+    out["worker_processes"] = sum(1 for p in procs if p["role"] == "worker")
+    line = ram_line(procs, w, bool(r.job.loader.persistent_workers))
     if line:
         out["summary"] = line
     return out
@@ -281,16 +287,16 @@ def ram_line(procs: list[dict[str, Any]], workers_at_once: int, persistent: bool
     """The RAM sentence: the main process's peak and each worker's, with the workers counted as the loader line
     counts them (at once), and the worker processes seen over the window beside it when more (a loader without
     persistent_workers starts its workers again every epoch: 2 workers over three epochs are 6 processes, never 6
-    at once)."""
-    main = next((p for p in procs if p.get("role") == "main"), None)
-    if not main or not main.get("peak_rss_bytes"):
+    at once). ``procs``: the rows :func:`_process_peaks` built (every key present)."""
+    main = next((p for p in procs if p["role"] == "main"), None)
+    if not main or not main["peak_rss_bytes"]:
         return None
-    workers = [p for p in procs if p.get("role") == "worker"]
-    uss = [p.get("peak_uss_bytes") or 0 for p in workers]
+    workers = [p for p in procs if p["role"] == "worker"]
+    uss = [p["peak_uss_bytes"] or 0 for p in workers]
     if workers and all(uss):
         sizes, what = uss, "private (USS)"
     else:
-        sizes, what = [p.get("peak_rss_bytes") or 0 for p in workers], "resident (RSS, shared pages included)"
+        sizes, what = [p["peak_rss_bytes"] or 0 for p in workers], "resident (RSS, shared pages included)"
     line = f"Host RAM: main process peak {_mib(main['peak_rss_bytes'])} RSS"
     if sizes:
         n = workers_at_once or len(sizes)
@@ -302,10 +308,9 @@ def ram_line(procs: list[dict[str, Any]], workers_at_once: int, persistent: bool
     return line + "."
 
 
-def _process_peaks(p: ProcessSeries) -> dict[str, Any]:
+def _process_peaks(p: ProcessSeriesView) -> dict[str, Any]:
     def peak(values: list[int | None] | None) -> int | None:
         return max((v for v in (values or []) if v is not None), default=None)
 
-    return {"pid": p.get("pid"), "role": p.get("role"), "worker_id": p.get("worker_id"),
-            "peak_rss_bytes": peak(p.get("rss_bytes")), "peak_pss_bytes": peak(p.get("pss_bytes")),
-            "peak_uss_bytes": peak(p.get("uss_bytes"))}
+    return {"pid": p.pid, "role": p.role, "worker_id": p.worker_id, "peak_rss_bytes": peak(p.rss_bytes),
+            "peak_pss_bytes": peak(p.pss_bytes), "peak_uss_bytes": peak(p.uss_bytes)}
