@@ -62,9 +62,9 @@ def _make() -> tuple[TensorDataset, torch.nn.Module, torch.optim.Optimizer]:
 
 
 def run_loop(ds: TensorDataset, model: torch.nn.Module, opt: torch.optim.Optimizer, workers: int, batches: int,
-             window: int | None, out: str | None) -> tuple[float, float, float, float]:
+             window: int | None, out: str | None) -> tuple[float, float, float, float, float]:
     """(this process's CPU s over the steps, the workers' CPU s over their life, the steps' wall s, the monitor's own
-    s per cut) of ``batches`` steps."""
+    s per cut, the share of the steps that passed in gaps: NOTE [ Monitor gaps ]) of ``batches`` steps."""
     loader = DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=workers,
                         generator=torch.Generator().manual_seed(1))
     gc.collect()
@@ -84,14 +84,16 @@ def run_loop(ds: TensorDataset, model: torch.nn.Module, opt: torch.optim.Optimiz
         opt.step()
     main1 = _cpu(resource.RUSAGE_SELF)
     wall = time.perf_counter() - wall0
-    per_cut = 0.0
+    per_cut = gapped = 0.0
     if ctx is not None:
         ctx.__exit__(None, None, None)  # the last window's cut and the final write: once per job, not per batch
         cost = ctx.record.monitor_cost if ctx.record is not None else {}
         per_cut = float(cost.get("seconds", 0.0)) / max(1, int(cost.get("cuts", 0)))
+        ws = ctx.record.windows if ctx.record is not None else []
+        gapped = sum(w.estimated_steps for w in ws) / max(1, sum(w.steps for w in ws))
     del it
     workers_s = (_cpu(resource.RUSAGE_CHILDREN) - children0) * batches / (SKIP + batches)  # their share of the steps
-    return main1 - main0, workers_s, wall, per_cut
+    return main1 - main0, workers_s, wall, per_cut, gapped
 
 
 def long_run(ds: TensorDataset, model: torch.nn.Module, opt: torch.optim.Optimizer, steps: int,
@@ -155,14 +157,14 @@ def main() -> int:
                 order = ("plain", "monitored") if r % 2 == 0 else ("monitored", "plain")
                 got: dict[str, float] = {}
                 t = time.perf_counter()
-                per_cut = wall_per_batch = 0.0
+                per_cut = wall_per_batch = gapped = 0.0
                 for kind in order:
                     out = os.path.join(tmp, f"w{workers}-r{r}") if kind == "monitored" else None
-                    m, w, wall, cut = run_loop(ds, model, opt, workers, a.batches, a.window, out)
+                    m, w, wall, cut, g = run_loop(ds, model, opt, workers, a.batches, a.window, out)
                     got[kind] = (m + w) / a.batches * 1e6
                     least[kind] = min(least.get(kind, got[kind]), got[kind])
                     if kind == "monitored":
-                        per_cut = cut
+                        per_cut, gapped = cut, g
                     else:
                         wall_per_batch = wall / a.batches
                 pct.append((got["monitored"] - got["plain"]) / got["plain"] * 100)
@@ -171,7 +173,8 @@ def main() -> int:
                 cut_pct.append(per_cut / (steps * got["plain"] / 1e6) * 100)
                 print(f"workers={workers} round {r + 1}: CPU per batch plain {got['plain']:.0f} us, monitored "
                       f"{got['monitored']:.0f} us ({pct[-1]:+.2f} %); a cut {per_cut * 1e3:.1f} ms, "
-                      f"{cut_pct[-1]:.3f} % of a window; {time.perf_counter() - t:.1f} s", flush=True)
+                      f"{cut_pct[-1]:.3f} % of a window; {gapped * 100:.0f} % of the steps in gaps; "
+                      f"{time.perf_counter() - t:.1f} s", flush=True)
             medians[workers] = statistics.median(pct) + statistics.median(cut_pct)
             print(f"workers={workers}: monitor cost, median of {a.rounds} paired rounds: {statistics.median(pct):+.2f} "
                   f"% of the plain loop's CPU per batch (rounds: {', '.join(f'{x:+.1f}' for x in pct)}), + cuts "
