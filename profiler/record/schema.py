@@ -40,6 +40,8 @@ from .sections_derived import (  # noqa: F401
     Prediction,
     ProfilerCost,
     Ram,
+    RamProcessRow,
+    RamProjectionRow,
     Recommendation,
     StageHistogram,
     StageStats,

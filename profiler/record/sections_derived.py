@@ -146,6 +146,32 @@ class CeilingRow(TypedDict, total=False):
     cores: float
 
 
+class RamProcessRow(TypedDict, total=False):
+    """One ``ram.processes`` row: a sampled process's peak memory (analysis/ram.py; a peak null: never read)."""
+    pid: Count | None
+    role: str | None  # "main" | "worker" | "child"
+    worker_id: int | None
+    peak_rss_bytes: Count | None
+    peak_pss_bytes: Count | None
+    peak_uss_bytes: Count | None
+
+
+class RamProjectionRow(TypedDict, total=False):
+    """One ``ram.projection`` row: the host RAM projected at a worker count (analysis/ram.py)."""
+    workers: Count
+    workers_now: Count | None
+    projected_bytes: Count
+    projected_worst_bytes: Count
+    main_bytes: Count
+    per_worker_bytes: Count
+    shared_bytes: Count
+    available_bytes: Count | None  # null: the RAM available was not read
+    fits: bool | None  # null: unknown (no RAM figure)
+    headroom_bytes: int | None
+    basis: str  # "uss" | "pss" | "rss" | "assumed"
+    warning: str | None
+
+
 class WhatIf(TypedDict, total=False):
     """Predicted samples/s for other settings, from this run alone (analysis/whatif.py)."""
     measured: dict[str, Any]
