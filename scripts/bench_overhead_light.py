@@ -27,8 +27,11 @@ both loops alike: the plain loop's CPU per batch on this VM has ranged 310-620 �
 ``--batches`` sets how long a loop runs: a short one (600) counts the profiler's one-off start (its sampler's first
 ticks, the first collections of what it imported) per batch too, a long one (2000) is the steady state.
 
-Last line: ``overhead_us_per_batch: N`` — the workers=0 case's CPU cost per batch of 32 (median over rounds),
-target <= 50.
+The last lines, one per ``--workers`` setting and then the workers=0 one again (its name kept from earlier runs):
+``overhead_pct_workers<W>: P`` — that setting's cost as a % of the plain loop's CPU per batch (median over rounds;
+target <= 3 for workers > 0, issue 32), ``overhead_us_per_batch_workers<W>: N`` — the same in µs per batch of 32,
+and last ``overhead_us_per_batch: N`` — the workers=0 case's (target <= 50). The machine's load average is printed
+at the start and the end of each setting: on a shared machine the figures mean little without it.
 """
 from __future__ import annotations
 
@@ -153,6 +156,14 @@ def worker_costs(reps: int = 400) -> tuple[float, float]:
     return per_call, d_small - small * per_call
 
 
+def _load() -> str:
+    """The 1-, 5- and 15-minute load averages (what else ran while the figures were taken)."""
+    try:
+        return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
 def _median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
@@ -167,8 +178,10 @@ def main() -> int:
     torch.set_num_threads(1)  # the tiny model on one thread, as a light job on a shared machine would be
     ds, model, opt = _make()
     per_worker_setting: dict[int, float] = {}
+    share_of_setting: dict[int, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for workers in [int(w) for w in a.workers.split(",")]:
+            print(f"workers={workers}: load average {_load()} at the start", flush=True)
             # One discarded loop of each first: one-off costs (imports, allocator growth, the profiler's first use).
             run_loop(ds, model, opt, workers, a.warmup, 50, None)
             run_loop(ds, model, opt, workers, a.warmup, 50, os.path.join(tmp, f"w{workers}-discard"))
@@ -204,7 +217,7 @@ def main() -> int:
             per_worker_setting[workers] = med
             # The same cost as a share of the plain loop's CPU per batch, round by round: a host that runs the whole
             # VM slower (other tenants) scales both loops alike, so this compares runs made at different speeds.
-            share = _median([o / p for o, p in zip(overhead, tree_plain) if p > 0])
+            share = share_of_setting[workers] = _median([o / p for o, p in zip(overhead, tree_plain) if p > 0])
             print(f"workers={workers}: fastest rounds: plain {min(tree_plain):.0f} us, profiled {min(tree_prof):.0f} "
                   f"us per batch: {min(tree_prof) - min(tree_plain):+.0f} us", flush=True)
             print(f"workers={workers}: overhead {med:.0f} us per batch of {BATCH} = {share:.1%} of the plain loop's "
@@ -214,9 +227,13 @@ def main() -> int:
                   f"{_median(next_prof):.0f} us profiled; stall share plain {_median(plain_share):.1%} vs record "
                   f"{_median(rec_share):.1%} (difference {(_median(rec_share) - _median(plain_share)) * 100:+.1f} "
                   f"points); profiler's own time taken out of the wait {_median(own):.1f} us per step", flush=True)
+            print(f"workers={workers}: load average {_load()} at the end", flush=True)
     per_call, per_batch = worker_costs()
     print(f"worker side, in-process on a no-op dataset: {per_call:.2f} us per dataset call, {per_batch:.1f} us per "
           f"batch (fixed)")
+    for workers, us in per_worker_setting.items():
+        print(f"overhead_pct_workers{workers}: {share_of_setting[workers] * 100:.1f}")
+        print(f"overhead_us_per_batch_workers{workers}: {us:.1f}")
     print(f"overhead_us_per_batch: {per_worker_setting.get(0, float('nan')):.1f}")
     return 0
 

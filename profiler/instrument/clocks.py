@@ -55,9 +55,10 @@ _proc_io: tuple[int, int | None] | None = None  # (pid, fd of /proc/self/io) in 
 
 
 def _after_fork() -> None:
-    global _generation, _proc_io
+    global _generation, _proc_io, _proc_io_left
     _generation += 1
     _proc_io = None
+    _proc_io_left = 0  # a forked worker's first fetch reads /proc/self/io (process_io_if)
 
 
 if hasattr(os, "register_at_fork"):
@@ -257,8 +258,8 @@ def runq_now() -> int:
 def process_io() -> tuple[int, int]:
     """``(rchar, read_bytes)`` of this whole process, cumulative; ``(-1, -1)`` where /proc/self/io cannot be read.
 
-    Read once per batch; the descriptor is opened once per process (a forked worker opens its own: /proc/self resolves
-    at open time, so an inherited descriptor would read the parent)."""
+    Read at most once per batch (process_io_if says when); the descriptor is opened once per process (a forked
+    worker opens its own: /proc/self resolves at open time, so an inherited descriptor would read the parent)."""
     global _proc_io
     if _proc_io is None:
         st = _state()
@@ -277,6 +278,28 @@ def process_io() -> tuple[int, int]:
         return int(lines[0][7:]), int(lines[4][12:])
     except (OSError, ValueError, IndexError):
         return -1, -1
+
+
+# /proc/self/io in a worker (process_io_if): read at the end of every fetch whose own thread read bytes (rchar or
+# read_bytes moved), of the worker's first fetch, and of every PROCESS_IO_EVERY-th fetch otherwise; the others record
+# -1 (not read), which io.py's totals skip. Why: it was one of a light worker batch's four /proc reads (~3 µs each in a
+# worker, by perf's syscall timestamps), and a worker whose fetches read nothing moves it only by what its other
+# threads read (the index queue's pipe, a dataset's own threads): the readings stay exact where they are taken, and a
+# window's totals (io.py: the last reading in the window less the last before it) miss at most PROCESS_IO_EVERY - 1
+# batches' worth of such reads at each end, never a byte the fetches read.
+PROCESS_IO_EVERY = PROBE_EVERY
+_proc_io_left = 0  # fetches of this process until the next unconditional reading
+
+
+def process_io_if(moved: bool) -> tuple[int, int]:
+    """:func:`process_io` where the fetch's own thread read bytes (``moved``) or the cadence is due (above); else
+    ``(-1, -1)``, not read."""
+    global _proc_io_left
+    if moved or _proc_io_left <= 0:
+        _proc_io_left = PROCESS_IO_EVERY - 1
+        return process_io()
+    _proc_io_left -= 1
+    return -1, -1
 
 
 def accounting() -> dict:
