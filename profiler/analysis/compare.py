@@ -18,6 +18,7 @@ import numpy as np
 
 from .. import vocab
 from ..errors import UserError
+from ..record.read import Reading, read
 from ..thresholds import (  # judgment thresholds, with their reasons
     CONFIDENCE,
     CPU_STAGE_NAMED_FROM,
@@ -217,14 +218,15 @@ def build_metrics(recs: list[Any], obs: list[Observations], seed: int, resamples
         return np.random.default_rng([seed, *k])
 
     # Throughput and stall fraction: ratios of per-step sums, resampled over steps (paired columns).
+    rd = [read(r) for r in recs]  # analyzed records (not attach ones): their derived sections are complete
     step_boot = [bootstrap([o.samples, o.wall], ["ratio_of_sums"], rng(0, i), resamples) for i, o in enumerate(obs)]
     m = _metric("throughput", "throughput", "samples/s", "throughput",
-                [(r.throughput or {}).get("samples_per_s") for r in recs], higher_is_better=True)
+                [r.throughput.samples_per_s for r in rd], higher_is_better=True)
     _fill(m, step_boot, "ratio_of_sums", "ratio")
     metrics.append(m)
     idle_boot = [bootstrap([o.idle, o.wall], ["ratio_of_sums"], rng(1, i), resamples) for i, o in enumerate(obs)]
     m = _metric("stall_fraction", "stall fraction", "fraction", "stall",
-                [(r.stall or {}).get("fraction") for r in recs], higher_is_better=False)
+                [r.stall.fraction for r in rd], higher_is_better=False)
     _fill(m, idle_boot, "ratio_of_sums", "difference")
     metrics.append(m)
     # Stall seconds: totals shown; tested as per-step means, differences scaled to the baseline's step count so that
@@ -233,8 +235,7 @@ def build_metrics(recs: list[Any], obs: list[Observations], seed: int, resamples
     pts = [float(n) for n in nsteps]
     for j, part in enumerate(("seconds",) + vocab.CAUSE_NAMES):
         arrs = [o.idle if part == "seconds" else o.by_cause[part] for o in obs]
-        totals = [(r.stall or {}).get("seconds") if part == "seconds" else
-                  ((r.stall or {}).get("by_cause") or {}).get(part) for r in recs]
+        totals = [r.stall.seconds if part == "seconds" else r.stall.by_cause.get(part) for r in rd]
         boots = [bootstrap([a], ["mean"], rng(2, j, i), resamples) for i, a in enumerate(arrs)]
         m = _metric(f"stall_{part}", f"stall {part}", "s", "stall", totals, higher_is_better=False)
         _fill(m, boots, "mean", "difference", scales=scales, point_scale=pts)
@@ -249,16 +250,15 @@ def build_metrics(recs: list[Any], obs: list[Observations], seed: int, resamples
             _fill(m, [{k: v * 1e3 for k, v in b.items()} if b else None for b in boots], stat, "ratio")
             metrics.append(m)
     # Storage totals: one number per run, no per-observation distribution, so no noise test.
-    st = [r.storage or {} for r in recs]
     m = _metric("bytes_from_device", "bytes from device", "bytes", "storage",
-                [s.get("bytes_from_device") for s in st], higher_is_better=None)
+                [r.storage.bytes_from_device for r in rd], higher_is_better=None)
     _fill(m, [None] * len(recs), "mean", "ratio")
     metrics.append(m)
     m = _metric("page_cache_hit", "page-cache hit", "fraction", "storage",
-                [s.get("page_cache_hit_fraction") for s in st], higher_is_better=True, show="difference")
+                [r.storage.page_cache_hit_fraction for r in rd], higher_is_better=True, show="difference")
     _fill(m, [None] * len(recs), "mean", "difference")
     metrics.append(m)
-    verdicts = [(r.verdict or {}).get("bottleneck") for r in recs]
+    verdicts = [r.verdict.bottleneck for r in rd]
     m = _metric("verdict", "verdict", "", "verdict", verdicts)
     m["vs_baseline"] = [None] + [{"changed": v != verdicts[0]} for v in verdicts[1:]]
     metrics.append(m)
@@ -274,10 +274,9 @@ def _show(v: Any) -> str:
     return str(v)
 
 
-def _loader(r: RunRecord) -> dict[str, Any]:
-    """The profiled loader's facts (job.loader: a script's workers and batch size live there), or {}."""
-    job: dict[str, Any] = dict(r.job or {})
-    return dict(job.get("loader") or {})
+def _loader(r: Reading) -> dict[str, Any]:
+    """The profiled loader's workers and batch size (job.loader: a script's live there); None where not said."""
+    return {"num_workers": r.job.loader.num_workers, "batch_size": r.job.loader.batch_size}
 
 
 def config_diffs(a: RunRecord, b: RunRecord) -> list[dict[str, Any]]:
@@ -287,38 +286,40 @@ def config_diffs(a: RunRecord, b: RunRecord) -> list[dict[str, Any]]:
     def add(key: str, va: Any, vb: Any, name: str | None = None) -> None:
         out.append({"key": key, "a": va, "b": vb, "text": f"{name or key} {_show(va)} → {_show(vb)}"})
 
-    ca, cb = a.config or {}, b.config or {}
+    # Every config key either run holds (the section's keys as written: a key one run lacks differs from a value)
+    ca, cb = dict(a.config or {}), dict(b.config or {})
     for k in [k for k in ca if k not in IGNORED_CONFIG] + [k for k in cb if k not in ca and k not in IGNORED_CONFIG]:
         va, vb = ca.get(k), cb.get(k)
         if va != vb:
             add(k, va, vb, k.replace("_", " "))
+    ra_, rb_ = read(a), read(b)
     # A script's run keeps its loader's settings in job.loader (its config has no workers or batch size): runs of
     # one script with --override-workers 0 and 2 are not "the same configuration".
-    la, lb = _loader(a), _loader(b)
-    for key, cfg_key, name in (("num_workers", "workers", "workers"), ("batch_size", "batch_size", "batch size")):
-        if ca.get(cfg_key) is None and cb.get(cfg_key) is None and la.get(key) != lb.get(key):
-            add(f"loader_{key}", la.get(key), lb.get(key), name)
-    sa, sb = a.storage or {}, b.storage or {}
-    ta, tb = sa.get("throttle") or {}, sb.get("throttle") or {}
+    la, lb = _loader(ra_), _loader(rb_)
+    for key, cfg_a, cfg_b, name in (("num_workers", ra_.config.workers, rb_.config.workers, "workers"),
+                                    ("batch_size", ra_.config.batch_size, rb_.config.batch_size, "batch size")):
+        if cfg_a is None and cfg_b is None and la[key] != lb[key]:
+            add(f"loader_{key}", la[key], lb[key], name)
+    sa, sb = ra_.storage, rb_.storage
+    ta, tb = sa.throttle or {}, sb.throttle or {}  # free-form in the schema: {mechanism, bytes_per_s, iops, ...}
     if ta and tb and ta.get("mechanism") != tb.get("mechanism"):
         add("throttle_mechanism", ta.get("mechanism"), tb.get("mechanism"), "throttle mechanism")
-    ra = (sa.get("residency_start") or {}).get("fraction")
-    rb = (sb.get("residency_start") or {}).get("fraction")
+    ra = sa.residency_start.fraction if sa.residency_start is not None else None
+    rb = sb.residency_start.fraction if sb.residency_start is not None else None
     # Cold vs warm without --cache: the page cache at start is what differed.
     if (ra is not None and rb is not None and abs(ra - rb) >= RESIDENCY_DIFFERS_FROM
-            and ca.get("cache") == cb.get("cache")):
+            and ra_.config.cache == rb_.config.cache):
         out.append({"key": "residency_start", "a": ra, "b": rb,
                     "text": f"data in page cache at start {ra * 100:.0f} % → {rb * 100:.0f} %"})
-    da, db = a.compute_device, b.compute_device
-    if (da.get("type"), da.get("name")) != (db.get("type"), db.get("name")):
-        add("compute_device", f"{da.get('type')} ({da.get('name')})", f"{db.get('type')} ({db.get('name')})",
-            "compute device")
-    cpa, cpb = (a.environment or {}).get("cpu") or {}, (b.environment or {}).get("cpu") or {}
-    if cpa.get("model") != cpb.get("model"):
-        add("cpu_model", cpa.get("model"), cpb.get("model"), "CPU")
-    if cpa.get("usable_cores") != cpb.get("usable_cores"):
-        add("usable_cores", cpa.get("usable_cores"), cpb.get("usable_cores"), "usable cores")
-    pa, pb = (a.environment or {}).get("packages") or {}, (b.environment or {}).get("packages") or {}
+    da, db = ra_.device, rb_.device
+    if (da.type, da.name) != (db.type, db.name):
+        add("compute_device", f"{da.type} ({da.name})", f"{db.type} ({db.name})", "compute device")
+    cpa, cpb = ra_.environment.cpu, rb_.environment.cpu
+    if cpa.model != cpb.model:
+        add("cpu_model", cpa.model, cpb.model, "CPU")
+    if cpa.usable_cores != cpb.usable_cores:
+        add("usable_cores", cpa.usable_cores, cpb.usable_cores, "usable cores")
+    pa, pb = ra_.environment.packages, rb_.environment.packages  # package name -> version
     if pa.get("torch") != pb.get("torch"):
         add("torch", pa.get("torch"), pb.get("torch"))
     return out
@@ -328,7 +329,7 @@ def mismatches(recs: list[Any], labels: list[str]) -> list[str]:
     """Texts like ``model (A: tiny, B: resnet18)`` for MUST_MATCH settings that differ from the baseline's."""
     out = []
     for key in MUST_MATCH:
-        vals = [(r.config or {}).get(key) for r in recs]
+        vals = [getattr(read(r).config, key) for r in recs]  # MUST_MATCH names ConfigView fields
         if any(v != vals[0] for v in vals[1:]):
             out.append(f"{key.replace('_', ' ')} (" + ", ".join(f"{lab}: {_show(v)}" for lab, v in zip(labels, vals))
                        + ")")
@@ -379,8 +380,8 @@ def _blame(delta: dict[str, float], stage_delta: dict[str, float], sign: float) 
 def story(lab_a: str, lab_b: str, a: Any, b: Any, oa: Observations, ob: Observations,
           thr: dict[str, Any] | None, diffs: list[dict[str, Any]]) -> str:
     """One sentence of what changed from ``a`` to ``b`` and why, plus the configuration differences found."""
-    tpa = (a.throughput or {}).get("samples_per_s") or 0.0
-    tpb = (b.throughput or {}).get("samples_per_s") or 0.0
+    tpa = read(a).throughput.samples_per_s or 0.0
+    tpb = read(b).throughput.samples_per_s or 0.0
     cfg = ("Differences: " + "; ".join(d["text"] for d in diffs) + ".") if diffs else "Same configuration."
     notes = "".join(f" Note: {lab} is a partial run ({r.partial_reason})." for lab, r in ((lab_a, a), (lab_b, b))
                     if r.partial)
@@ -429,10 +430,11 @@ def story(lab_a: str, lab_b: str, a: Any, b: Any, oa: Observations, ob: Observat
 # --- entry point ---------------------------------------------------------------------------------------------------
 def _storage_text(r: RunRecord) -> str:
     """'cold, throttle 2MB/s,50iops (userspace)': the storage conditions a reader needs next to each run."""
-    st, cfg = r.storage or {}, r.config or {}
-    thr = cfg.get("throttle") or cfg.get("storage")
-    mech = (st.get("throttle") or {}).get("mechanism")
-    text = f"cache {st.get('cache_mode') or cfg.get('cache') or '?'}"
+    rd = read(r)
+    st, cfg = rd.storage, rd.config
+    thr = cfg.throttle or cfg.storage
+    mech = (st.throttle or {}).get("mechanism")  # the throttle's facts are free-form in the schema
+    text = f"cache {st.cache_mode or cfg.cache or '?'}"
     return text + (f", throttle {thr}" + (f" ({mech})" if mech else "") if thr else "")
 
 
@@ -460,15 +462,14 @@ def compare(records: list[Any], names: list[str] | None = None, force: bool = Fa
                                   diffs[labels[i]]) for i, r in enumerate(records) if i}
     runs = [{"label": lab, "name": nm, "created_utc": r.created_utc, "partial": r.partial,
              "partial_reason": r.partial_reason, "steps": int(o.wall.size),
-             "samples": int(o.samples.sum()), "window_s": (r.window or {}).get("seconds"),
-             "compute_device": (r.compute_device or {}).get("type"),
+             "samples": int(o.samples.sum()), "window_s": rd.window.seconds,
+             "compute_device": rd.device.type,
              "config": {k: v for k, v in (r.config or {}).items() if k not in IGNORED_CONFIG},
-             "loader": {k: _loader(r).get(k) for k in ("num_workers", "batch_size")},
-             "target": (r.job or {}).get("target"),
-             "throttle": (r.storage or {}).get("throttle"), "cache_mode": (r.storage or {}).get("cache_mode"),
+             "loader": _loader(rd), "target": rd.job.target,
+             "throttle": rd.storage.throttle, "cache_mode": rd.storage.cache_mode,
              "storage_text": _storage_text(r),
-             "verdict": (r.verdict or {}).get("bottleneck"), "summary": (r.verdict or {}).get("summary")}
-            for lab, nm, r, o in zip(labels, names, records, obs)]
+             "verdict": rd.verdict.bottleneck, "summary": rd.verdict.summary}
+            for lab, nm, r, o, rd in zip(labels, names, records, obs, [read(x) for x in records])]
     return {
         "baseline": labels[0], "labels": labels, "runs": runs, "metrics": metrics, "config_diffs": diffs,
         "sentences": sentences, "forced": bad, "stages": stages,

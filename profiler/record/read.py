@@ -372,8 +372,8 @@ class StorageView:
     """``storage``: what the dataset's files came from. Absent section: no storage facts (an attach record)."""
     summary: str | None = None  # the one sentence about storage bytes (analysis/io.py)
     page_cache_hit_fraction: float | None = None
-    bytes_requested: int = 0
-    bytes_from_device: int = 0
+    bytes_requested: int | None = None  # None: not counted (no /proc io reading of the workers)
+    bytes_from_device: int | None = None
     cache_mode: str | None = None
     io_source: str | None = None
     learned_from: str | None = None
