@@ -116,17 +116,19 @@ def print_attach_ranks(view: dict[str, Any], console: Any, files: list[str]) -> 
     verdict; * the straggler), then the sentence that names the straggler and how the figures were had."""
     from rich.table import Table
 
-    flagged = {s["rank"] for s in view.get("stragglers") or []}
-    t = Table(title=f"Ranks ({len(view['present'])} of {view['world_size']}), shares of the sampled window; "
-                    "* straggler")
+    from .ranks_rows import ranks_view
+
+    v = ranks_view(view)
+    flagged = {s.rank for s in v.stragglers}
+    t = Table(title=f"Ranks ({len(v.present)} of {v.world_size}), shares of the sampled window; * straggler")
     for h in ("rank", "input wait", "io / cpu of it", "collective (derived)", "verdict"):
         t.add_column(h, justify="right")
-    for r in view["ranks"]:
-        sh = r.get("stall_share_by_cause") or {}
-        t.add_row(f"{r['rank']}{' *' if r['rank'] in flagged else ''}", f"{(r['input_wait_share'] or 0) * 100:.0f} %",
+    for r in v.ranks:
+        sh = r.stall_share_by_cause
+        t.add_row(f"{r.rank}{' *' if r.rank in flagged else ''}", f"{(r.input_wait_share or 0) * 100:.0f} %",
                   f"{(sh.get('io') or 0) * 100:.0f} / {(sh.get('cpu') or 0) * 100:.0f} %",
-                  f"{(r.get('collective_share') or 0) * 100:.0f} %", str(r.get("bottleneck")))
+                  f"{(r.collective_share or 0) * 100:.0f} %", str(r.bottleneck))
     console.print(t)
-    console.print(view["summary"], markup=False)
-    console.print(f"How: {view['attach_note']}.", markup=False)
+    console.print(v.summary, markup=False)
+    console.print(f"How: {v.attach_note}.", markup=False)
     console.print("Wrote: " + ", ".join(files), markup=False)

@@ -17,6 +17,7 @@ from typing import Any
 from .. import vocab
 from ..thresholds import RANKS_LANES_MAX
 from .output import write_png
+from .ranks_rows import ranks_view
 
 STEP_BARS_MAX = 64  # per-step bars per rank up to this many steps; lines beyond
 
@@ -30,8 +31,9 @@ def plot_ranks(view: dict[str, Any], path: str | Path) -> Path:
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
+    v = ranks_view(view)
     ps = view["per_step"]
-    ranks = [r["rank"] for r in view["ranks"]]
+    ranks = [r.rank for r in v.ranks]
     fig, (ax, ax2) = plt.subplots(2, 1, figsize=(11, 2.2 + 0.6 * len(ranks) + 2.4),
                                   gridspec_kw={"height_ratios": [max(1, len(ranks)), 2]})
     cw, cc, ck = vocab.color("wait"), vocab.color("compute"), vocab.color("collective")
@@ -50,16 +52,16 @@ def plot_ranks(view: dict[str, Any], path: str | Path) -> Path:
                 ax.broken_barh(b, (lane - 0.35, 0.7), color=color)
     ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in ranks])
     ax.invert_yaxis()
-    clocks = view["clocks"]
-    if clocks["shared"]:
+    clocks = v.clocks
+    if clocks.shared:
         ax.set_xlabel("s (one clock: CLOCK_MONOTONIC)")
-    elif clocks.get("comparable"):
+    elif clocks.comparable:
         ax.set_xlabel(f"s on rank 0's clock (other hosts' offsets from store round trips, "
-                      f"± {clocks.get('uncertainty_ms') or 0:.2f} ms)")
+                      f"± {clocks.uncertainty_ms or 0:.2f} ms)")
     else:
         ax.set_xlabel("s from each rank's first measured step (no shared clock: aligned by step index)")
-    st = view.get("straggler")
-    ax.set_title(f"Ranks side by side — straggler: rank {st['rank']} ({st['cause']})" if st
+    st = v.straggler
+    ax.set_title(f"Ranks side by side — straggler: rank {st.rank} ({st.cause})" if st
                  else "Ranks side by side — no straggler")
     ax.legend(handles=[Patch(color=cw, label=vocab.label("wait")), Patch(color=cc, label=vocab.label("compute")),
                        Patch(color=ck, label=vocab.label("collective"))], loc="upper right", fontsize=8)
@@ -74,7 +76,7 @@ def plot_ranks(view: dict[str, Any], path: str | Path) -> Path:
                 width=width, label=f"rank {r}")
     ax2.set_xlabel("step")
     ax2.set_ylabel("collective wait, ms")
-    ax2.set_title(f"Collective wait per step ({'measured' if view.get('collective_measured') else 'derived'})",
+    ax2.set_title(f"Collective wait per step ({'measured' if v.collective_measured else 'derived'})",
                   fontsize=9)
     ax2.legend(fontsize=8)
     fig.tight_layout()
@@ -96,8 +98,9 @@ def plot_many(view: dict[str, Any], path: str | Path) -> Path:
     import matplotlib.pyplot as plt
     import numpy as np
 
+    v = ranks_view(view)
     ps = view["per_step"]
-    ranks = [r["rank"] for r in view["ranks"]]
+    ranks = [r.rank for r in v.ranks]
 
     def col(name: str, r: int) -> list[float]:
         d = ps[name]
@@ -113,15 +116,15 @@ def plot_many(view: dict[str, Any], path: str | Path) -> Path:
     fig.colorbar(im, ax=ax, label="collective wait, share of step")
     ax.set_ylabel(f"rank (0..{ranks[-1] if ranks else 0})")
     ax.set_xlabel("step")
-    sts = view.get("stragglers") or []
-    named = ", ".join(str(s["rank"]) for s in sts[:8]) + (" …" if len(sts) > 8 else "")
+    sts = v.stragglers
+    named = ", ".join(str(s.rank) for s in sts[:8]) + (" …" if len(sts) > 8 else "")
     ax.set_title(f"{len(ranks)} ranks: collective wait per step — stragglers (dark rows): {named}" if sts
                  else f"{len(ranks)} ranks: collective wait per step — no straggler")
-    per_rank = np.array([r.get("collective_share") or 0.0 for r in view["ranks"]])
+    per_rank = np.array([r.collective_share or 0.0 for r in v.ranks])
     ax2.hist(per_rank * 100, bins=50, color=vocab.color("collective"))
     for s in sts[:8]:
-        ax2.axvline((s["collective_share"] or 0.0) * 100, color="red", lw=1)
-        ax2.annotate(f"rank {s['rank']}", ((s["collective_share"] or 0.0) * 100, 0), rotation=90, fontsize=7,
+        ax2.axvline((s.collective_share or 0.0) * 100, color="red", lw=1)
+        ax2.annotate(f"rank {s.rank}", ((s.collective_share or 0.0) * 100, 0), rotation=90, fontsize=7,
                      xytext=(2, 4), textcoords="offset points", color="red")
     ax2.set_xlabel("collective wait, % of a rank's step (stragglers in red: the others wait for them)")
     ax2.set_ylabel("ranks")

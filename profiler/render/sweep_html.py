@@ -11,6 +11,7 @@ from typing import Any
 from ..analysis.headline import sweep_figures, sweep_headline
 from ..record import json_safe
 from .output import write_atomic
+from .sweep_rows import SweepBest, SweepPoint, sweep_view
 from .units import printable
 
 
@@ -18,34 +19,34 @@ def _f(v: Any, fmt: str = "{:.1f}") -> str:
     return "—" if v is None else fmt.format(v)
 
 
-def _predicted(p: dict[str, Any]) -> str:
+def _predicted(p: SweepPoint) -> str:
     """"29.5 (3.5–56.0)": the prediction with its interval; "not predicted" where the what-if could not say."""
-    x, iv = p.get("predicted_samples_per_s"), p.get("predicted_interval")
+    x, iv = p.predicted_samples_per_s, p.predicted_interval
     if x is None:
-        return "not predicted" if p.get("predicted_binds") == "unknown" else "—"
+        return "not predicted" if p.predicted_binds == "unknown" else "—"
     return _f(x) + (f" ({iv[0]:.1f}–{iv[1]:.1f})" if iv else "")
 
 
 def write_sweep_html(doc: dict[str, Any], path: str | Path, png: str | Path | None = None) -> Path:
     rows = []
-    for p in doc["points"]:
-        iv = p.get("interval")
-        err = ("baseline" if p["index"] == doc.get("baseline") else
-               _f(p.get("error") * 100 if p.get("error") is not None else None, "{:+.0f} %"))
+    sw = sweep_view(doc)
+    for p in sw.points:
+        iv = p.interval
+        err = "baseline" if p.index == sw.baseline else _f(None if p.error is None else p.error * 100, "{:+.0f} %")
         rows.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in (
-            p["label"], _f(p.get("measured_samples_per_s")) if p.get("measured_samples_per_s") else p.get("failed"),
+            p.label, _f(p.measured_samples_per_s) if p.measured_samples_per_s else p.failed,
             f"{iv[0]:.1f}–{iv[1]:.1f}" if iv else "—",
             _predicted(p), err,
-            p.get("predicted_binds", "—"), p.get("bottleneck", "—"),
-            f'<a href="point{p["index"]}/report.html">report</a>')) + "</tr>")
+            "—" if p.predicted_binds is None else p.predicted_binds, "—" if p.bottleneck is None else p.bottleneck,
+            f'<a href="point{p.index}/report.html">report</a>')) + "</tr>")
     rows_html = "\n".join(rows).replace("&lt;a href=", "<a href=").replace("&quot;", '"').replace(
         "&gt;report&lt;/a&gt;", ">report</a>")
     img = ""
     if png and Path(png).is_file():
         img = ('<img alt="measured vs predicted" src="data:image/png;base64,'
                + base64.b64encode(Path(png).read_bytes()).decode() + '">')
-    best = doc.get("best") or {}
-    median_err = doc.get("median_abs_error")
+    best = sw.best or SweepBest(label="—")
+    median_err = sw.median_abs_error
     cards = "".join(f'<li class="card"><b>{html.escape(printable(f.value))}</b><span>{html.escape(printable(f.label))}'
                     "</span></li>" for f in sweep_figures(doc))
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>profiler sweep</title>
@@ -58,12 +59,12 @@ ul.cards b{{display:block;font-size:1.3em}}ul.cards span{{color:#555;font-size:.
 <h1 id="headline">{html.escape(printable(sweep_headline(doc)))}</h1>
 <ul class="cards" id="cards">{cards}</ul>
 {img}
-<p>Best setting: <b>{html.escape(str(best.get('label', '—')))}</b> ({_f(best.get('samples_per_s'))} samples/s).
+<p>Best setting: <b>{html.escape(str(best.label))}</b> ({_f(best.samples_per_s)} samples/s).
 Every other point was predicted from the first one
 {'(median absolute error ' + f'{median_err * 100:.0f} %)' if median_err is not None else ''}.
-{f"{doc['coverage'] * 100:.0f} % of the predicted points were measured inside their predicted interval."
- if doc.get('coverage') is not None else ''}
-{'<b>Interrupted</b>: only the finished points are shown.' if doc.get('interrupted') else ''}</p>
+{f"{sw.coverage * 100:.0f} % of the predicted points were measured inside their predicted interval."
+ if sw.coverage is not None else ''}
+{'<b>Interrupted</b>: only the finished points are shown.' if sw.interrupted else ''}</p>
 <div style="overflow-x:auto;max-width:100%">
 <table><tr><th>point</th><th>measured samples/s</th><th>95 % interval</th><th>predicted (interval)</th><th>error</th>
 <th>would bind (predicted)</th><th>verdict (measured)</th><th></th></tr>

@@ -13,6 +13,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from .output import write_png
+from .sweep_rows import sweep_view
 
 
 def _err(values: list[float], intervals: list[Any]) -> np.ndarray:
@@ -24,29 +25,28 @@ def _err(values: list[float], intervals: list[Any]) -> np.ndarray:
 
 
 def plot_sweep(doc: dict[str, Any], path: str | Path) -> Path:
-    pts = [p for p in doc["points"] if p.get("measured_samples_per_s")]
-    labels = [p["label"].replace(" ", "\n") for p in pts]
-    meas = [p["measured_samples_per_s"] for p in pts]
-    pred = [p.get("predicted_samples_per_s") or 0.0 for p in pts]
+    sw = sweep_view(doc)
+    pts = [p for p in sw.points if p.measured_samples_per_s]
+    labels = [p.label.replace(" ", "\n") for p in pts]
+    meas = [p.measured_samples_per_s or 0.0 for p in pts]  # not 0: filtered above
+    pred = [p.predicted_samples_per_s or 0.0 for p in pts]
     x = np.arange(len(pts))
     fig = Figure(figsize=(max(6.0, 1.3 * len(pts) + 2), 4.2), dpi=110)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
     ax.bar(x - 0.2, meas, width=0.4, color="#1f77b4", label="measured (95 % interval)",
-           yerr=_err(meas, [p.get("interval") for p in pts]), capsize=4)
-    ax.errorbar(x + 0.2, pred, yerr=_err(pred, [p.get("predicted_interval") for p in pts]), fmt="D",
+           yerr=_err(meas, [p.interval for p in pts]), capsize=4)
+    ax.errorbar(x + 0.2, pred, yerr=_err(pred, [p.predicted_interval for p in pts]), fmt="D",
                 color="#ff7f0e", capsize=4, label="predicted from the first point")
     for i, p in enumerate(pts):
-        tag = "baseline" if p["index"] == doc.get("baseline") else (
-            f"{p['error'] * 100:+.0f} %" if p.get("error") is not None else "")
+        tag = "baseline" if p.index == sw.baseline else (f"{p.error * 100:+.0f} %" if p.error is not None else "")
         ax.annotate(tag, (i, max(meas[i], pred[i])), ha="center", va="bottom", fontsize=8, xytext=(0, 8),
                     textcoords="offset points")
-    best = doc.get("best") or {}
     title = "Sweep: measured vs predicted"
-    if doc.get("median_abs_error") is not None:
-        title += f" (median error {doc['median_abs_error'] * 100:.0f} %)"
-    if best:
-        title += f"; best: {best.get('label')}"
+    if sw.median_abs_error is not None:
+        title += f" (median error {sw.median_abs_error * 100:.0f} %)"
+    if sw.best:
+        title += f"; best: {sw.best.label}"
     ax.set_title(title, fontsize=10)
     ax.set_xticks(x, labels, fontsize=8)
     ax.set_ylabel("samples/s")
