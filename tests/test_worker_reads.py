@@ -185,3 +185,26 @@ def test_workers_that_read_files_report_every_batch_and_every_byte(tmp_path: Pat
     assert read_files and all(bt["rchar"][bt["batch"].index(b)] >= 0 for b in read_files)
     storage = rec.storage or {}
     assert storage.get("bytes_requested", 0) >= (reading_batches - 4) * batch * ITEM_BYTES, storage
+
+
+def test_a_batch_record_crosses_the_queue_with_every_field() -> None:
+    """A BatchMeta pickled as a worker's queue thread pickles it comes back with every recorded field (each set to a
+    value of its own here, so a field added to the class but not to its pickled state fails), the derived views
+    rebuilt from them."""
+    import pickle
+    from dataclasses import fields
+    from multiprocessing.reduction import ForkingPickler
+
+    from profiler.instrument.batch import BatchMeta
+
+    values: dict[str, Any] = {
+        "worker_id": 1, "pid": 4242, "calls": bytes(range(16)), "marks": tuple(range(100, 116)),
+        "stage_events": [(0, "decode", 5)], "pixel_events": [(0, 64)], "skipped": [(3, "/x", "bad")], "sent_ns": 7,
+        "opened": {"/data": 2}, "n_items": 2, "own_ns": 11, "compact": True, "long_clocks": (0, 99),
+        "thread_io_start": b"rchar: 1\n", "thread_io_end": b"rchar: 2\n"}
+    kept = [f.name for f in fields(BatchMeta) if f.name not in ("_derived_views", "_stage_views")]
+    assert sorted(kept) == sorted(values)
+    meta = BatchMeta(**values)
+    back = pickle.loads(ForkingPickler.dumps(meta))
+    assert {name: getattr(back, name) for name in kept} == values
+    assert back._derived_views is None and back._stage_views is None

@@ -234,12 +234,18 @@ class BatchMeta:
         return out
 
     def __getstate__(self) -> tuple[Any, ...]:
-        # The derived views are rebuilt where they are read: never pickled along.
-        return tuple(getattr(self, name) for name in _PICKLED)
+        # The derived views are rebuilt where they are read: never pickled along. The fields written out, in
+        # _PICKLED's order (tests/test_worker_reads.py round-trips every field): a worker pickles one BatchMeta per
+        # batch in its queue thread and the main process unpickles it, and a loop of getattr / setattr by name was
+        # ~1 µs of the two (of ~6 µs in all).
+        return (self.worker_id, self.pid, self.calls, self.marks, self.stage_events, self.pixel_events, self.skipped,
+                self.sent_ns, self.opened, self.n_items, self.own_ns, self.compact, self.long_clocks,
+                self.thread_io_start, self.thread_io_end)
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
-        for name, value in zip(_PICKLED, state):
-            setattr(self, name, value)
+        (self.worker_id, self.pid, self.calls, self.marks, self.stage_events, self.pixel_events, self.skipped,
+         self.sent_ns, self.opened, self.n_items, self.own_ns, self.compact, self.long_clocks, self.thread_io_start,
+         self.thread_io_end) = state
         self._derived_views = self._stage_views = None
 
 
