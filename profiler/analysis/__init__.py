@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..record.read import read
 from .attribution import attribute, extend_to_tail, has_kernel_accounting
 from .context import build_context
 from .findings import findings
@@ -51,7 +52,7 @@ def analyze(rec: RunRecord) -> RunRecord:
                        else "main-thread wait for the next batch, split by what the producing worker was doing")
     ctx = build_context(rec, t, stages)
     summarize_storage(rec, ctx.calls_items, ctx.calls_device_bytes, ctx.calls_rchar)
-    verdict = decide(stall, ctx, (rec.memory or {}).get("oom"))
+    verdict = decide(stall, ctx, read(rec).memory.oom)
     ram_note = served_from_ram_note(rec)
     if ram_note:  # said once, in the summary (not again as a finding): it changes how to read the verdict
         verdict["summary"] += " " + ram_note

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..record.read import AttachView, JobView, read, view
 from .attach import is_attach
 
 CAUSES = ("io", "cpu", "transfer", "other")
@@ -20,7 +21,7 @@ SHARE_DIFFERS_FROM = 0.15
 
 
 def kind(rec: Any) -> str:
-    return str((rec.job or {}).get("kind") or "builtin")
+    return str(view(JobView, rec.job).kind or "builtin")
 
 
 def compare_attach(recs: list[Any], names: list[str]) -> dict[str, Any]:
@@ -29,20 +30,23 @@ def compare_attach(recs: list[Any], names: list[str]) -> dict[str, Any]:
     def row(key: str, label: str, values: list[Any]) -> None:
         rows.append({"key": key, "label": label, "values": values})
 
-    row("verdict", "verdict", [r.verdict.get("bottleneck") for r in recs])
-    row("stall_fraction", "waiting for input (share of the window)", [r.stall.get("fraction") for r in recs])
-    for c in CAUSES:
-        row(f"share_{c}", f"wait that was {c}", [(r.stall.get("share_by_cause") or {}).get(c) for r in recs])
-    row("throughput", "samples/s", [(r.throughput or {}).get("samples_per_s") for r in recs])
-    row("window_s", "seconds measured", [r.window.get("seconds") for r in recs])
+    rd = [read(r) for r in recs]  # analyzed records
+    row("verdict", "verdict", [r.verdict.bottleneck for r in rd])
+    row("stall_fraction", "waiting for input (share of the window)", [r.stall.fraction for r in rd])
+    for c in CAUSES:  # a cause a record has no share for stays None (never compared as a zero)
+        row(f"share_{c}", f"wait that was {c}", [r.stall.share_by_cause.get(c) for r in rd])
+    # an attach record has no throughput (its section holds only window_s): None, not 0 samples/s
+    row("throughput", "samples/s", [None if is_attach(r) else x.throughput.samples_per_s for r, x in zip(recs, rd)])
+    row("window_s", "seconds measured", [r.window.seconds for r in rd])
     differences: list[str] = []
     base, bname = recs[0], names[0]
-    for r, name in zip(recs[1:], names[1:]):
+    for r, x, name in zip(recs[1:], rd[1:], names[1:]):
         pair = f"{name} vs {bname}"
-        if r.verdict.get("bottleneck") != base.verdict.get("bottleneck"):
-            differences.append(f"{pair}: verdict {r.verdict.get('bottleneck')} vs {base.verdict.get('bottleneck')}")
+        b, b0 = x.verdict.bottleneck, rd[0].verdict.bottleneck
+        if b != b0:
+            differences.append(f"{pair}: verdict {b} vs {b0}")
         else:
-            differences.append(f"{pair}: same verdict ({r.verdict.get('bottleneck')})")
+            differences.append(f"{pair}: same verdict ({b})")
         for key in ["stall_fraction", *(f"share_{c}" for c in CAUSES)]:
             rw = next(x for x in rows if x["key"] == key)
             a, b = rw["values"][0], rw["values"][recs.index(r)]
@@ -51,13 +55,14 @@ def compare_attach(recs: list[Any], names: list[str]) -> dict[str, Any]:
         att = r if is_attach(r) else base if is_attach(base) else None
         other = base if att is r else r
         if att is not None and other is not att:
-            lo, hi = att.stall.get("fraction_low"), att.stall.get("fraction_high")
-            f = other.stall.get("fraction")
+            ast, ost = read(att).stall, read(other).stall
+            lo, hi = ast.fraction_low, ast.fraction_high
+            f = ost.fraction
             if lo is not None and hi is not None and f is not None:
                 inside = "inside" if lo <= f <= hi else "outside"
                 differences.append(f"{pair}: the measured wait share {f * 100:.0f} % is {inside} the attach "
                                    f"record's 95 % interval ({lo * 100:.0f}–{hi * 100:.0f} %)")
-            for key, why in ((att.attach or {}).get("absent") or {}).items():
+            for key, why in view(AttachView, att.attach).absent.items():
                 if key in ("throughput", "step_latency_percentiles", "per_sample_times"):
                     differences.append(f"{pair}: {key} only in the {kind(other)} record ({why})")
     return {"kinds": [kind(r) for r in recs], "names": names, "rows": rows, "differences": differences,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, cast
 
+from ..record.read import read
 from .context import Context
 from .io import fits_in_page_cache
 
@@ -24,13 +25,14 @@ def dataset_vs_ram(rec: RunRecord, ctx: Context) -> Finding | None:
     fits = fits_in_page_cache(size, avail)
     if fits is None or avail is None:
         return None
-    total = rec.environment.get("ram", {}).get("total_bytes")
+    r = read(rec)
+    total = r.environment.ram.total_bytes
     # The device's rate over the measured window: the window's device bytes (the kernel's read_bytes, as the storage
     # sentence counts them) over the window's seconds; the whole run's bytes over the window's time overstated it.
     from_dev = ctx.calls_device_bytes
     if from_dev is None:
-        st = rec.storage or {}
-        from_dev = int(((st.get("window") or {}).get("bytes_from_device")) or 0)
+        # storage.window: io.py's totals of the window (free-form in the schema)
+        from_dev = int((r.storage.window or {}).get("bytes_from_device") or 0)
     rate = from_dev / ctx.window_s if from_dev > 0 and ctx.window_s > 0 else None
     gb = 1e9
     if fits:
@@ -57,12 +59,13 @@ def findings(rec: RunRecord, ctx: Context) -> list[Finding]:
     if rec.partial:
         out.append(finding("partial", f"Partial run: {rec.partial_reason}. Figures cover what was measured before it "
                                       "ended."))
-    cor = rec.ram.get("copy_on_read")
+    ram = read(rec).ram  # analysis wrote it just before (analysis/ram.py): its rows are complete
+    cor = ram.copy_on_read
     if cor:
         facts = {k: v for k, v in cor.items() if k not in ("kind", "message")}
-        out.append(finding("copy_on_read", f"{cor.get('message')} Fix: {cor.get('fix')}", **facts))
-    for row in rec.ram.get("projection", []):
-        if row.get("warning") and row.get("workers") == ctx.workers:
+        out.append(finding("copy_on_read", f"{cor['message']} Fix: {cor['fix']}", **facts))
+    for row in ram.projection:
+        if row["warning"] and row["workers"] == ctx.workers:
             out.append(finding("ram", f"RAM: {row['warning']}"))
     dr = dataset_vs_ram(rec, ctx)
     if dr:

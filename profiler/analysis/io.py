@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .. import thresholds as th
+from ..record.read import StorageView, samples, view
 from ..thresholds import SERVED_FROM_RAM_FROM
 
 if TYPE_CHECKING:  # annotations only: analysis and renderers take the typed record
@@ -73,8 +74,9 @@ def summarize_storage(rec: RunRecord, items: int, calls_device: int | None, call
     """``storage.dataset_calls`` and ``storage.summary``: the measured window's bytes as its dataset calls counted
     them (per-thread kernel counters around each batch, the same figures the verdict quotes per sample), so every
     sentence about storage uses one set of numbers. Falls back to ``storage.window`` or the whole run's totals."""
-    st: dict[str, Any] = dict(rec.storage or {})
+    st: dict[str, Any] = dict(rec.storage or {})  # the section rewritten: its summary replaced
     st.pop("summary", None)
+    sv = view(StorageView, st)
     if not st and not (calls_device or 0) and (calls_rchar or 0) < th.READS_FILES_FROM_BYTES:
         return  # an in-memory dataset with no storage facts: nothing to say about storage
     if calls_device is not None and calls_rchar is not None and items > 0:
@@ -82,11 +84,11 @@ def summarize_storage(rec: RunRecord, items: int, calls_device: int | None, call
                                "samples": int(items),
                                "source": "the measured window's dataset calls (per-thread read_bytes and rchar)"}
         dev, req, where = int(calls_device), int(calls_rchar), f"measured window, {items} samples"
-    elif st.get("window"):
-        dev, req = int(st["window"].get("bytes_from_device") or 0), int(st["window"].get("bytes_requested") or 0)
+    elif sv.window:  # _window_totals' dict (free-form in the schema)
+        dev, req = int(sv.window.get("bytes_from_device") or 0), int(sv.window.get("bytes_requested") or 0)
         where = "measured window, the workers' processes"
-    elif st.get("io_source"):
-        dev, req, where = int(st.get("bytes_from_device") or 0), int(st.get("bytes_requested") or 0), "whole run"
+    elif sv.io_source:
+        dev, req, where = int(sv.bytes_from_device or 0), int(sv.bytes_requested or 0), "whole run"
     else:
         return
     st["summary"] = storage_summary(dev, req, where)
@@ -135,10 +137,10 @@ def io_totals(rec: RunRecord) -> Storage:
             per_pid[pid] = (max(prev[0], rc), max(prev[1], rb))
         source = "workers' /proc/self/io at each batch"
     if not per_pid:
-        for proc in rec.processes:
-            io = proc.get("io")
-            if proc.get("role") == "worker" and io:
-                per_pid[int(proc["pid"])] = (int(io.get("rchar", 0)), int(io.get("read_bytes", 0)))
+        for proc in samples(rec).processes:
+            io = proc.io  # {rchar, read_bytes}: the counters as read
+            if proc.role == "worker" and io:
+                per_pid[int(proc.pid or 0)] = (int(io.get("rchar", 0)), int(io.get("read_bytes", 0)))
         source = "sampler's last /proc/<pid>/io of each worker"
     requested = sum(v[0] for v in per_pid.values())
     from_device = sum(v[1] for v in per_pid.values())
@@ -166,15 +168,15 @@ def fits_in_page_cache(dataset_bytes: int | None, available_bytes: int | None) -
 def derive_storage(rec: RunRecord) -> None:
     """Recompute the storage byte counts from the raw /proc io readings (kept as recorded when there are none)."""
     io = io_totals(rec)
-    if io.get("io_source") is not None:
+    if io["io_source"] is not None:  # io_totals always says where its counts came from (None: nowhere)
         rec.storage = {**(rec.storage or {}), **io}
 
 
 def served_from_ram_note(rec: RunRecord) -> str | None:
     """A run meant to measure storage (cold cache or a throttle) whose reads mostly hit the page cache measured RAM."""
-    st = rec.storage or {}
-    hit = st.get("page_cache_hit_fraction")
-    if hit is None or hit < SERVED_FROM_RAM_FROM or not (st.get("throttle") or st.get("cache_mode") == "cold"):
+    st = view(StorageView, rec.storage)
+    hit = st.page_cache_hit_fraction
+    if hit is None or hit < SERVED_FROM_RAM_FROM or not (st.throttle or st.cache_mode == "cold"):
         return None
     return (f"Caution: {hit * 100:.0f} % of the bytes read were served from the page cache, so this run measured "
             "RAM, not the storage device (use --cache cold).")

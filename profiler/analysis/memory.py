@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
+from ..record.read import MemoryView, view
+
 if TYPE_CHECKING:  # annotations only: analysis and renderers take the typed record
     from ..record import RunRecord
 
@@ -23,9 +25,9 @@ def memory_advice(rec: RunRecord) -> list[dict[str, Any]]:
     """What to change after a device out-of-memory, recomputed from ``memory.breakdown`` (the fit estimate of this
     model, batch and mode) and the device's size. Empty when the run did not run out of memory or the record lacks
     the breakdown or the device size."""
-    mem = rec.memory or {}
-    bd, total = mem.get("breakdown"), mem.get("device_total_bytes")
-    if not mem.get("oom") or not bd or not total:
+    mem = view(MemoryView, rec.memory)
+    bd, total = mem.breakdown, mem.device_total_bytes
+    if mem.oom is None or not bd or not total:
         return []
     return list(_fit_advice()(bd, int(total)))
 
@@ -33,13 +35,14 @@ def memory_advice(rec: RunRecord) -> list[dict[str, Any]]:
 def derive_memory(rec: RunRecord) -> None:
     """Recompute the out-of-memory advice from ``memory.breakdown``; a failure is noted, never raised (the advice is
     a bonus on a run that already failed), and a record's own list is then kept."""
-    mem = rec.memory
-    if not mem or not mem.get("oom"):
+    mem = rec.memory  # written to: the advice, or why there is none
+    m = view(MemoryView, mem)
+    if not mem or m.oom is None:
         return
     try:
         advice = memory_advice(rec)
     except Exception as e:
         mem["oom_recommendations_error"] = f"{type(e).__name__}: {e}"
         return
-    if advice or mem.get("breakdown"):
+    if advice or m.breakdown:
         mem["oom_recommendations"] = advice

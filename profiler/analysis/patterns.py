@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import thresholds as th
+from ..record.read import StallView, read, view
 from .context import Context
 from .findings import finding
 from .stats import Tables
@@ -20,9 +21,10 @@ if TYPE_CHECKING:  # annotations only: analysis and renderers take the typed rec
 
 def oversubscription(stall: Stall, ctx: Context) -> dict[str, Any] | None:
     """Time the data pipeline spent waiting for a core: the workers (and the main process) outnumber the cores."""
-    secs = float(stall.get("seconds", 0.0))
-    rq = float(stall.get("by_kind", {}).get("runqueue", 0.0))
-    if secs <= 0 or rq / secs < th.OVERSUBSCRIBED_FROM or float(stall.get("fraction", 0)) < th.NOT_INPUT_BOUND_BELOW:
+    sv = view(StallView, stall)
+    secs = float(sv.seconds)
+    rq = float(sv.by_kind.get("runqueue", 0.0))
+    if secs <= 0 or rq / secs < th.OVERSUBSCRIBED_FROM or float(sv.fraction) < th.NOT_INPUT_BOUND_BELOW:
         return None  # (a share of a wait that is itself within noise is not worth a finding)
     return {"kind": "oversubscribed", "runqueue_s": round(rq, 6), "share_of_stall": round(rq / secs, 4),
             "workers": ctx.workers, "usable_cores": ctx.usable_cores,
@@ -38,12 +40,12 @@ def epoch_starts(t: Tables, rec: RunRecord, ctx: Context) -> dict[str, Any] | No
     if ep.get("iter_start") is None or ep["iter_start"].size < 2:
         return None
     costs = (ep["first_batch"] - ep["iter_start"])[1:].astype(float)
-    loader = rec.loader or {}
+    loader = read(rec).job.loader
     step_s = (ctx.window_s / ctx.steps) if ctx.steps else 0.0
     mean = float(costs.mean())
-    if step_s <= 0 or mean < th.EPOCH_START_FLAG_STEPS * step_s or loader.get("persistent_workers"):
+    if step_s <= 0 or mean < th.EPOCH_START_FLAG_STEPS * step_s or loader.persistent_workers:
         return None
-    fix = ("persistent_workers=True keeps the workers (and their state) across epochs" if loader.get("num_workers")
+    fix = ("persistent_workers=True keeps the workers (and their state) across epochs" if loader.num_workers
            else "a faster first batch (smaller prefetch, lighter dataset __init__)")
     return {"kind": "epoch_start", "epochs": int(costs.size), "mean_s": round(mean, 4),
             "steps_equivalent": round(mean / step_s, 1),
@@ -64,7 +66,7 @@ def sawtooth(t: Tables, stall: Stall, ctx: Context) -> dict[str, Any] | None:
     gaps = np.diff(long)
     regular = float(np.mean(gaps == ctx.workers))
     long_s = float(wait[long].sum())
-    secs = float(stall.get("seconds", 0.0)) or float(wait.sum())
+    secs = float(view(StallView, stall).seconds) or float(wait.sum())
     if regular < th.SAWTOOTH_REGULAR_SHARE or secs <= 0 or long_s / secs < th.SAWTOOTH_STALL_SHARE:
         return None
     return {"kind": "sawtooth", "period_steps": ctx.workers, "long_waits": int(long.size),
@@ -81,8 +83,8 @@ def lean_unchecked(rec: RunRecord, stall: Stall) -> dict[str, Any] | None:
     """num_workers=0: time off the core in lean stretches that could not be checked (instrument/lean_check.py), when it
     is a share of the wait worth a caution: it was counted as on-core (cpu), and it may have been a wait for a core
     or a block in the job's fetches, or the job's own steps between them."""
-    u = rec.timeline.get("accounting", {}).get("lean_unchecked") or {}
-    off, secs = float(u.get("off_core_s") or 0.0), float(stall.get("seconds", 0.0))
+    u = read(rec).accounting.lean_unchecked  # {stretches, batches, off_core_s}: free-form in the schema
+    off, secs = float(u.get("off_core_s") or 0.0), float(view(StallView, stall).seconds)
     if secs <= 0 or off / secs < th.LEAN_UNCHECKED_NOTE_FROM:
         return None
     return {"kind": "lean_unchecked", "off_core_s": round(off, 6), "share_of_stall": round(off / secs, 4),

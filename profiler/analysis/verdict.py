@@ -5,11 +5,12 @@ from typing import TYPE_CHECKING
 
 from .. import thresholds as th
 from .. import vocab
+from ..record.read import CeilingRowView, CeilingsView, OutOfMemoryView, StallView, VerdictView, WhatIfView, view
 from .context import Context
 from .io import human_bytes
 
 if TYPE_CHECKING:  # annotations only
-    from ..record.schema import Ceilings, OutOfMemory, Stall, Verdict, WhatIf
+    from ..record.schema import Ceilings, Stall, Verdict, WhatIf
 
 # The causes a verdict can name: every idle cause the registry has except "other", which explains nothing.
 VERDICT_CAUSES = tuple(c for c in vocab.CAUSE_NAMES if c != "other")
@@ -48,22 +49,24 @@ def io_measured(ctx: Context) -> str:
     return words
 
 
-def decide(stall: Stall, ctx: Context, oom: OutOfMemory | None = None) -> Verdict:
-    """``verdict`` section: bottleneck, severity, summary, the numbers behind it."""
-    if oom:
+def decide(stall_: Stall, ctx: Context, oom: OutOfMemoryView | None = None) -> Verdict:
+    """``verdict`` section: bottleneck, severity, summary, the numbers behind it. ``oom``: ``memory.oom`` (None:
+    the run did not run out of device memory)."""
+    if oom is not None:
         return {
             "bottleneck": "memory", "severity": "does not fit",
-            "summary": (f"Out of device memory at step {oom.get('step')}: the model at batch size {ctx.batch_size} "
+            "summary": (f"Out of device memory at step {oom.step}: the model at batch size {ctx.batch_size} "
                         f"does not fit in {ctx.device_name or 'the device'}; see the memory recommendations."),
         }
     if ctx.steps <= 0:
         return {"bottleneck": NOTHING_MEASURED, "severity": "nothing measured",
                 "summary": "No verdict: the run ended before its first measured step, so nothing was measured to "
                            "judge. Run it again and let it reach the measured steps (after --warmup)."}
-    frac = float(stall.get("fraction", 0.0))
+    stall = view(StallView, stall_)
+    frac = float(stall.fraction)
     sev = severity(frac)
-    by = stall.get("by_cause", {})
-    total = float(stall.get("seconds", 0.0))
+    by = stall.by_cause
+    total = float(stall.seconds)
     dev = "the GPU" if ctx.device_type == "cuda" else "the CPU"
     workers = (f"{ctx.workers} worker{'s' if ctx.workers != 1 else ''}" if ctx.workers > 0
                else "the main process (workers = 0)")
@@ -105,19 +108,19 @@ def agree_on_shared_cores(verdict: Verdict, whatif: WhatIf, ceilings: Ceilings) 
     cores". When the what-if finds the measured setting bound by the shared cores, the verdict's summary says so in
     the same words and the ceilings' lowest row is the shared cores; the bottleneck field keeps its cause (it is
     what the wait was for), and ``verdict.binds`` carries the shared answer."""
-    words = (whatif or {}).get("binds_words")
-    if (whatif or {}).get("binds") != "cores" or not words or verdict.get("bottleneck") in (NOTHING_MEASURED,
-                                                                                         "memory"):
+    wi, v = view(WhatIfView, whatif), view(VerdictView, verdict)
+    words = wi.binds_words
+    if wi.binds != "cores" or not words or v.bottleneck in (NOTHING_MEASURED, "memory"):
         return
     verdict["binds"] = words
     head = "Compute-bound:"
-    if verdict.get("summary", "").startswith(head):
+    if v.summary.startswith(head):
         verdict["summary"] = f"Compute-bound on shared cores ({words}):" + verdict["summary"][len(head):]
     else:
         verdict["summary"] += f" What binds: {words}."
     verdict["summary"] += " More of one takes cores from the other."
-    rows = (ceilings or {}).get("rows") or []
-    cores = next((r for r in rows if r.get("stage") == "cores"), None)
+    rows = view(CeilingsView, ceilings).rows  # the ceilings being built (a failed what-if left them empty)
+    cores = next((r for r in rows if view(CeilingRowView, r).stage == "cores"), None)
     # The shared cores are the ceiling when they are the lowest (to within the model's softness, 3 %).
     if cores and cores["samples_per_s"] <= 1.03 * min(r["samples_per_s"] for r in rows):
         ceilings["lowest"] = "cores"
