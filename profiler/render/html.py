@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import vocab
 from ..analysis.headline import device_words, headline, key_figures, no_change
+from ..record.read import SkippedFileView, read, view
 from ..redact import is_sensitive_key, redact_argv, redact_text
 from .jinja import environment
 from .loader_facts import loader_lines
@@ -118,14 +119,14 @@ def flatten(d: Any, prefix: str = "", skip: tuple[str, ...] = ()) -> list[tuple[
 
 
 def _device_line(rec: RunRecord) -> str:
-    dev = rec.compute_device
-    if dev.get("type") == "cpu":
+    dev = read(rec).device
+    if dev.type == "cpu":
         what = "the loop ran (no model)" if device_words(rec) == "the loop (no model)" else "the model ran"
-        return printable(f"No GPU: {what} on the CPU ({dev.get('name') or 'CPU'}); idle time is the main "
+        return printable(f"No GPU: {what} on the CPU ({dev.name or 'CPU'}); idle time is the main "
                          "thread's wait for the next batch, timed with host clocks.")
-    return printable(f"Compute device: {dev.get('name') or dev.get('type')} ({dev.get('type')}"
-                     f"{'' if dev.get('index') is None else ':' + str(dev.get('index'))}); timing from "
-                     f"{dev.get('timing') or 'host clocks'}.")
+    return printable(f"Compute device: {dev.name or dev.type} ({dev.type}"
+                     f"{'' if dev.index is None else ':' + str(dev.index)}); timing from "
+                     f"{dev.timing or 'host clocks'}.")
 
 
 # The lead figure (above the fold) and the one the What-would-help section shows; the Plots section has the rest.
@@ -135,12 +136,12 @@ WHATIF_FIGURE = "what_would_help"
 
 def _top_recommendation(rec: RunRecord) -> dict[str, str] | None:
     """The first recommendation, its expected gain cut to its lead clause (the whole text is in Recommendations)."""
-    recs = (rec.verdict or {}).get("recommendations") or []
+    recs = read(rec).verdict.recommendations
     if not recs:
         return None
     r = recs[0]
-    full = printable(r.get("expected_gain") or "")
-    return {"action": printable(r.get("action") or ""), "gain": short_gain(full), "full": full}
+    full = printable(r.expected_gain)
+    return {"action": printable(r.action), "gain": short_gain(full), "full": full}
 
 
 # What the kernel saw the producing threads do, per verdict cause, when that (not the stage) is the headline's cause.
@@ -153,13 +154,14 @@ def _lead_note(rec: RunRecord) -> str | None:
     by the stage the awaited batch was in (a dataset that reads its files in plain ``__getitem__`` code shows as
     "your __getitem__"), while "mostly for storage reads" or "mostly for a free core" can come from the kernel's view
     (blocked on the device; waiting in the run queue). Without the line the bars seem to contradict the headline."""
-    st = rec.stall or {}
-    cause = str((rec.verdict or {}).get("bottleneck") or "")
-    idle = float(st.get("seconds", 0.0) or 0.0)
+    r = read(rec)
+    st = r.stall
+    cause = r.verdict.bottleneck or ""
+    idle = float(st.seconds)
     if cause not in _KERNEL_WORDS or idle <= 0:
         return None
-    kinds = {k: float(v) for k, v in (st.get("by_kind") or {}).items() if isinstance(v, (int, float))}
-    stages = {k: float(v) for k, v in (st.get("by_stage") or {}).items() if isinstance(v, (int, float))}
+    kinds = {k: float(v) for k, v in st.by_kind.items() if isinstance(v, (int, float))}
+    stages = {k: float(v) for k, v in st.by_stage.items() if isinstance(v, (int, float))}
     kind, words = _KERNEL_WORDS[cause]
     top = max(stages, key=lambda k: stages[k]) if stages else None
     top_cause = vocab.STAGE[top].cause if top in vocab.STAGE else None
@@ -172,23 +174,21 @@ def _lead_note(rec: RunRecord) -> str | None:
 
 def _stage_rows(rec: RunRecord) -> list[dict[str, Any]]:
     rows = []
-    stages = rec.stages
+    stages = read(rec).stages
     for name in stage_order(stages):
-        s = stages.get(name)
-        if not isinstance(s, dict) or not s:
-            continue
+        s = stages[name]
         rows.append({"label": printable(stage_label(name)), "color": stage_color(name),
-                     "per": printable(s.get("per", "")), "count": f"{s.get('count', 0):,}",
-                     "total": f"{s.get('total_s', 0):.3f}",
-                     "mean": _ms(s.get("mean_ms", 0)), "p50": _ms(s.get("p50_ms", 0)), "p95": _ms(s.get("p95_ms", 0)),
-                     "p99": _ms(s.get("p99_ms", 0)), "max": _ms(s.get("max_ms", 0))})
+                     "per": printable(s.per or ""), "count": f"{s.count:,}", "total": f"{s.total_s:.3f}",
+                     **{k: _ms(0 if x is None else x) for k, x in (("mean", s.mean_ms), ("p50", s.p50_ms),
+                                                                  ("p95", s.p95_ms), ("p99", s.p99_ms),
+                                                                  ("max", s.max_ms))}})
     return rows
 
 
 def _stall_rows(rec: RunRecord) -> tuple[list[dict], list[dict], list[dict], str]:
-    st = rec.stall
-    idle, window = float(st.get("seconds", 0.0)), float(rec.window["seconds"])
-    by_cause, by_stage = st.get("by_cause") or {}, st.get("by_stage") or {}
+    st = read(rec).stall
+    idle, window = float(st.seconds), float(rec.window["seconds"])
+    by_cause, by_stage = st.by_cause, st.by_stage
     causes = [{"label": c.label, "color": c.color, "seconds": f"{float(by_cause[c.name]):.3f}",
                "share": _pct(by_cause[c.name] / idle) if idle > 0 else "—",
                "of_window": _pct(by_cause[c.name] / window) if window > 0 else "—"}
@@ -196,23 +196,23 @@ def _stall_rows(rec: RunRecord) -> tuple[list[dict], list[dict], list[dict], str
     detail = [{"label": printable(stage_label(k)), "color": stage_color(k), "seconds": f"{float(by_stage[k]):.3f}",
                "share": _pct(by_stage[k] / idle) if idle > 0 else "—"}
               for k in stage_order(by_stage)]
-    by_kind = st.get("by_kind") or {}
+    by_kind = st.by_kind
     kinds = [{"label": f"{k.replace('_', ' ')}: {words}", "color": vocab.color(cause),
               "seconds": f"{float(by_kind[k]):.3f}", "share": _pct(by_kind[k] / idle) if idle > 0 else "—"}
              for k, (cause, words) in vocab.KINDS.items() if k in by_kind]
     line = (f"The compute device sat idle for {idle:.3f} s of the {window:.3f} s measured window "
-            f"({_pct(st.get('fraction', 0.0))}).")
+            f"({_pct(st.fraction)}).")
     return causes, detail, kinds, line
 
 
 def _findings(rec: RunRecord) -> list[dict[str, str]]:
     """Each finding as kind + one message; a finding without a message shows its fields instead of nothing."""
     out = []
-    for f in rec.findings:
-        f = f if isinstance(f, dict) else {"message": str(f)}
-        msg = f.get("message") or "; ".join(f"{k}: {v}" for k, v in flatten(
-            {k: v for k, v in f.items() if k != "kind"}))
-        out.append({"kind": printable(f.get("kind", "finding")), "message": printable(msg)})
+    for raw, f in zip(rec.findings, read(rec).findings):
+        fields = raw if isinstance(raw, dict) else {"message": f.message}
+        msg = f.message or "; ".join(f"{k}: {v}" for k, v in flatten(
+            {k: v for k, v in fields.items() if k != "kind"}))
+        out.append({"kind": printable("finding" if f.kind is None else f.kind), "message": printable(msg)})
     return out
 
 
@@ -237,16 +237,17 @@ def _figures(images: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _job_rows(rec: RunRecord) -> list[tuple[str, str]]:
-    """What the profiled job was (run.json v2 ``job``): the script and the loader it iterated, when recorded."""
+    """What the profiled job was (run.json v2 ``job``): the script and the loader it iterated, when recorded. Every
+    key the record holds is shown as it is (a key/value table of the sections, not a read of chosen fields)."""
     job = rec.job
     if not job:
         return []
-    loader: dict[str, Any] = dict(job.get("loader") or {})
+    loader: dict[str, Any] = dict(rec.loader or {})
     head: dict[str, Any] = {k: v for k, v in job.items()
                             if k in ("kind", "target", "argv", "then", "ended", "other_loaders", "window_restarts")}
     if isinstance(head.get("argv"), list):  # a record made before argv was redacted at collection
         head["argv"] = redact_argv([str(a) for a in head["argv"]])
-    facts = {k: loader.get(k) for k in ("dataset_class", "created_at") if k in loader}
+    facts = {k: loader[k] for k in ("dataset_class", "created_at") if k in loader}
     rest = {k: v for k, v in loader.items() if k not in facts}
     others = [o for o in job.get("other_loader_figures") or [] if isinstance(o, dict)]
     return flatten({"job": head}) + flatten({"job.loader": {**facts, **rest}}) + \
@@ -263,30 +264,30 @@ def report_context(rec: RunRecord, images: dict[str, Any], plan: DetailPlan | No
     detail_line = (f"Timeline plot: steps {steps[lo]}–{steps[hi - 1]} of {n:,}. " if hi > lo else "") + \
                   f"trace.json: main loop {desc['main_loop']}; workers {desc['workers']}."
     causes, detail, kinds, stall_line = _stall_rows(rec)
-    skipped = [{"path": printable(f.get("path", "?")), "reason": printable(f.get("reason", ""))}
+    skipped = [{"path": printable("?" if v.path is None else v.path), "reason": printable(v.reason or "")}
                if isinstance(f, dict) else {"path": printable(f), "reason": ""}
-               for f in rec.skipped_files[:SKIPPED_ROWS_MAX + 1]]
+               for f, v in ((f, view(SkippedFileView, f)) for f in rec.skipped_files[:SKIPPED_ROWS_MAX + 1])]
     n_skipped = len(rec.skipped_files)
     env = {k: v for k, v in (rec.environment or {}).items() if k not in ("storage", "residency_start")}
     env_rows = flatten({"compute_device": rec.compute_device}) + flatten(env)
     storage_rows = flatten(rec.storage) if rec.storage else []
     memory_rows = flatten(rec.memory, skip=("breakdown.profile",)) if rec.memory else []
-    ram = rec.ram
+    ram = read(rec).ram
     ram_process_rows = [
-        (f"{p.get('role')}{'' if p.get('worker_id') is None else ' ' + str(p.get('worker_id'))}", str(p.get("pid")),
-         *(fmt_value("bytes", p.get(k)) for k in ("peak_rss_bytes", "peak_pss_bytes", "peak_uss_bytes")))
-        for p in ram.get("processes") or []]
+        (f"{p.role}{'' if p.worker_id is None else ' ' + str(p.worker_id)}", str(p.pid),
+         *(fmt_value("bytes", b) for b in (p.peak_rss_bytes, p.peak_pss_bytes, p.peak_uss_bytes)))
+        for p in ram.process_rows]
     ram_projection_rows = [
-        (str(r.get("workers")), fmt_value("bytes", r.get("projected_bytes")),
-         fmt_value("bytes", r.get("available_bytes")), "yes" if r.get("fits") else "no" if r.get("fits") is False
-         else "—", r.get("warning") or "")
-        for r in ram.get("projection") or []]
+        (str(r.workers), fmt_value("bytes", r.projected_bytes), fmt_value("bytes", r.available_bytes),
+         "yes" if r.fits else "no" if r.fits is False else "—", r.warning or "")
+        for r in ram.projection_rows]
     sections = [("verdict", "Verdict"), ("recommendations", "Recommendations"), ("whatif", "What would help"),
                 ("plots", "Plots"),
                 ("stages", "Stage statistics"), ("stall", "Idle by cause"), ("config", "Configuration"),
                 ("environment", "Environment"), ("storage", "Storage"), ("memory", "Memory"),
                 ("skipped", "Skipped files"), ("findings", "Findings"), ("files", "Files & detail")]
     verdict = rec.verdict
+    r = read(rec)
     figures = _figures(images)
     rows, notes, bounds = table_rows(rec)
     return {
@@ -298,27 +299,27 @@ def report_context(rec: RunRecord, images: dict[str, Any], plan: DetailPlan | No
         "top_rec": _top_recommendation(rec), "no_change": printable(no_change(rec)), "whatif_rows": rows,
         "whatif_notes": notes,
         "whatif_bounds": [b for b in bounds if b["words"] != b["label"]],
-        "verdict": verdict, "accent": BOTTLENECK_COLORS.get(verdict.get("bottleneck", ""), "#455a64"),
+        "verdict": verdict, "accent": BOTTLENECK_COLORS.get(r.verdict.bottleneck or "", "#455a64"),
         "partial": bool(rec.partial), "partial_reason": rec.partial_reason, "device_line": _device_line(rec),
         "loader_lines": loader_lines(rec),
         "sections": [{"id": i, "title": t} for i, t in sections],
-        "recommendations": verdict.get("recommendations") or [], "figures": figures,
+        "recommendations": r.verdict.recommendations, "figures": figures,
         "detail_line": detail_line, "stage_rows": _stage_rows(rec), "cause_rows": causes, "detail_rows": detail,
         "kind_rows": kinds,
-        "stall_line": stall_line, "stall_method": printable(rec.stall.get("method", "not recorded")),
+        "stall_line": stall_line, "stall_method": printable(r.stall.method or "not recorded"),
         "config_rows": _job_rows(rec) + flatten(rec.config) + flatten({"dataset": rec.dataset}),
         "environment_rows": env_rows,
         "storage_rows": storage_rows,
         "memory_rows": memory_rows, "skipped_rows": skipped[:SKIPPED_ROWS_MAX],
         "ram_process_rows": ram_process_rows, "ram_projection_rows": ram_projection_rows,
-        "shm_peak": fmt_value("bytes", ram.get("shm_peak_bytes")),
+        "shm_peak": fmt_value("bytes", r.ram.shm_peak_bytes),
         "skipped_more": n_skipped > SKIPPED_ROWS_MAX,
         "skipped_count": printable(rec.skipped["count"]), "findings": _findings(rec),
         "trace_detail": [("main-loop spans in trace.json", desc["main_loop"]),
                          ("worker spans in trace.json", desc["workers"]),
                          ("sampled counters in trace.json", desc["counters"]),
                          ("timeline.png", f"steps {steps[lo]}–{steps[hi - 1]} of {n:,}" if hi > lo else "no steps")],
-        "created": printable(rec.created_utc), "tool_version": printable(rec.tool.get("version", "?")),
+        "created": printable(rec.created_utc), "tool_version": printable(r.tool.version or "?"),
         "schema_version": rec.schema_version,
         **_whatif_context(rec),
     }

@@ -9,6 +9,7 @@ import os
 from typing import Any
 
 from ..record import RunRecord
+from ..record.read import LoaderView, read
 from .units import printable
 
 
@@ -24,8 +25,8 @@ def _site(site: Any) -> str:
     return f"{os.path.basename(file) or file}:{line}" if file else site
 
 
-def _batch(loader: dict[str, Any], per_step: float | None) -> str:
-    bs = loader.get("batch_size")
+def _batch(loader: LoaderView, per_step: float | None) -> str:
+    bs = loader.batch_size
     if isinstance(bs, int):
         text = f"batch size {bs}"
     else:
@@ -37,30 +38,29 @@ def _batch(loader: dict[str, Any], per_step: float | None) -> str:
 
 def loader_lines(rec: RunRecord) -> list[str]:
     """Plain-text lines (no markup): the profiled loader, then the others; empty for the built-in pipeline."""
-    job: dict[str, Any] = dict(rec.job or {})
-    raw = job.get("loader")
-    if job.get("kind") in (None, "builtin") or not isinstance(raw, dict):
+    r = read(rec)
+    job = r.job
+    if job.builtin or not isinstance(rec.loader, dict):  # the built-in pipeline, or no loader section
         return []
-    loader: dict[str, Any] = dict(raw)
-    tp = rec.throughput or {}
-    steps, samples = tp.get("steps") or 0, tp.get("samples") or 0
+    loader = job.loader
+    steps, samples = r.throughput.steps, r.throughput.samples
     per_step = samples / steps if steps else None
-    w = loader.get("num_workers")
-    made = _site(loader.get("created_at"))
-    lib = loader.get("created_in")
+    w = loader.num_workers
+    made = _site(loader.created_at)
+    lib = loader.created_in
     where = f"created at {made}" + (f" (via {_site(lib)})" if lib else "")
-    basis = loader.get("samples_basis")
-    first = (f"Profiled loader: {_short_class(loader.get('dataset_class'))}, {w} worker{'s' if w != 1 else ''}, "
-             f"{_batch(loader, per_step)}; {where}; {loader.get('chosen') or 'the first loader the job iterated'}"
-             + (f"; made afresh for {loader['recreated']} later epoch{'s' if loader['recreated'] != 1 else ''} (the "
-                f"same line, dataset and settings: one loader here)" if loader.get("recreated") else "")
+    basis = loader.samples_basis
+    again = loader.recreated
+    first = (f"Profiled loader: {_short_class(loader.dataset_class)}, {w} worker{'s' if w != 1 else ''}, "
+             f"{_batch(loader, per_step)}; {where}; {loader.chosen or 'the first loader the job iterated'}"
+             + (f"; made afresh for {again} later epoch{'s' if again != 1 else ''} (the "
+                f"same line, dataset and settings: one loader here)" if again else "")
              + (f"; samples counted from the {basis}" if basis and basis not in ("batch",) else "") + ".")
     out = [printable(first)]
-    others = job.get("other_loader_figures") or []
-    n = int(job.get("other_loaders") or len(others))
+    others = job.other_loader_figures
+    n = int(job.other_loaders or len(others))
     if n:
-        shown = [f"{_short_class(o.get('dataset_class'))} from {_site(o.get('created_at'))}: "
-                 f"{o.get('steps', 0)} batches" for o in others[:3] if isinstance(o, dict)]
+        shown = [f"{_short_class(o.dataset_class)} from {_site(o.created_at)}: {o.steps} batches" for o in others[:3]]
         more = f" and {n - len(shown)} more" if n > len(shown) else ""
         out.append(printable(f"{n} other loader{'s' if n != 1 else ''} ran, not profiled: "
                              + "; ".join(shown) + more + "."))

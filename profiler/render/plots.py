@@ -27,6 +27,7 @@ from matplotlib.patches import Patch, Rectangle  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
 from .. import vocab  # noqa: E402
+from ..record.read import GpuSeriesView, HistogramView, ProcessSeriesView, SamplesView, read, samples  # noqa: E402
 from . import spans as spans_mod  # noqa: E402
 from .spans import TIMELINE_MEASURED_STEPS, timeline_steps  # noqa: E402,F401 - timeline_steps: drawn here
 from .units import mpl, stage_color, stage_order  # noqa: E402
@@ -36,7 +37,7 @@ from .units import stage_label as _stage_label  # noqa: E402
 
 if TYPE_CHECKING:  # annotations only: analysis and renderers take the typed record
     from ..record import RunRecord
-    from ..record.schema import EpochsTable, GpuSeries, ProcessSeries, Samples, StageStats
+    from ..record.schema import EpochsTable
 
 
 def stage_label(name: str) -> str:
@@ -74,8 +75,8 @@ def _savefig(fig: Figure, path: Path) -> Path:
 
 def latency_stages(rec: RunRecord) -> list[str]:
     """Stages latency.png draws: those the analysis reports (rec.stages), registry order, then user-named ones."""
-    names = [k for k, v in rec.stages.items()
-             if isinstance(v, dict) and v.get("per", vocab.stage(k).per) in LATENCY_PER and k not in LATENCY_SKIP]
+    names = [k for k, v in read(rec).stages.items()
+             if (vocab.stage(k).per if v.per is None else v.per) in LATENCY_PER and k not in LATENCY_SKIP]
     return stage_order(names)
 
 
@@ -121,11 +122,9 @@ def plot_where_time_went(rec: RunRecord, path: Path) -> Path:
     """Stacked bars: the measured window split into busy + idle by cause; the idle part split by stage (what the
     producing worker was doing); and, when the record has the kernel's view (stall.by_kind), the idle part by kind."""
     window = float(rec.window["seconds"])
-    stall = rec.stall
-    idle = float(stall.get("seconds", 0.0))
-    by_cause = stall.get("by_cause") or {}
-    by_stage = stall.get("by_stage") or {}
-    by_kind = stall.get("by_kind") or {}
+    r = read(rec)
+    idle = float(r.stall.seconds)
+    by_cause, by_stage, by_kind = r.stall.by_cause, r.stall.by_stage, r.stall.by_kind
     n = 3 if by_kind else 2
     fig, axes = plt.subplots(n, 1, figsize=(13, 3.0 * n), gridspec_kw={"hspace": 1.5})
     ax1, ax2 = axes[0], axes[1]
@@ -137,7 +136,7 @@ def plot_where_time_went(rec: RunRecord, path: Path) -> Path:
         parts.append((c.name, sec, c.color, f"{c.label}: {sec:.2f} s ({_pct(sec / window if window else 0)})", None))
     _stacked(ax1, parts, max(window, 1e-9), "seconds")
     ax1.set_xlabel("seconds of the measured window (warm-up excluded)")
-    dev = "the CPU (no GPU)" if rec.compute_device["type"] == "cpu" else mpl(rec.compute_device.get("name"))
+    dev = "the CPU (no GPU)" if rec.compute_device["type"] == "cpu" else mpl(r.device.name)
     ax1.set_title(f"Where the measured window went: {window:.2f} s, {rec.window_steps} steps, "
                   f"compute device {dev}; idle {_pct(idle / window if window else 0)}", loc="left", fontsize=11)
 
@@ -347,8 +346,9 @@ def plot_timeline(rec: RunRecord, path: Path) -> Path:
 # --------------------------------------------------------------------------------------------------------------------
 # c. utilisation
 # --------------------------------------------------------------------------------------------------------------------
-def _panel_cpu(ax: Axes, s: Samples, t: np.ndarray, procs: list[ProcessSeries], gpu: GpuSeries) -> None:
-    per_core = np.asarray(s.get("cpu_percent_per_core", []), dtype=float)
+def _panel_cpu(ax: Axes, s: SamplesView, t: np.ndarray, procs: list[ProcessSeriesView],
+               gpu: GpuSeriesView | None) -> None:
+    per_core = np.asarray(s.cpu_percent_per_core, dtype=float)
     if t.size and per_core.ndim == 2 and per_core.shape[0] == t.size:
         tt, pc = _bucket(t, per_core)
         if pc.shape[1] <= MAX_CORE_LINES:
@@ -363,66 +363,73 @@ def _panel_cpu(ax: Axes, s: Samples, t: np.ndarray, procs: list[ProcessSeries], 
     ax.set_title("CPU use per logical core", loc="left", fontsize=10)
 
 
-def _panel_processes(ax: Axes, s: Samples, t: np.ndarray, procs: list[ProcessSeries], gpu: GpuSeries) -> None:
+def _panel_processes(ax: Axes, s: SamplesView, t: np.ndarray, procs: list[ProcessSeriesView],
+                     gpu: GpuSeriesView | None) -> None:
     for p in procs:
-        tt, cpu = _bucket(np.asarray(p["t_s"], dtype=float),
-                          np.asarray([np.nan if v is None else v for v in p.get("cpu_percent", [])], dtype=float))
-        label = "main process" if p.get("role") == "main" else (
-            f"worker {p.get('worker_id')}" if p.get("worker_id") is not None else f"pid {p.get('pid')}")
+        tt, cpu = _bucket(np.asarray(p.t_s, dtype=float),
+                          np.asarray([np.nan if v is None else v for v in p.cpu_percent], dtype=float))
+        label = "main process" if p.role == "main" else (
+            f"worker {p.worker_id}" if p.worker_id is not None else f"pid {p.pid}")
         ax.plot(tt, cpu, lw=1.2, label=label)
     ax.set_ylabel("CPU % (100 = 1 core)")
     ax.set_title("CPU use per process", loc="left", fontsize=10)
 
 
-def _panel_disk(ax: Axes, s: Samples, t: np.ndarray, procs: list[ProcessSeries], gpu: GpuSeries) -> None:
-    d = np.asarray(s.get("disk_read_bytes_per_s", []), dtype=float)
+def _panel_disk(ax: Axes, s: SamplesView, t: np.ndarray, procs: list[ProcessSeriesView],
+                gpu: GpuSeriesView | None) -> None:
+    d = np.asarray(s.disk_read_bytes_per_s, dtype=float)
     if d.size == t.size and t.size:
         tt, dd = _bucket(t, d / 1e6)
         ax.plot(tt, dd, color=stage_color("read"), lw=1.2)
         ax.fill_between(tt, 0, dd, color=stage_color("read"), alpha=0.2)
     ax.set_ylim(bottom=0)
     ax.set_ylabel("MB/s")
-    ax.set_title(f"Disk reads ({mpl(s.get('disk') or 'all disks')})", loc="left", fontsize=10)
+    ax.set_title(f"Disk reads ({mpl(s.disk or 'all disks')})", loc="left", fontsize=10)
 
 
-def _panel_ram(ax: Axes, s: Samples, t: np.ndarray, procs: list[ProcessSeries], gpu: GpuSeries) -> None:
-    for key, label, color in (("ram_used_bytes", "used", "#c44e52"), ("page_cache_bytes", "page cache", "#4c72b0"),
-                              ("shm_used_bytes", "/dev/shm", "#8172b2")):
-        v = np.asarray(s.get(key) or [], dtype=float)
+def _panel_ram(ax: Axes, s: SamplesView, t: np.ndarray, procs: list[ProcessSeriesView],
+               gpu: GpuSeriesView | None) -> None:
+    for series, label, color in ((s.ram_used_bytes, "used", "#c44e52"), (s.page_cache_bytes, "page cache", "#4c72b0"),
+                                 (s.shm_used_bytes, "/dev/shm", "#8172b2")):
+        v = np.asarray(series, dtype=float)
         if v.size == t.size and t.size:
             tt, vv = _bucket(t, v / 1e9)
             ax.plot(tt, vv, lw=1.4, label=label, color=color)
-    total = s.get("ram_total_bytes")
+    total = s.ram_total_bytes
     ax.set_ylim(bottom=0)
     ax.set_ylabel("GB")
     ax.set_title("Memory" + (f" (total {total / 1e9:.1f} GB)" if total else ""), loc="left", fontsize=10)
 
 
-def _panel_gpu(ax: Axes, s: Samples, t: np.ndarray, procs: list[ProcessSeries], gpu: GpuSeries) -> None:
-    gt = np.asarray(gpu.get("t_s", []), dtype=float)
-    u = np.asarray([np.nan if v is None else v for v in gpu.get("util_percent", [])], dtype=float)
+def _panel_gpu(ax: Axes, s: SamplesView, t: np.ndarray, procs: list[ProcessSeriesView],
+               gpu: GpuSeriesView | None) -> None:
+    gpu = gpu or GpuSeriesView()
+    gt = np.asarray(gpu.t_s, dtype=float)
+    u = np.asarray([np.nan if v is None else v for v in gpu.util_percent], dtype=float)
     if gt.size and u.size == gt.size:
         tt, uu = _bucket(gt, u)
         ax.plot(tt, uu, color=stage_color("compute"), lw=1.4, label="GPU util %")
     ax.set_ylim(0, 105)
     ax.set_ylabel("GPU util %")
-    mem = np.asarray([np.nan if v is None else v for v in gpu.get("mem_used_bytes", [])], dtype=float)
+    mem = np.asarray([np.nan if v is None else v for v in gpu.mem_used_bytes], dtype=float)
     if gt.size and mem.size == gt.size:
         ax2 = ax.twinx()
         tt, mm = _bucket(gt, mem / 1e9)
         ax2.plot(tt, mm, color="#8172b2", lw=1.2, label="GPU memory used (GB)")
         ax2.set_ylabel("GPU memory GB")
-        mem_total = gpu.get("mem_total_bytes")
+        mem_total = gpu.mem_total_bytes
         if mem_total:
             ax2.set_ylim(0, mem_total / 1e9 * 1.05)
         ax2.legend(loc="lower left", bbox_to_anchor=(1.06, 0.0), fontsize=8, frameon=False)
-    ax.set_title(f"GPU {gpu.get('index', '')}: {mpl(gpu.get('name', ''))}", loc="left", fontsize=10)
+    ax.set_title(f"GPU {'' if gpu.index is None else gpu.index}: {mpl(gpu.name or '')}", loc="left", fontsize=10)
 
 
-def _panel_pcie(ax: Axes, s: Samples, t: np.ndarray, procs: list[ProcessSeries], gpu: GpuSeries) -> None:
-    gt = np.asarray(gpu.get("t_s", []), dtype=float)
-    for series, label in ((gpu.get("pcie_rx_bytes_per_s"), "PCIe rx (host → GPU)"),
-                          (gpu.get("pcie_tx_bytes_per_s"), "PCIe tx (GPU → host)")):
+def _panel_pcie(ax: Axes, s: SamplesView, t: np.ndarray, procs: list[ProcessSeriesView],
+                gpu: GpuSeriesView | None) -> None:
+    gpu = gpu or GpuSeriesView()
+    gt = np.asarray(gpu.t_s, dtype=float)
+    for series, label in ((gpu.pcie_rx_bytes_per_s, "PCIe rx (host → GPU)"),
+                          (gpu.pcie_tx_bytes_per_s, "PCIe tx (GPU → host)")):
         v = np.asarray([np.nan if x is None else x for x in series or []], dtype=float)
         if gt.size and v.size == gt.size:
             tt, vv = _bucket(gt, v / 1e6)
@@ -439,13 +446,13 @@ _PANELS = {"cpu": _panel_cpu, "proc": _panel_processes, "disk": _panel_disk, "ra
 
 def plot_utilisation(rec: RunRecord, path: Path) -> Path:
     """CPU per core and mean, CPU per process, disk read MB/s, RAM GB, and GPU panels when sampled."""
-    s = rec.samples
-    t = np.asarray(s.get("t_s", []), dtype=float)
-    gpu: GpuSeries = s.get("gpu") or {}
-    procs = [p for p in s.get("processes", []) or [] if p.get("t_s")]
+    s = samples(rec)
+    t = np.asarray(s.t_s, dtype=float)
+    gpu = s.gpu if s.gpu != GpuSeriesView() else None  # an empty object: no GPU sampled, as an absent one
+    procs = [p for p in s.processes if p.t_s]
     panels = ["cpu"] + (["proc"] if procs else []) + ["disk", "ram"]
-    if gpu:
-        panels += ["gpu"] + (["pcie"] if gpu.get("pcie_rx_bytes_per_s") is not None else [])
+    if gpu is not None:
+        panels += ["gpu"] + (["pcie"] if gpu.pcie_rx_bytes_per_s is not None else [])
     fig, axes = plt.subplots(len(panels), 1, figsize=(13, 1.0 + 2.0 * len(panels)), sharex=True, squeeze=False)
     axes = axes[:, 0]
     w0, w1 = float(rec.window["start_s"]), float(rec.window["end_s"])
@@ -458,8 +465,8 @@ def plot_utilisation(rec: RunRecord, path: Path) -> Path:
             ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False)
     axes[-1].set_xlabel("seconds since run start")
     note = "" if t.size <= MAX_SERIES_POINTS else f" (drawn as {MAX_SERIES_POINTS} bucket means of {t.size} samples)"
-    fig.suptitle(f"Utilisation, sampled every {s.get('interval_s', '?')} s; shaded: measured window{note}",
-                 x=0.01, ha="left", fontsize=11)
+    every = "?" if s.interval_s is None else s.interval_s
+    fig.suptitle(f"Utilisation, sampled every {every} s; shaded: measured window{note}", x=0.01, ha="left", fontsize=11)
     fig.tight_layout()
     return _savefig(fig, path)
 
@@ -480,12 +487,13 @@ def plot_latency(rec: RunRecord, path: Path) -> Path:
     if not names:
         axes[0, 0].text(0.5, 0.5, "no stage statistics in this record", ha="center", va="center",
                         transform=axes[0, 0].transAxes, color="#555555")
+    stages = read(rec).stages
     for ax, name in zip(axes.ravel(), names):
-        stats: StageStats = rec.stages.get(name, {})
-        hist = stats.get("histogram") or {"edges_ms": [], "counts": [], "zeros": 0}
-        edges, counts, zeros = np.asarray(hist["edges_ms"], dtype=float), hist["counts"], int(hist["zeros"])
+        stats = stages[name]
+        hist = stats.histogram or HistogramView()
+        edges, counts, zeros = np.asarray(hist.edges_ms, dtype=float), hist.counts, int(hist.zeros)
         n = int(sum(counts)) + zeros
-        per = stats.get("per") or vocab.stage(name).per
+        per = stats.per or vocab.stage(name).per
         ax.set_title(f"{mpl(name)} (per {mpl(per)}, n={n})", fontsize=10, loc="left")
         ax.set_xlabel("ms (log scale)")
         ax.set_ylabel("count")
@@ -506,7 +514,7 @@ def plot_latency(rec: RunRecord, path: Path) -> Path:
         ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
         ax.xaxis.set_minor_formatter(NullFormatter())
         for key, label, ls in marks:
-            x = stats.get(key)
+            x = getattr(stats, key)
             if x and x > 0:
                 ax.axvline(x, color="black", ls=ls, lw=1.1, label=f"{label} {_ms(x)} ms")
         if zeros:

@@ -31,8 +31,7 @@ TIMELINE_MEASURED_STEPS = 30
 
 def timeline_steps(rec: RunRecord) -> tuple[int, int]:
     """Rows [0, n) of timeline.steps the Gantt shows: warm-up plus the first TIMELINE_MEASURED_STEPS measured."""
-    steps = rec.timeline["steps"]
-    measured = np.asarray(steps.get("measured", [True] * len(steps["wait_start"])), dtype=bool)
+    measured = np.asarray(rec.timeline["steps"]["measured"], dtype=bool)  # a required column (schema StepsTable)
     total = measured.size
     idx = np.flatnonzero(measured)
     if idx.size > TIMELINE_MEASURED_STEPS:

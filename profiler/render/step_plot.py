@@ -22,6 +22,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from .. import vocab
+from ..record.read import read
 from .output import write_png
 from .units import mpl, stage_color, stage_order
 from .units import stage_label as _stage_label
@@ -41,9 +42,8 @@ DPI = 100
 
 def step_parts(rec: RunRecord) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
     """(step numbers, busy seconds, idle seconds by stage) per measured step of the detail."""
-    st = rec.timeline["steps"]
-    n = len(st.get("wait_start", []))
-    measured = np.asarray(st.get("measured", [True] * n), dtype=bool)
+    st = rec.timeline["steps"]  # every column is required (schema StepsTable; checked on load)
+    measured = np.asarray(st["measured"], dtype=bool)
     rows = np.flatnonzero(measured)
     per = rec.idle_per_step
     if not rows.size or (per and len(next(iter(per.values()))) != rows.size):
@@ -89,8 +89,9 @@ def plot_step_time(rec: RunRecord, path: str | Path) -> Path:
     x = _groups(steps, group)
     scale = 1e3  # ms
     bottom = np.zeros(x.size)
-    dev = "GPU" if rec.compute_device.get("type") == "cuda" else "model (CPU)"
-    if dict(rec.config or {}).get("model") == "none" and dict(rec.job or {}).get("kind") in (None, "builtin"):
+    r = read(rec)
+    dev = "GPU" if r.device.type == "cuda" else "model (CPU)"
+    if r.config.model == "none" and r.job.builtin:
         dev = "loop (no model)"
     handles = []
     b = _groups(busy, group) * scale

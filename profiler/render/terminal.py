@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..analysis.headline import headline
+from ..record.read import SkippedFileView, read, view
 from .loader_facts import loader_lines
 from .units import markup, ms, nbytes, pct, printable, stage_label, stage_order
 
@@ -91,45 +92,43 @@ class LiveProgress:
 def stage_table(rec: RunRecord) -> Table:
     t = Table(title="Stages (measured window; worker stages per sample or batch, main-loop stages per step)",
               title_justify="left")
-    stages = rec.stages
+    stages = read(rec).stages
     # The stage column is at least its longest word wide: at 80 columns rich would otherwise cut "(iter(loader))".
     longest = max((len(w) for n in stages for w in printable(stage_label(n)).split()), default=5)
     for col in ("stage", "per", "count", "total s", "mean ms", "p50 ms", "p95 ms", "p99 ms"):
         t.add_column(col, justify="left" if col in ("stage", "per") else "right",
                      min_width=min(longest, 24) if col == "stage" else None)
     for name in stage_order(stages):
-        s = stages.get(name)
-        if not s:
-            continue
-        t.add_row(markup(stage_label(name)), markup(s.get("per", "")), str(s.get("count", 0)),
-                  f"{s.get('total_s', 0):.3f}", ms(s.get("mean_ms")), ms(s.get("p50_ms")), ms(s.get("p95_ms")),
-                  ms(s.get("p99_ms")))
+        s = stages[name]
+        t.add_row(markup(stage_label(name)), markup(s.per or ""), str(s.count), f"{s.total_s:.3f}", ms(s.mean_ms),
+                  ms(s.p50_ms), ms(s.p95_ms), ms(s.p99_ms))
     return t
 
 
 def stall_table(rec: RunRecord) -> Table:
-    st = rec.stall
-    t = Table(title=f"Idle compute device by cause ({st.get('seconds', 0):.2f} s = "
-                    f"{100 * st.get('fraction', 0):.1f} % of {rec.window['seconds']:.2f} s)",
+    st = read(rec).stall
+    t = Table(title=f"Idle compute device by cause ({st.seconds:.2f} s = "
+                    f"{100 * st.fraction:.1f} % of {rec.window['seconds']:.2f} s)",
               title_justify="left")
     t.add_column("cause")
     t.add_column("seconds", justify="right")
     t.add_column("share of idle", justify="right")
-    for k, v in st.get("by_cause", {}).items():
-        t.add_row(markup(k), f"{v:.3f}", pct(st.get("share_by_cause", {}).get(k, 0), 0))
+    for k, v in st.by_cause.items():
+        t.add_row(markup(k), f"{v:.3f}", pct(st.share_by_cause.get(k, 0), 0))
     return t
 
 
 def own_cost_line(rec: RunRecord) -> str | None:
     """The profiler's own cost, said apart from the job's figures (None for records that did not measure it)."""
-    prof = (rec.stall or {}).get("profiler") or {}
-    if not prof.get("measured"):
+    r = read(rec)
+    prof = r.stall.profiler
+    if not prof.measured:
         return None
-    steps = max(1, int((rec.throughput or {}).get("steps", 0) or rec.window_steps or 1))
-    waits, rest = float(prof.get("seconds", 0.0)), float(prof.get("rest_s", 0.0))
+    steps = max(1, int(r.throughput.steps or rec.window_steps or 1))
+    waits, rest = float(prof.seconds), float(prof.rest_s)
     return (f"Profiler's own time: {waits * 1e6 / steps:.0f} µs per step inside the waits (taken out of the idle "
             f"time above) and {rest * 1e6 / steps:.0f} µs in the rest of the step: "
-            f"{pct(prof.get('share_of_window', 0.0), 1)} of the window, not the job's.")
+            f"{pct(prof.share_of_window, 1)} of the window, not the job's.")
 
 
 def print_report(rec: RunRecord, console: Console | None = None, out_files: list[str] | None = None,
@@ -148,46 +147,45 @@ def print_report(rec: RunRecord, console: Console | None = None, out_files: list
 def print_details(rec: RunRecord, console: Console, out_files: list[str] | None = None) -> None:
     """Everything: the verdict's full sentence, device and storage lines, the stage and idle tables, own cost, the
     what-if table, every recommendation and finding in full."""
-    v = rec.verdict
-    style = BOTTLENECK_STYLE.get(v.get("bottleneck", ""), "white")
-    title = printable(f"Verdict: {v.get('bottleneck', '?')} ({v.get('severity', '')})")
+    rd = read(rec)
+    v = rd.verdict
+    style = BOTTLENECK_STYLE.get(v.bottleneck or "", "white")
+    title = printable(f"Verdict: {'?' if v.bottleneck is None else v.bottleneck} ({v.severity})")
     if rec.partial:
         title += "  [PARTIAL RUN]"
     console.print(Text(printable(headline(rec)), style=f"bold {style}"))
     for line in loader_lines(rec):  # which loader the figures are about comes first
         console.print(line, markup=False, highlight=False)
-    console.print(Panel(Text(printable(v.get("summary", ""))), title=Text(title), border_style=style))
-    dev = rec.compute_device
-    tp = rec.throughput
-    console.print(f"Compute device: [bold]{markup(dev.get('type'))}[/] ({markup(dev.get('name'))}; timing from "
-                  f"{markup(dev.get('timing'))}).  "
-                  f"Throughput: [bold]{tp.get('samples_per_s', 0):.1f}[/] samples/s over {tp.get('steps', 0)} "
-                  f"measured steps ({rec.window.get('warmup_steps', 0)} warm-up excluded).")
-    if rec.storage and rec.storage.get("summary"):  # analysis/io.py: each figure named by its kernel counter
-        console.print(printable(str(rec.storage["summary"])), markup=False, highlight=False)
-    elif rec.storage and rec.storage.get("page_cache_hit_fraction") is not None:
-        st = rec.storage
-        console.print(f"Storage: {pct(st['page_cache_hit_fraction'], 0)} of worker reads served from page cache "
-                      f"({nbytes(st.get('bytes_from_device', 0))} of {nbytes(st.get('bytes_requested', 0))} "
-                      "from the device).")
-    mem = rec.memory or {}
-    if mem.get("device_peak_bytes"):
-        total = mem.get("device_total_bytes")
-        console.print(f"Device memory: peak {nbytes(mem['device_peak_bytes'], binary=True, digits=2)}"
+    console.print(Panel(Text(printable(v.summary)), title=Text(title), border_style=style))
+    dev, tp = rd.device, rd.throughput
+    console.print(f"Compute device: [bold]{markup(dev.type)}[/] ({markup(dev.name)}; timing from "
+                  f"{markup(dev.timing)}).  "
+                  f"Throughput: [bold]{tp.samples_per_s:.1f}[/] samples/s over {tp.steps} "
+                  f"measured steps ({rd.window.warmup_steps} warm-up excluded).")
+    st = rd.storage
+    if st.summary:  # analysis/io.py: each figure named by its kernel counter
+        console.print(printable(str(st.summary)), markup=False, highlight=False)
+    elif st.page_cache_hit_fraction is not None:
+        console.print(f"Storage: {pct(st.page_cache_hit_fraction, 0)} of worker reads served from page cache "
+                      f"({nbytes(st.bytes_from_device)} of {nbytes(st.bytes_requested)} from the device).")
+    mem = rd.memory
+    if mem.device_peak_bytes:
+        total = mem.device_total_bytes
+        console.print(f"Device memory: peak {nbytes(mem.device_peak_bytes, binary=True, digits=2)}"
                       + (f" of {nbytes(total, binary=True, digits=0)}" if total else "")
                       + " allocated in the measured window.")
-    procs = rec.ram.get("processes") or []
-    workers = [p for p in procs if p.get("role") == "worker"]
-    main = next((p for p in procs if p.get("role") == "main"), None)
-    if rec.ram.get("summary"):  # analysis/ram.py: workers counted at once, processes over the run beside them
-        console.print(printable(str(rec.ram["summary"])), markup=False, highlight=False)
-    elif main and main.get("peak_rss_bytes"):
-        uss = [p.get("peak_uss_bytes") or 0 for p in workers]
+    procs = rd.ram.process_rows
+    workers = [p for p in procs if p.role == "worker"]
+    main = next((p for p in procs if p.role == "main"), None)
+    if rd.ram.summary:  # analysis/ram.py: workers counted at once, processes over the run beside them
+        console.print(printable(str(rd.ram.summary)), markup=False, highlight=False)
+    elif main and main.peak_rss_bytes:
+        uss = [p.peak_uss_bytes or 0 for p in workers]
         if workers and all(uss):
             w, what = uss, "private (USS)"
         else:
-            w, what = [p.get("peak_rss_bytes") or 0 for p in workers], "resident (RSS, shared pages included)"
-        console.print(f"Host RAM: main process peak {nbytes(main['peak_rss_bytes'], binary=True, digits=2)} RSS"
+            w, what = [p.peak_rss_bytes or 0 for p in workers], "resident (RSS, shared pages included)"
+        console.print(f"Host RAM: main process peak {nbytes(main.peak_rss_bytes, binary=True, digits=2)} RSS"
                       + (f"; {len(w)} workers, up to {nbytes(max(w), binary=True, digits=0)} {what} each" if w
                          else "") + ".")
     console.print(stage_table(rec))
@@ -196,19 +194,19 @@ def print_details(rec: RunRecord, console: Console, out_files: list[str] | None 
     if own:
         console.print(own, markup=False, highlight=False)
     whatif_section(rec, console)
-    recs = v.get("recommendations", [])
+    recs = v.recommendations
     if recs:
         console.print("[bold]Recommendations[/]")
         for i, r in enumerate(recs, 1):
-            console.print(f" {i}. [bold]{markup(r.get('action'))}[/]\n    why: {markup(r.get('reason'))}\n"
-                          f"    expected: {markup(r.get('expected_gain'))}")
-    for f in rec.findings:
-        console.print(f"[yellow]![/] {markup(f.get('message') if isinstance(f, dict) else f)}")
+            console.print(f" {i}. [bold]{markup(r.action)}[/]\n    why: {markup(r.reason)}\n"
+                          f"    expected: {markup(r.expected_gain)}")
+    for f in rd.findings:
+        console.print(f"[yellow]![/] {markup(f.message)}")
     skipped = rec.skipped
     if skipped["count"]:
-        files = skipped.get("files") or [{"path": "?", "reason": "?"}]
-        console.print(f"Skipped files: {skipped['count']} (first: {markup(files[0]['path'])}: "
-                      f"{markup(files[0]['reason'])})")
+        files = [view(SkippedFileView, f) for f in rec.skipped_files] or [SkippedFileView("?", "?")]
+        console.print(f"Skipped files: {skipped['count']} (first: {markup(files[0].path)}: "
+                      f"{markup(files[0].reason)})")
     if out_files:
         console.print("Wrote: " + ", ".join(markup(f) for f in out_files))
 
@@ -219,7 +217,7 @@ def whatif_section(rec: RunRecord, console: Console) -> None:
     from .whatif_rows import headline as whatif_headline
     from .whatif_rows import notices, table_rows
 
-    if not rec.ceilings.get("rows"):
+    if not read(rec).ceilings.rows:
         return
     console.print("[bold]What would help[/] " + markup(whatif_headline(rec)), highlight=False)
     rows, notes, bounds = table_rows(rec)

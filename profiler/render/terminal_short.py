@@ -10,13 +10,14 @@ sensibly) is printed unwrapped on a line of its own; the width is the console's 
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from ..analysis.headline import headline, key_figures, no_change
+from ..record.read import read
 from .loader_facts import loader_lines
 from .units import first_clause, ms, pct, printable, short_gain, stage_label, stage_order
 from .whatif_rows import table_rows
@@ -45,35 +46,37 @@ def _one_line(console: Console, text: str, prefix: str = "", style: str = "") ->
 def stage_line(rec: RunRecord) -> str:
     """Mean time per observation of each stage, grouped by what one observation is (sample, batch, step)."""
     groups: dict[str, list[str]] = {}
-    for name in stage_order(rec.stages):
-        s = rec.stages.get(name)
-        if not isinstance(s, dict) or not s.get("count") or name in ("ready_ahead", "epoch_start"):
+    stages = read(rec).stages
+    for name in stage_order(stages):
+        s = stages[name]
+        if not s.count or name in ("ready_ahead", "epoch_start"):
             continue
         label = stage_label(name).split(" (")[0]  # the short label: "read", "decode", "transfer"
-        groups.setdefault(str(s.get("per") or "step"), []).append(f"{label} {ms(s.get('mean_ms'))}")
+        groups.setdefault(str(s.per or "step"), []).append(f"{label} {ms(s.mean_ms)}")
     parts = [f"per {per}: " + ", ".join(v) for per, v in groups.items()]
     return "Stages (mean ms) — " + "; ".join(parts) + "." if parts else "Stages: none measured."
 
 
 def idle_line(rec: RunRecord) -> str:
-    st = rec.stall or {}
-    idle, window = float(st.get("seconds", 0.0) or 0.0), float(rec.window.get("seconds", 0.0) or 0.0)
+    r = read(rec)
+    st = r.stall
+    idle, window = float(st.seconds), float(r.window.seconds)
     if not rec.window_steps:
         return "Idle: not measured (no measured step)."
-    by = {k: float(v) for k, v in (st.get("by_cause") or {}).items() if idle > 0 and float(v) / idle >= 0.005}
+    by = {k: float(v) for k, v in st.by_cause.items() if idle > 0 and float(v) / idle >= 0.005}
     causes = ", ".join(f"{k} {pct(v / idle, 0)}" for k, v in sorted(by.items(), key=lambda kv: -kv[1])) \
         if idle > 0 else ""
-    return (f"Idle {idle:.2f} s of {window:.2f} s ({pct(st.get('fraction', 0.0), 1)})"
+    return (f"Idle {idle:.2f} s of {window:.2f} s ({pct(st.fraction, 1)})"
             + (f", by cause: {causes}." if causes else ": the compute device never waited for input."))
 
 
 def whatif_lines(rec: RunRecord) -> list[str]:
     """The slowest stage alone, and the predicted settings with the largest gain (short labels)."""
-    c = rec.ceilings or {}
+    c = read(rec).ceilings
     out = []
-    low = next((r for r in c.get("rows") or [] if r.get("stage") == c.get("lowest")), None)
+    low = next((r for r in c.row_views if r.stage == c.lowest), None)
     if low:
-        out.append(f"Slowest stage alone: {low['stage']}, {low['samples_per_s']:,.0f} samples/s ({low['basis']}).")
+        out.append(f"Slowest stage alone: {low.stage}, {low.samples_per_s:,.0f} samples/s ({low.basis}).")
     rows, _, _ = table_rows(rec)
     best = sorted((r for r in rows if r["change"] not in ("—", "±0 %") and r["change"].startswith("+")),
                   key=lambda r: -float(r["change"].rstrip(" %")))[:WHATIF_SHOWN]
@@ -100,8 +103,9 @@ def figures_line(rec: RunRecord) -> str:
 
 
 def print_short(rec: RunRecord, console: Console, out_files: list[str] | None = None) -> None:
-    v = rec.verdict or {}
-    style = STYLE.get(str(v.get("bottleneck", "")), "")
+    r = read(rec)
+    v = r.verdict
+    style = STYLE.get(v.bottleneck or "", "")
     if rec.partial:
         _line(console, f"PARTIAL RUN: {rec.partial_reason or 'the run did not finish'}.", "bold red")
     _line(console, headline(rec), f"bold {style}".strip())
@@ -113,33 +117,33 @@ def print_short(rec: RunRecord, console: Console, out_files: list[str] | None = 
             _one_line(console, lines[1])
     _line(console, stage_line(rec))
     _line(console, idle_line(rec))
-    prof = (rec.stall or {}).get("profiler") or {}
-    if prof.get("measured"):  # said apart from the job's figures, as in --details (terminal.py own_cost_line)
-        _line(console, f"Profiler's own time: {pct(prof.get('share_of_window', 0.0), 1)} of the window, not the job's.")
+    prof = r.stall.profiler
+    if prof.measured:  # said apart from the job's figures, as in --details (terminal.py own_cost_line)
+        _line(console, f"Profiler's own time: {pct(prof.share_of_window, 1)} of the window, not the job's.")
     for text in whatif_lines(rec):
         _line(console, text)
-    notes = (rec.whatif or {}).get("steadiness") or {}
-    if notes.get("notices"):
-        more = len(notes["notices"]) - 1
-        _one_line(console, f"Unsteady baseline, intervals widened: {notes['notices'][0]}"
+    notices = r.whatif.steadiness.notices
+    if notices:
+        more = len(notices) - 1
+        _one_line(console, f"Unsteady baseline, intervals widened: {notices[0]}"
                   + (f" (and {more} more)" if more else ""), "! ")
-    recs: list[Any] = list(v.get("recommendations") or [])
+    recs = v.recommendations
     if recs:
         _line(console, "Recommendations:", "bold")
         grid = Table.grid(padding=(0, 1))  # a hanging indent: a wrapped action stays right of its number
         grid.add_column(justify="right", no_wrap=True)
         grid.add_column()
-        for i, r in enumerate(recs[:RECS_SHOWN], 1):
-            grid.add_row(f"{i}.", Text(printable(str(r.get("action", "")))))
-            if r.get("expected_gain"):
-                grid.add_row("", Text("expected: " + printable(short_gain(r["expected_gain"],
+        for i, rv in enumerate(recs[:RECS_SHOWN], 1):
+            grid.add_row(f"{i}.", Text(printable(str(rv.action))))
+            if rv.expected_gain:
+                grid.add_row("", Text("expected: " + printable(short_gain(rv.expected_gain,
                                                                           max(console.width - 14, 40)))))
         console.print(grid, highlight=False)
         if len(recs) > RECS_SHOWN:
             _line(console, f"    and {len(recs) - RECS_SHOWN} more (--details, report.html)")
     else:  # said, not left out: a run that waited 99 % with no advice needs the reason
         _line(console, "No change recommended: " + no_change(rec))
-    findings = [f.get("message") if isinstance(f, dict) else f for f in rec.findings]
+    findings = [f.message for f in r.findings]
     for f in findings[:FINDINGS_SHOWN]:
         _one_line(console, str(f or ""), "! ", "")
     if len(findings) > FINDINGS_SHOWN:
