@@ -12,7 +12,8 @@ from typing import Any
 
 from ..analysis.headline import compare_headline
 from ..record import json_safe
-from .compare_rows import GROUP_TITLES, groups, rows
+from ..record.read import ConfigView, LoaderView, view
+from .compare_rows import GROUP_TITLES, Metric, comparison_view, groups, rows
 from .jinja import environment
 from .output import write_atomic
 from .units import printable, safe
@@ -36,7 +37,7 @@ def _stories(c: dict[str, Any]) -> list[str]:
     story's first sentence and the changed line its "Differences"; what is left (a partial run's note) stays."""
     head = compare_headline(c).rstrip(".")
     out = []
-    for s in (c.get("sentences") or {}).values():
+    for s in comparison_view(c).sentences.values():
         s = str(s)
         if s.startswith(head):
             s = s[len(head):].lstrip(". ")
@@ -51,11 +52,12 @@ def _changed(c: dict[str, Any]) -> list[str]:
     """"B: workers 0 → 2" per run after the baseline: what differs, said under the answer (the headline says which
     run is faster and where the time moved; this says what was changed to get there)."""
     out = []
-    for lab, diffs in (c.get("config_diffs") or {}).items():
-        texts = [str(d.get("text")) for d in diffs if isinstance(d, dict) and d.get("text")]
-        if len(c.get("runs") or []) == 2 and len(texts) <= 1:
+    cv = comparison_view(c)
+    for lab in cv.config_diffs:
+        texts = [d.text for d in cv.diffs(lab) if d.text]
+        if len(cv.runs) == 2 and len(texts) <= 1:
             continue  # said by the "what changed" card
-        out.append(printable(f"{c.get('baseline')} → {lab}: " + ("; ".join(texts) if texts else "same configuration")))
+        out.append(printable(f"{cv.baseline} → {lab}: " + ("; ".join(texts) if texts else "same configuration")))
     return out
 
 
@@ -63,43 +65,43 @@ def _run_rows(c: dict[str, Any]) -> list[dict[str, Any]]:
     """The Runs table's cells: a script's run has no model, batch size or workers in its config; its loader's (job
     facts) and its script's name are shown instead of empty cells."""
     out = []
-    for r in c.get("runs") or []:
-        cfg, loader = r.get("config") or {}, r.get("loader") or {}
-
-        def pick(key: str, loader_key: str) -> str:
-            v = cfg.get(key)
-            v = loader.get(loader_key) if v is None else v
-            return "—" if v is None else printable(v)
-
-        target = r.get("target")
-        model = cfg.get("model") or (Path(str(target)).name if target else None)
-        out.append({"model": printable(model) if model else "—", "batch": pick("batch_size", "batch_size"),
-                    "workers": pick("workers", "num_workers")})
+    for r in comparison_view(c).runs:
+        cfg, loader = view(ConfigView, r.config), view(LoaderView, r.loader)
+        target = r.target
+        model = cfg.model or (Path(str(target)).name if target else None)
+        out.append({"model": printable(model) if model else "—", "batch": _either(cfg.batch_size, loader.batch_size),
+                    "workers": _either(cfg.workers, loader.num_workers)})
     return out
+
+
+def _either(run: int | None, loader: int | None) -> str:
+    """The config's figure, else the loader's (a script's run has it there), else "—"."""
+    v = loader if run is None else run
+    return "—" if v is None else printable(v)
 
 
 def _cards(c: dict[str, Any]) -> list[dict[str, str]]:
     """One card per run (up to five): its throughput and idle share, named by label and folder; with two runs, also
     the ratio (with its interval and the noise test) and what changed."""
-    metric = {m.get("key"): m for m in c.get("metrics") or []}
-    thr, idle = metric.get("throughput") or {}, metric.get("stall_fraction") or {}
+    cv = comparison_view(c)
+    thr, idle = cv.metric("throughput") or Metric(), cv.metric("stall_fraction") or Metric()
     out = []
-    for i, r in enumerate((c.get("runs") or [])[:5]):
-        tp = (thr.get("values") or [None] * (i + 1))[i]
-        fr = (idle.get("values") or [None] * (i + 1))[i]
+    for i, r in enumerate(cv.runs[:5]):
+        tp = (thr.values or [None] * (i + 1))[i]
+        fr = (idle.values or [None] * (i + 1))[i]
         value = "—" if tp is None else f"{float(tp):,.1f} samples/s"
-        label = f"{r.get('label')}: {r.get('name')}" + ("" if fr is None else f", waiting {float(fr) * 100:.1f} %")
+        label = f"{r.label}: {r.name}" + ("" if fr is None else f", waiting {float(fr) * 100:.1f} %")
         out.append({"value": value, "label": printable(label)})
-    vs = (thr.get("vs_baseline") or [None, None])[1:2]
-    if len(c.get("runs") or []) == 2 and vs and isinstance(vs[0], dict) and vs[0].get("ratio") is not None:
-        v = vs[0]  # two runs: the ratio, with its interval and whether it is beyond the runs' noise
-        ci = v.get("ci")
+    v = thr.versus(1) if len(thr.vs_baseline) > 1 else None
+    if len(cv.runs) == 2 and v is not None and v.ratio is not None:
+        # two runs: the ratio, with its interval and whether it is beyond the runs' noise
+        ci = v.ci
         iv = f"95 %: {float(ci[0]):.2f}–{float(ci[1]):.2f}x" if isinstance(ci, list) and len(ci) == 2 else ""
-        noise = "beyond noise" if v.get("significant") else "within noise"
-        labels = c.get("labels") or ["A", "B"]
-        out.append({"value": f"{float(v['ratio']):.2f}x", "label": printable(
+        noise = "beyond noise" if v.significant else "within noise"
+        labels = cv.labels or ["A", "B"]
+        out.append({"value": f"{float(v.ratio):.2f}x", "label": printable(
             f"{labels[1]} vs {labels[0]} ({', '.join(x for x in (iv, noise) if x)})")})
-        diffs = [str(d.get("text")) for d in (c.get("config_diffs") or {}).get(labels[1]) or [] if isinstance(d, dict)]
+        diffs = [str(d.text) for d in cv.diffs(labels[1])]
         out.append({"value": printable(diffs[0] if diffs else "same settings"),
                     "label": printable("what changed" + (f" (and {len(diffs) - 1} more)" if len(diffs) > 1 else ""))})
     return out

@@ -17,6 +17,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from .. import vocab
+from .compare_rows import Comparison, Metric, comparison_view
 from .output import write_atomic
 from .units import printable, stage_order
 
@@ -24,13 +25,9 @@ from .units import printable, stage_order
 RUN_COLORS = ("#7f7f7f", "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
 
 
-def _metric(c: dict[str, Any], key: str) -> dict[str, Any] | None:
-    return next((m for m in c["metrics"] if m["key"] == key), None)
-
-
-def _required(c: dict[str, Any], key: str) -> dict[str, Any]:
+def _required(c: Comparison, key: str) -> Metric:
     """A metric every comparison has (analysis.compare writes throughput and each stage it lists)."""
-    m = _metric(c, key)
+    m = c.metric(key)
     if m is None:
         raise KeyError(f"the comparison has no metric {key!r}")
     return m
@@ -41,19 +38,18 @@ def _color(i: int) -> str:
 
 
 def _throughput(ax: Axes, c: dict[str, Any]) -> None:
-    m = _required(c, "throughput")
+    m = _required(comparison_view(c), "throughput")
     labels = c["labels"]
-    vals = np.array([v or 0.0 for v in m["values"]], dtype=float)
+    vals = np.array([v or 0.0 for v in m.values], dtype=float)
     err = np.zeros((2, len(vals)))
-    for i, ci in enumerate(m["ci_self"]):
+    for i, ci in enumerate(m.ci_self):
         if ci:
             err[:, i] = [max(0.0, vals[i] - ci[0]), max(0.0, ci[1] - vals[i])]
     x = np.arange(len(vals))
     ax.bar(x, vals, color=[_color(i) for i in range(len(vals))], yerr=err, capsize=4)
     for i, v in enumerate(vals):
-        vs = m["vs_baseline"][i]
-        tag = "" if not vs or vs.get("ratio") is None else f"\n{vs['ratio']:.2f}x" + (" *" if vs.get("significant")
-                                                                                          else "")
+        vs = m.versus(i)
+        tag = "" if not vs or vs.ratio is None else f"\n{vs.ratio:.2f}x" + (" *" if vs.significant else "")
         top = v + err[1, i]  # above the error bar, so the label never sits on it
         ax.annotate(f"{v:.0f}{tag}" if v >= 100 else f"{v:.1f}{tag}", (i, top), ha="center", va="bottom",
                     fontsize=8, xytext=(0, 3), textcoords="offset points")
@@ -67,11 +63,12 @@ def _stall(ax: Axes, c: dict[str, Any]) -> None:
     labels = c["labels"]
     x = np.arange(len(labels))
     bottom = np.zeros(len(labels))
+    cv = comparison_view(c)
     for cause in vocab.CAUSES:
-        m = _metric(c, f"stall_{cause.name}")
+        m = cv.metric(f"stall_{cause.name}")
         if m is None:
             continue
-        v = np.array([x or 0.0 for x in m["values"]], dtype=float)
+        v = np.array([x or 0.0 for x in m.values], dtype=float)
         ax.bar(x, v, bottom=bottom, color=cause.color, label=cause.name)
         bottom += v
     for i, total in enumerate(bottom):
@@ -90,13 +87,14 @@ def _stall(ax: Axes, c: dict[str, Any]) -> None:
 def _stages(ax: Axes, c: dict[str, Any], stat: str) -> None:
     labels = c["labels"]
     n = len(labels)
-    stages = stage_order(m["key"][: -len(f"_{stat}")] for m in c["metrics"]
-                         if m.get("group") == "stages" and m["key"].endswith(f"_{stat}"))
-    shown = [s for s in stages if any((v or 0) > 0 for v in _required(c, f"{s}_{stat}")["values"])]
+    cv = comparison_view(c)
+    stages = stage_order(m.key[: -len(f"_{stat}")] for m in cv.metrics
+                         if m.group == "stages" and m.key.endswith(f"_{stat}"))
+    shown = [s for s in stages if any((v or 0) > 0 for v in _required(cv, f"{s}_{stat}").values)]
     x = np.arange(len(shown))
     w = 0.8 / max(1, n)
     for i, lab in enumerate(labels):
-        vals = [_required(c, f"{s}_{stat}")["values"][i] or np.nan for s in shown]
+        vals = [_required(cv, f"{s}_{stat}").values[i] or np.nan for s in shown]
         vals = [v if v and v > 0 else np.nan for v in vals]  # log scale: a zero has no bar
         ax.bar(x + (i - (n - 1) / 2) * w, vals, width=w, color=_color(i), label=lab)
     ax.set_yscale("log")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..record.read import view as typed
 from .units import ms, nbytes, pct, printable, seconds
 
 # Metrics whose values are all zero or missing (h2d on a CPU run) say nothing; they are listed, not shown as rows.
@@ -18,6 +19,80 @@ SHORT_TITLES = {"throughput": "throughput", "stall": "stall (idle)", "stages": "
 GROUP_TITLES = {"throughput": "Throughput", "stall": "Idle compute device (stall)",
                 "stages": "Stages (worker stages per sample or batch, main-loop stages per step)",
                 "storage": "Storage", "verdict": "Verdict"}
+
+
+# The comparison's parts as the views read them. The comparison stays a plain dict where it is built
+# (analysis/compare.py; it is also compare.json): its shape, with one default per field, is stated here.
+@dataclass(frozen=True)
+class Versus:
+    """One run against the baseline on one metric: the ratio or difference, its 95 % interval and the noise test."""
+    ratio: float | None = None
+    difference: float | None = None
+    test: str | None = None  # "ratio" | "difference"; None: no noise test (one number per run)
+    ci: list[float] | None = None
+    significant: bool | None = None
+    changed: bool | None = None  # the verdict metric: did the bottleneck change
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One compared figure: a value per run (None: the run has none) and each run against the baseline."""
+    key: str = ""
+    label: str = ""
+    unit: str = ""
+    group: str = ""
+    values: list[Any] = field(default_factory=list)
+    ci_self: list[list[float] | None] = field(default_factory=list)
+    vs_baseline: list[dict[str, Any] | None] = field(default_factory=list)
+    higher_is_better: bool | None = None
+    show: str | None = None  # "difference": shown as the change in points, not as a ratio
+
+    def versus(self, i: int) -> Versus | None:
+        """Run ``i`` against the baseline (None: the baseline itself, or nothing to compare)."""
+        vs = self.vs_baseline[i] if i < len(self.vs_baseline) else None
+        return None if vs is None else typed(Versus, vs)
+
+
+@dataclass(frozen=True)
+class ComparedRun:
+    """One compared run: its label and folder, and the settings the Runs table shows."""
+    label: str = ""
+    name: str = ""
+    partial: bool = False
+    config: dict[str, Any] = field(default_factory=dict)  # the run's config section (less what is ignored)
+    loader: dict[str, Any] = field(default_factory=dict)  # {num_workers, batch_size} of its loader
+    target: str | None = None
+
+
+@dataclass(frozen=True)
+class ConfigDiff:
+    """One setting that differs from the baseline (``text``: "workers 0 → 2")."""
+    key: str | None = None
+    text: str | None = None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The comparison (``profiler.analysis.compare.compare``)."""
+    baseline: str = ""
+    labels: list[str] = field(default_factory=list)
+    runs: list[ComparedRun] = field(default_factory=list)
+    metrics: list[Metric] = field(default_factory=list)
+    config_diffs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # run label -> its differences
+    sentences: dict[str, str] = field(default_factory=dict)  # run label -> its story
+    forced: list[str] = field(default_factory=list)  # what differs that --force compared anyway
+
+    def metric(self, key: str) -> Metric | None:
+        return next((m for m in self.metrics if m.key == key), None)
+
+    def diffs(self, label: str) -> list[ConfigDiff]:
+        """The differences of run ``label`` from the baseline (entries that are not objects are left out)."""
+        return [typed(ConfigDiff, d) for d in self.config_diffs.get(label) or [] if isinstance(d, dict)]
+
+
+def comparison_view(c: dict[str, Any]) -> Comparison:
+    """The comparison dict as :class:`Comparison` (absent or null fields: the defaults above)."""
+    return typed(Comparison, c)
 
 
 def fmt_value(v: Any, unit: str) -> str:
@@ -75,43 +150,42 @@ class Row:
     cells: list[Cell] = field(default_factory=list)
 
 
-def _vs_cell(m: dict[str, Any], i: int) -> Cell:
-    val = fmt_value(m["values"][i], m["unit"])
-    vs = m["vs_baseline"][i]
+def _vs_cell(m: Metric, i: int) -> Cell:
+    val = fmt_value(m.values[i], m.unit)
+    vs = m.versus(i)
     if i == 0 or vs is None:
         return Cell(val)
-    if m["key"] == "verdict":
-        return Cell(val, "changed" if vs.get("changed") else "same")
-    ratio = fmt_ratio(vs.get("ratio"))
+    if m.key == "verdict":
+        return Cell(val, "changed" if vs.changed else "same")
+    ratio = fmt_ratio(vs.ratio)
     # A ratio of hit rates (0.00x) reads worse than the change in points; metrics can ask for the difference.
-    if (vs.get("ratio") is None or m.get("show") == "difference") and vs.get("difference") is not None:
-        ratio = "=" if vs["difference"] == 0 else "Δ " + fmt_diff(vs["difference"], m["unit"])
-    ci = vs.get("ci")
+    if (vs.ratio is None or m.show == "difference") and vs.difference is not None:
+        ratio = "=" if vs.difference == 0 else "Δ " + fmt_diff(vs.difference, m.unit)
+    ci = vs.ci
     if ci is None:
-        interval = "n/a" if vs.get("test") is None and m["group"] == "storage" else "—"
-    elif vs.get("test") == "ratio":
+        interval = "n/a" if vs.test is None and m.group == "storage" else "—"
+    elif vs.test == "ratio":
         interval = f"{fmt_ratio(ci[0])[:-1]}–{fmt_ratio(ci[1])}"
     else:
-        lo, hi = fmt_diff(ci[0], m["unit"]), fmt_diff(ci[1], m["unit"])
+        lo, hi = fmt_diff(ci[0], m.unit), fmt_diff(ci[1], m.unit)
         interval = f"{lo.split(' ')[0]}…{hi}" if lo.split(" ")[1:] == hi.split(" ")[1:] else f"{lo}…{hi}"
     direction = ""
-    hib = m.get("higher_is_better")
-    if vs.get("significant") and hib is not None:
-        up = (ci[0] > 1.0) if vs.get("test") == "ratio" else (ci[0] > 0.0)
+    hib = m.higher_is_better
+    if vs.significant and ci is not None and hib is not None:
+        up = (ci[0] > 1.0) if vs.test == "ratio" else (ci[0] > 0.0)
         direction = "better" if up == hib else "worse"
-    return Cell(val, ratio, interval, vs.get("significant"), direction)
+    return Cell(val, ratio, interval, vs.significant, direction)
 
 
 def rows(comparison: dict[str, Any]) -> tuple[list[Row], list[str]]:
     """(rows to show, labels of metrics left out because every run's value is zero or missing)."""
     out: list[Row] = []
     omitted: list[str] = []
-    for m in comparison["metrics"]:
-        if m["key"] not in ALWAYS_SHOWN and all(v in (None, 0, 0.0) for v in m["values"]):
-            omitted.append(printable(m["label"]))
+    for m in comparison_view(comparison).metrics:
+        if m.key not in ALWAYS_SHOWN and all(v in (None, 0, 0.0) for v in m.values):
+            omitted.append(printable(m.label))
             continue
-        out.append(Row(m["key"], printable(m["label"]), m["group"], m["unit"],
-                       [_vs_cell(m, i) for i in range(len(m["values"]))]))
+        out.append(Row(m.key, printable(m.label), m.group, m.unit, [_vs_cell(m, i) for i in range(len(m.values))]))
     return out, omitted
 
 
