@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..record.read import ThroughputView, view
 from ..thresholds import CONFIDENCE
 from .stats import block_bootstrap_rate, step_periods
 
@@ -26,7 +27,8 @@ def measured_interval(rec: RunRecord, seed: int = 0) -> tuple[float, float] | No
         return None
     point = n.sum() / period.sum()
     lo, hi = np.percentile(rel * point, [(1 - CONFIDENCE) / 2 * 100, (1 + CONFIDENCE) / 2 * 100])
-    x = float((rec.throughput or {}).get("samples_per_s") or point)
+    # the sweep hands a stand-in holding only some sections (commands/sweep.py): read the one needed
+    x = float(view(ThroughputView, rec.throughput).samples_per_s or point)
     return float(lo / point * x), float(hi / point * x)  # the interval around the window's own figure
 
 

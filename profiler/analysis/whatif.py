@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from .. import thresholds as th
 from ..storage.spec import STORAGE_PRESETS, ThrottleSpec, format_rate
@@ -223,7 +223,16 @@ def worker_counts(cores: float, measured: int) -> list[int]:
     return sorted(set(out + [top, measured]))
 
 
-def steadiness(r: Rates, m: Model) -> dict[str, Any]:
+class Steady(TypedDict):
+    """What :func:`steadiness` says of the window (every key always written)."""
+    steady: bool
+    notices: list[str]
+    widen: float  # how much each interval widens each way, as a share
+    up_to_own_costs: bool  # the run fell short of its own costs: a prediction may reach them
+    remeasure: str
+
+
+def steadiness(r: Rates, m: Model) -> Steady:
     """Was the measured window steady enough to predict from? Notices (each with its figure), how much each widens
     the intervals, and the command that would measure it better."""
     notices: list[str] = []
@@ -255,7 +264,7 @@ def steadiness(r: Rates, m: Model) -> dict[str, Any]:
             "remeasure": cmd}
 
 
-def interval(m: Model, r: Rates, x: float, steady: dict[str, Any], measured: bool = False, n: int | None = None,
+def interval(m: Model, r: Rates, x: float, steady: Steady, measured: bool = False, n: int | None = None,
              extra_residual: float = 0.0, **change: Any) -> list[float]:
     """(low, high) samples/s around a prediction ``x``: the baseline's own spread (block bootstrap over its steps),
     the spread of its per-sample CPU cost, the other load seen (the prediction re-solved with the cores other load
@@ -275,15 +284,15 @@ def interval(m: Model, r: Rates, x: float, steady: dict[str, Any], measured: boo
         down.append(max(1 - less / x, 0.0))
     # The unsteadiness widens by a factor each way (a rate that ran 2x faster for a while may as well run 2x slower),
     # so the low end stays above 0 however unsteady the window was.
-    w = 1.0 + float(steady.get("widen") or 0.0)
+    w = 1.0 + float(steady["widen"])
     lo = x * max(1.0 - math.sqrt(sum(v * v for v in down)), MIN_LOW_SHARE) / w
     hi = x * (1.0 + math.sqrt(sum(v * v for v in up))) * w
-    if steady.get("up_to_own_costs") and m.kappa > 0:
+    if steady["up_to_own_costs"] and m.kappa > 0:
         hi = max(hi, x / m.kappa)  # the loss may have been passing: what the run's own costs allow
     return [round(lo, 3), round(hi, 3)]
 
 
-def _finish(m: Model, r: Rates, row: dict[str, Any], steady: dict[str, Any], n: int | None = None,
+def _finish(m: Model, r: Rates, row: dict[str, Any], steady: Steady, n: int | None = None,
             extra_residual: float = 0.0, **change: Any) -> dict[str, Any]:
     """A row with its interval, the low end's change, and the binding stage in the shared words."""
     x = row["samples_per_s"]
