@@ -13,12 +13,13 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from profiler.attach import pieces as pieces_mod
 from profiler.attach import pyspy
 
 from _util import running_job
@@ -35,17 +36,19 @@ def cpu_job() -> Iterator[subprocess.Popen[str]]:
 
 @pytest.fixture
 def pieces(monkeypatch: pytest.MonkeyPatch) -> list[list[pyspy.Stack]]:
-    """Each py-spy file parsed, as parse_raw returned it (the real function, watched)."""
+    """Each py-spy file as the real parse_raw parses it in this process, read just before attach folds it (which it
+    parses in a child process: profiler/attach/pieces.py); an empty file is not counted."""
     seen: list[list[pyspy.Stack]] = []
-    real = pyspy.parse_raw
+    real = pieces_mod.read
 
-    def watched(text: str, cmdlines: dict[int, str] | None = None,
-                threads: dict[tuple[int, int], str] | None = None) -> list[pyspy.Stack]:
-        out = real(text, cmdlines, threads)
-        seen.append(out)
-        return out
+    def watched(path: Path, cmdlines: dict[int, str], threads: dict[tuple[int, int], str],
+                fold: Callable[[list[pyspy.Stack]], None], child: bool = True) -> bool:
+        text = path.read_text(errors="replace") if path.exists() else ""
+        if text:
+            seen.append(pyspy.parse_raw(text, cmdlines, threads))
+        return real(path, cmdlines, threads, fold, child)
 
-    monkeypatch.setattr(pyspy, "parse_raw", watched)
+    monkeypatch.setattr(pieces_mod, "read", watched)
     return seen
 
 
@@ -65,7 +68,7 @@ def test_pieces_are_merged_folded_and_summed(cpu_job: subprocess.Popen[str],
         res = rec.result(target_alive=True)
     finally:
         rec.kill()
-    # each piece's file is parsed once (it is small: one chunk of pyspy.FOLD_LINES), an empty one not at all
+    # each piece's file is folded once, an empty one adds nothing
     assert rec.pieces >= 3 and len(pieces) <= rec.pieces, (rec.pieces, len(pieces), res.log)
     assert rec.restarts == 0  # a rotation is no failure restart
     assert sum(1 for p in pieces if p) >= 2, res.log  # more than one piece sampled (under load one may start late)
@@ -76,7 +79,7 @@ def test_pieces_are_merged_folded_and_summed(cpu_job: subprocess.Popen[str],
             want[_key(st)] += st.count
     got = Counter({_key(st): st.count for st in res.stacks})
     assert len(got) == len(res.stacks)  # one stack per identity
-    assert got == want
+    assert got == want  # parsed in a child, the stacks are the ones parse_raw gives here
     assert len(want) < sum(len(p) for p in pieces)  # the pieces did share stacks: folding merged some
     # both processes are in the merged stacks, and py-spy's own totals are summed over the pieces
     assert {st.pid for st in res.stacks} >= {cpu_job.pid}

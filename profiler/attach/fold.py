@@ -34,6 +34,11 @@ FOLDED_PID = -1
 #: piece started. Why 1 s: the reader looks every 1/20 s at most rarely, so a thread last seen 1 s before the piece
 #: began had exited before it (py-spy only samples after it started): none of its stacks is still to come.
 EXITED_BEFORE_PIECE_S = 1.0
+#: Threads (workers' processes, or main-process threads) whose rows ``fold_early`` makes and sums at once. Why 64:
+#: a worker's rows and stacks are ~2-4 KB while being summed, so a batch stays ~0.2 MB however many workers a piece
+#: saw (~1,000 in 5 minutes on a job re-forking 2 workers a second), and each batch costs one pass over the keys of
+#: the merged stacks (~5,000), not one per thread.
+FOLD_BATCH = 64
 
 #: Roles a thread's frames name, most telling first: a thread whose stacks name two (none should) takes the first.
 _ROLE_RANK = (classify.WORKER, classify.PIN_MEMORY, classify.WORKER_FEEDER, classify.MAIN, classify.OTHER)
@@ -223,10 +228,15 @@ def fold_early(target: discover.Target, rec: pyspy.Recording, kernel: procfs.Sta
                  if len(main_tids) - 1 - i >= MAX_MAIN_THREAD_ROWS and exited_before((target.pid, tid))}
     if not fold_pids and not fold_main:
         return
-    mine = [st for st in rec.stacks() if st.pid in fold_pids or (st.pid, st.tid) in fold_main]
-    for r in thread_rows(mine, target, kernel, rate_hz, pids=fold_pids):
-        add_row(folded.rows, r, (r["pid"], r["tid"]) in fold_main, target.pid)
-        folded.main_threads += (r["pid"], r["tid"]) in fold_main
+    # a batch of threads at a time: the rows of every worker of a 5-minute piece at once (and their stacks in a list)
+    # were ~1-4 MB of attach's memory at each rotation, for sums that are a few numbers per role
+    mains, pids = sorted(fold_main), sorted(fold_pids)
+    batches = [(set[int](), set(mains[i:i + FOLD_BATCH])) for i in range(0, len(mains), FOLD_BATCH)]
+    batches += [(set(pids[i:i + FOLD_BATCH]), set[tuple[int, int]]()) for i in range(0, len(pids), FOLD_BATCH)]
+    for batch_pids, batch_main in batches:
+        for r in thread_rows(list(rec.stacks_of(batch_pids, batch_main)), target, kernel, rate_hz, pids=batch_pids):
+            add_row(folded.rows, r, (r["pid"], r["tid"]) in fold_main, target.pid)
+            folded.main_threads += (r["pid"], r["tid"]) in fold_main
     gone = [p for p in target.workers if p.pid in fold_pids]
     for p in gone:
         d = kernel.io_delta(p.pid)

@@ -16,7 +16,6 @@ and to tell DataLoader workers and the pin-memory thread apart by their frames.
 """
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import re
@@ -31,6 +30,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from ..errors import UserError
+from . import pieces
+from .rawstacks import Frame, Stack
+from .rawstacks import parse_raw as parse_raw  # re-exported: callers and tests parse py-spy's text through here
 
 #: How long ``dump`` may take before we give up on a process. Why 10 s: it parses the target's binary for symbols
 #: (~0.1-0.5 s for CPython with torch loaded, more on a loaded machine); beyond that something is wrong.
@@ -67,35 +69,12 @@ def rotation_period() -> float:
 #: duration: a piece that short would only add a gap and a start-up. Why 10 s: twice the 5 s backstop that attach
 #: adds to its window (it stops py-spy itself), so the window's end is never preceded by a needless rotation.
 MIN_PIECE_S = 10.0
-#: Lines of py-spy's file parsed at once when folding a piece (see ``Recording._fold_file``). Why 500: a line parsed
-#: (its text, then a Stack of ~30 frames with full paths, before they are shared) is ~5-7 KB (1,161 lines: 8 MB at
-#: the peak), so 500 keep the parse's transient at ~3 MB whatever the piece's size; the parse's cost is the same.
-FOLD_LINES = 500
+#: Lines of py-spy's file parsed at once (profiler/attach/pieces.py, where the reason for 500 is).
+FOLD_LINES = pieces.FOLD_LINES
 
 
 class SamplerError(UserError):
     """py-spy could not read the target; the message says why in one line, and how to fix it where one can."""
-
-
-@dataclass(frozen=True)
-class Frame:
-    name: str  # "Class.method" or "function"
-    file: str  # full path
-    line: int
-
-
-@dataclass
-class Stack:
-    """One folded stack of the raw output: which process chain and thread, the frames (outermost first), count."""
-    pids: tuple[int, ...]  # the process chain py-spy printed: the attached root first, the sampled process last
-    tid: int
-    thread_name: str
-    frames: tuple[Frame, ...]
-    count: int
-
-    @property
-    def pid(self) -> int:
-        return self.pids[-1]
 
 
 @dataclass
@@ -201,110 +180,6 @@ def dump(binary: str, pid: int) -> list[ThreadDump]:
         raise SamplerError(f"py-spy printed something other than JSON for process {pid}") from None
     return [ThreadDump(int(t.get("pid") or pid), int(t.get("os_thread_id") or 0), t.get("thread_name"),
                        bool(t.get("active")), _frames(t.get("frames") or [])) for t in threads]
-
-
-_PROCESS_HEAD = re.compile(r'process (\d+):"')
-_PROCESS_END = re.compile(r'";(?=process \d+:"|thread \((?:0x[0-9a-fA-F]+|\d+)\))')
-_THREAD = re.compile(r"thread \((0x[0-9a-fA-F]+|\d+)\)")
-_FRAME = re.compile(r"^(?P<name>.*) \((?P<file>.*):(?P<line>\d+)\)$")
-
-
-def _tid(text: str) -> int:
-    return int(text, 16) if text.startswith("0x") else int(text)
-
-
-def _process_end(body: str, pid: int, start: int, cmdlines: dict[int, str],
-                 tids: dict[int, set[int]]) -> int | None:
-    """Where process ``pid``'s quoted command line ends (the index after its ``";``), or None.
-
-    The command line is text the job controls: an argv holding ``";thread (`` once split a line there, the main
-    thread got no samples and a worker 40 s in a 5 s window. So by structure first: the command line as attach read
-    it from /proc (py-spy prints argv joined by spaces, read from the same file); else the end after which the next
-    process is one we know, or the thread is one we know of this process; else the first end a process follows, or
-    the last end a thread follows (frame names and file names, after it, hold a ``"`` far more rarely than an argv).
-    """
-    known = cmdlines.get(pid)
-    if known is not None and body.startswith(known + '";', start):
-        return start + len(known) + 2
-    ends = [m.end() for m in _PROCESS_END.finditer(body, start)]
-    if not ends:
-        return None
-    mine = tids.get(pid, set())
-    for e in ends:
-        nxt = _PROCESS_HEAD.match(body, e)
-        if nxt is not None and int(nxt.group(1)) in cmdlines:
-            return e
-        t = _THREAD.match(body, e)
-        if t is not None and _tid(t.group(1)) in mine:
-            return e
-    # nothing known: a child process follows at the first end that names one, a thread at the last
-    return next((e for e in ends if _PROCESS_HEAD.match(body, e)), ends[-1])
-
-
-def _thread_name(parts: list[str], known: str | None) -> int:
-    """How many ``;``-separated parts the thread's name takes (a Python thread name may hold ``;``): the name we know
-    for the thread, else up to the first part that is a frame (``name (file:line)``)."""
-    if known:
-        n = known.count(";") + 1
-        if ";".join(parts[:n]) == known:
-            return n
-    n = 1
-    while n < len(parts) and not _FRAME.match(parts[n]):
-        n += 1
-    return n if n < len(parts) else 1
-
-
-def parse_raw(text: str, cmdlines: dict[int, str] | None = None,
-              threads: dict[tuple[int, int], str] | None = None) -> list[Stack]:
-    """py-spy's raw (folded) output with ``--threads --subprocesses``: one stack per line, its count last.
-
-    A line is ``process PID:"ARGV";`` for each process of the chain (the attached root first), ``thread (TID)``
-    with ``: NAME`` when the thread has one, then the frames, ``;``-separated. ``cmdlines`` (pid → argv joined by
-    spaces) and ``threads`` ((pid, tid) → name), what attach read itself, let the job-controlled parts be skipped by
-    their known text rather than searched for a separator (see ``_process_end``)."""
-    cmdlines = cmdlines or {}
-    threads = threads or {}
-    tids: dict[int, set[int]] = {}
-    for pid, tid in threads:
-        tids.setdefault(pid, set()).add(tid)
-    out: list[Stack] = []
-    for line in text.splitlines():
-        body, _, count = line.rstrip().rpartition(" ")
-        if not body or not count.isdigit():
-            continue
-        pids: list[int] = []
-        pos = 0
-        while True:
-            m = _PROCESS_HEAD.match(body, pos)
-            if not m:
-                break
-            end = _process_end(body, int(m.group(1)), m.end(), cmdlines, tids)
-            if end is None:
-                break
-            pids.append(int(m.group(1)))
-            pos = end
-        t = _THREAD.match(body, pos)
-        if not pids or not t:
-            continue
-        tid = _tid(t.group(1))
-        rest = body[t.end():]
-        name = ""
-        parts: list[str] = []
-        if rest.startswith(": "):
-            parts = rest[2:].split(";")
-            n = _thread_name(parts, threads.get((pids[-1], tid)))
-            name, parts = ";".join(parts[:n]), parts[n:]
-        elif rest.startswith(";"):
-            parts = rest[1:].split(";")
-        frames = []
-        for part in parts:
-            f = _FRAME.match(part)
-            if f:
-                frames.append(Frame(f.group("name"), f.group("file"), int(f.group("line"))))
-            elif part:
-                frames.append(Frame(part, "", 0))
-        out.append(Stack(tuple(pids), tid, name.strip(), tuple(frames), int(count)))
-    return out
 
 
 _SUMMARY = re.compile(r"Samples: (\d+) Errors: (\d+)")
@@ -414,18 +289,12 @@ class Recording:
 
     def _fold_file(self, path: Path, cmdlines: dict[int, str] | None,
                    threads: dict[tuple[int, int], str] | None) -> bool:
-        """Parse one piece's file ``FOLD_LINES`` lines at a time into ``_folded``; whether it held anything. In
-        chunks: a 5-minute piece of a re-forking job is thousands of lines of full paths, and parsed whole it was
-        ~30 MB of attach's memory at once (frames not yet shared), which the allocator then kept (measured: +29 MB
-        at the first rotation of scripts/bench_attach_long.py)."""
-        if not path.exists():
-            return False
-        had = False
-        with open(path, errors="replace") as f:
-            while chunk := list(itertools.islice(f, FOLD_LINES)):
-                had = True
-                self._fold(parse_raw("".join(chunk), cmdlines, threads))
-        return had
+        """Parse one piece's file into ``_folded``; whether it held anything. In a short-lived child process, a
+        chunk of ``FOLD_LINES`` lines at a time (profiler/attach/pieces.py): parsed here, a 5-minute piece of a
+        re-forking job was ~4 MB of attach's memory at once per chunk (~30 MB parsed whole), of which the allocator
+        kept 1-10 MB at each rotation (scripts/bench_attach_long.py); what comes back is the stacks, one line
+        each, their frames numbered."""
+        return pieces.read(path, cmdlines or {}, threads or {}, self._fold)
 
     def _fold(self, stacks: list[Stack]) -> None:
         for st in stacks:
@@ -444,6 +313,13 @@ class Recording:
         re-forking job is ~20,000 of them, and a list of them all was half of attach's peak at a rotation."""
         for (p, t, n, f), c in self._folded.items():  # not changed while iterated: forget() runs after
             yield Stack(p, t, n, f, c)
+
+    def stacks_of(self, pids: set[int], threads: set[tuple[int, int]]) -> Iterator[Stack]:
+        """The merged stacks of processes ``pids`` and threads ``threads`` ((pid, tid)) only, one at a time: the
+        others are passed over by their key, without making a Stack of each."""
+        for (p, t, n, f), c in self._folded.items():
+            if p[-1] in pids or (p[-1], t) in threads:
+                yield Stack(p, t, n, f, c)
 
     def forget(self, pids: set[int], threads: set[tuple[int, int]]) -> None:
         """Drop the merged stacks of processes ``pids`` and threads ``threads`` ((pid, tid)), folded into totals by
