@@ -10,8 +10,11 @@ same samples with everything put back and nothing folded early.
 """
 from __future__ import annotations
 
+import json
 import math
+import subprocess
 import sys
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -139,3 +142,25 @@ def test_exited_workers_are_folded_and_forgotten_during_the_window(monkeypatch: 
     assert _close(ra.stall, rb.stall)  # the wait, its share and its split by cause
     assert _close(worker_mix(a), worker_mix(b))  # the workers' totals: stages, on a core, waiting for one, blocked
     assert _close(ra.stages, rb.stages)
+
+
+def test_attach_samples_without_torch(tmp_path: Path) -> None:
+    """attach reads the job from outside (py-spy, /proc): while it samples, its process has not loaded torch, which
+    was ~470 MB of its ~520 MB (scripts/bench_attach_long.py). Only building the record at the end imports it (the
+    record's environment names the host's torch, as a run's does). Watched the whole window: every look while a
+    py-spy of this attach is running."""
+    with running_job([sys.executable, str(JOBS / "attach_planted.py"), "cpu", "-", "1"]) as job:
+        att = subprocess.Popen([sys.executable, "-m", "profiler", "attach", str(job.pid), "--duration", "3",
+                                "--no-plots", "--out", str(tmp_path / "att")], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+        mapped: list[bool] = []
+        while att.poll() is None:
+            sampling = any(procfs.comm(c) == "py-spy" for c in procfs.children(att.pid))
+            m = procfs.maps_mention(att.pid, "libtorch")
+            if sampling and m is not None and any(procfs.comm(c) == "py-spy" for c in procfs.children(att.pid)):
+                mapped.append(m)
+            time.sleep(0.1)
+        _, err = att.communicate()
+    assert att.returncode == 0, err
+    assert len(mapped) >= 10 and not any(mapped), mapped  # looked at through the window: never mapped
+    assert json.loads((tmp_path / "att" / "run.json").read_text())["job"]["kind"] == "attach"

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from ..errors import UserError
-from ..fit.estimate import MAX_IMAGE_SIZE, MODES, OPTIMIZER_STATES, PRECISIONS
+from ..fit.options import MAX_IMAGE_SIZE, MODES, OPTIMIZER_STATES, PRECISIONS
 from ..fit.sizes import GPU_PRESETS
 
 FIT_EPILOG = """examples:

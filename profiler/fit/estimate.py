@@ -23,13 +23,10 @@ import torch
 
 from profiler.errors import UserError
 from profiler.fit.measure import ActivationMeasurement, DeviceOutOfMemory, measure_cpu, measure_cuda
+from profiler.fit.options import MAX_IMAGE_SIZE, MODES, OPTIMIZER_STATES, PRECISIONS
 from profiler.fit.sizes import MIB
 from profiler.harness.models import NONE_MODEL, build_model, normalize_model_name
 
-MODES = ("train", "infer")
-PRECISIONS = ("fp32", "bf16", "fp16", "int8")
-# Optimizer state tensors per parameter: plain SGD keeps none, momentum one buffer, Adam/AdamW exp_avg + exp_avg_sq.
-OPTIMIZER_STATES = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2}
 # Bytes per weight element. int8 = 1 byte per weight as in post-training quantisation; the per-channel scales and
 # int32 biases of a real quantised model add well under 1 %.
 PARAM_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "int8": 1}
@@ -54,9 +51,6 @@ FRAGMENTATION_FRACTION = 0.10
 # Reported as the largest batch when the measured activations do not grow with the batch at all (a degenerate
 # measurement): a number far beyond any real batch rather than an infinity JSON cannot hold.
 UNBOUNDED_BATCH = 1 << 20
-# Largest --image-size accepted: 8192 px is above any classification input in use (gigapixel pathology is tiled), and
-# one 8192 px fp32 image is already 768 MiB; beyond it the measurement itself would exhaust the machine.
-MAX_IMAGE_SIZE = 8192
 
 
 @dataclass(frozen=True)
