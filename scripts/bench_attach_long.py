@@ -6,7 +6,8 @@
 Starts tests/jobs/h4_refork.py (2 workers, persistent_workers=False: a new pair of worker processes every epoch,
 about one a second with the default 1,024 samples per epoch), attaches to it with ``python -m profiler attach`` for the
 whole duration, and every ``--every`` seconds reads the CPU seconds spent so far by attach's own process and by py-spy
-(its children: live, and reaped ones, which rotation leaves: profiler/attach/pyspy.py ROTATE_S), from /proc (utime +
+(its children: live, and reaped ones, which rotation leaves: profiler/attach/pyspy.py ROTATE_S; the
+short-lived parser of each rotated-out piece, profiler/attach/pieces.py, counts there too), from /proc (utime +
 stime), and their resident memory (VmRSS; py-spy's summed over its live processes). Prints one line per reading,
 then one per ``--slice`` seconds: attach's and py-spy's share of one core, their RSS at most, and the machine's
 1-minute load average (the bench competes with whatever else runs), then the record's size.
@@ -46,9 +47,11 @@ def _cpu(pid: int) -> tuple[float, float]:
     return own, kids + sum(procfs.cpu_s(c) or 0.0 for c in procfs.children(pid))
 
 
-def _rss_mb(pid: int) -> float:
+def _rss_mb(pid: int, field: str = "VmRSS") -> float:
+    """Resident memory in MB (``RssAnon``: its anonymous part, the heap and arenas, without the shared libraries'
+    pages that ``VmRSS`` also counts)."""
     text = procfs.read_text(f"/proc/{pid}/status") or ""
-    line = next((ln for ln in text.splitlines() if ln.startswith("VmRSS:")), "")
+    line = next((ln for ln in text.splitlines() if ln.startswith(field + ":")), "")
     return int(line.split()[1]) / 1024 if line else 0.0
 
 
@@ -58,6 +61,7 @@ class Reading:
     attach: float  # share of a core since the previous reading
     spy: float
     attach_rss: float  # MB
+    attach_anon: float  # MB, the anonymous part of attach_rss
     spy_rss: float
     load: float  # 1-minute load average
     forks: int  # worker processes the job forked since the previous reading
@@ -129,15 +133,21 @@ def main() -> int:
             if att.poll() is not None:
                 break
             t, (a, py) = time.monotonic(), _cpu(att.pid)
-            spy_rss = sum(_rss_mb(c) for c in procfs.children(att.pid))
+            # py-spy's processes only (not the short-lived parser of a rotated-out piece: profiler/attach/pieces.py)
+            spy_rss = sum(_rss_mb(c) for c in procfs.children(att.pid) if procfs.comm(c) == "py-spy")
             n_forks = len(forks.seen)
             r = Reading(t - t_start, (a - last_a) / (t - last_t), (py - last_p) / (t - last_t), _rss_mb(att.pid),
-                        spy_rss, os.getloadavg()[0],
+                        _rss_mb(att.pid, "RssAnon"), spy_rss, os.getloadavg()[0],
                         n_forks - last_forks)
             last_forks = n_forks
+            if spy_rss == 0:  # no py-spy left: the window is over and attach is building the record, not sampling
+                print(f"t={r.t:7.0f} s  (window over: attach RSS {r.attach_rss:.1f} MB while it builds the record; "
+                      "not counted)", flush=True)
+                break
             rows.append(r)
             print(f"t={r.t:7.0f} s  attach {r.attach * 100:5.1f} % + py-spy {r.spy * 100:5.1f} % of a core; RSS "
-                  f"attach {r.attach_rss:5.1f} MB, py-spy {r.spy_rss:5.1f} MB; load {r.load:.1f}; "
+                  f"attach {r.attach_rss:5.1f} MB (anon {r.attach_anon:5.1f}), py-spy {r.spy_rss:5.1f} MB; "
+                  f"load {r.load:.1f}; "
                   f"job forked {r.forks / (t - last_t):.1f}/s", flush=True)
             last_t, last_a, last_p = t, a, py
         _, err = att.communicate(timeout=120)
@@ -164,11 +174,12 @@ def main() -> int:
     rss: list[tuple[float, float]] = []
     for i, sl in enumerate(slices):
         own, spy = sum(r.attach for r in sl) / len(sl), sum(r.spy for r in sl) / len(sl)
-        ar, sr = max(r.attach_rss for r in sl), max(r.spy_rss for r in sl)
+        ar, sr, aa = max(r.attach_rss for r in sl), max(r.spy_rss for r in sl), max(r.attach_anon for r in sl)
         cpu.append(own + spy)
         rss.append((ar, sr))
         print(f"slice {i + 1} (to t={sl[-1].t:.0f} s): attach {own * 100:.1f} % + py-spy {spy * 100:.1f} % = "
-              f"{(own + spy) * 100:.1f} % of a core; RSS at most attach {ar:.1f} MB, py-spy {sr:.1f} MB; "
+              f"{(own + spy) * 100:.1f} % of a core; RSS at most attach {ar:.1f} MB (anon {aa:.1f}), "
+              f"py-spy {sr:.1f} MB; "
               f"load {min(r.load for r in sl):.1f}-{max(r.load for r in sl):.1f}; job forked "
               f"{sum(r.forks for r in sl) / (sl[-1].t - (sl[0].t - args.every)):.2f} processes/s")
     if len(rows) >= 2:  # attach's own memory: MB per minute over the run, and over its second half (after a rotation)
