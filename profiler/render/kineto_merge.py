@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import vocab
+from ..record.read import DistributedView, TorchTraceClockView, TorchTracesView, read, samples, view
 from . import trace as trace_mod
 from .output import write_atomic
 
@@ -154,7 +155,7 @@ def _cause_spans(rec: RunRecord) -> dict[int, list[tuple[str, float]]]:
     """Row of timeline.steps -> [(cause, seconds)] of its wait, from the analysis' per-step split by stage."""
     per = rec.idle_per_step
     st = rec.timeline["steps"]
-    measured = np.flatnonzero(np.asarray(st.get("measured") or [True] * len(st["wait_start"]), dtype=bool))
+    measured = np.flatnonzero(np.asarray(st["measured"], dtype=bool))
     out: dict[int, list[tuple[str, float]]] = {}
     if not per or len(next(iter(per.values()))) != measured.size:
         return out
@@ -171,7 +172,7 @@ def _main_events(rec: RunRecord, rows: np.ndarray, pid: Any, sh: float) -> list[
     """Our wait spans (and their causes) on WAIT_TID of the job's main process, ts already on the trace's base."""
     st = rec.timeline["steps"]
     causes = _cause_spans(rec)
-    measured = st.get("measured") or [True] * len(st["wait_start"])
+    measured = st["measured"]
     ev: list[dict[str, Any]] = []
     for i in rows.tolist():
         ws, we = float(st["wait_start"][i]), float(st["wait_end"][i])
@@ -197,8 +198,10 @@ def merge(rec: RunRecord, kineto: dict[str, Any], clock: dict[str, Any] | None =
 
     ``clock``: the record's ``torch_traces.clock`` by default. Pure: reads nothing, writes nothing, and returns a new
     dict (``kineto`` is not modified)."""
+    # The pair is passed through whole into the output's otherData, so it stays the record's object here.
     clock = clock or dict((rec.torch_traces or {}).get("clock") or {})
-    if not clock or clock.get("t0_monotonic_ns") is None or clock.get("realtime_minus_monotonic_us") is None:
+    pair = view(TorchTraceClockView, clock)
+    if not clock or pair.t0_monotonic_ns is None or pair.realtime_minus_monotonic_us is None:
         raise MergeError("the record has no clock pair (torch_traces.clock): it was made before the profiler noted "
                          "one, so its spans cannot be placed on a torch.profiler trace")
     events = kineto.get("traceEvents")
@@ -224,11 +227,11 @@ def merge(rec: RunRecord, kineto: dict[str, Any], clock: dict[str, Any] | None =
         main_rows, worker_rows = plan.main.rows(), plan.workers.rows()
     main_pid = facts["main_pid"]
     if main_pid is None:
-        main_pid = next((p["pid"] for p in rec.processes if p.get("role") == "main"), 0)
+        main_pid = next((p.pid for p in samples(rec).processes if p.role == "main"), 0)
     ours = _main_events(rec, main_rows, main_pid, sh)
     wev, _ = trace_mod._worker_events(rec, worker_rows, set())
     bt = rec.timeline["batches"]
-    os_pid = {int(w): int(p) for w, p in zip(bt.get("worker", []), bt.get("pid", []))}
+    os_pid = {int(w): int(p) for w, p in zip(bt["worker"], bt["pid"])}
     flow_base = facts["max_id"] + 1
     consumed = {int(st["batch"][i]): i for i in main_rows.tolist()}
     workers_seen: set[int] = set()
@@ -258,11 +261,10 @@ def merge(rec: RunRecord, kineto: dict[str, Any], clock: dict[str, Any] | None =
     inside = _waits_inside_steps(ours, facts["steps"])
     around = _nexts_inside_waits(ours, facts["nexts"], main_pid)
     out = {k: v for k, v in kineto.items() if k != "traceEvents"}
-    dist = rec.distributed
+    dist = view(DistributedView, rec.distributed)
     if "distributedInfo" not in out:  # HTA reads the rank from here (and a folder of ranks as one job)
-        out["distributedInfo"] = ({"backend": dist.get("backend"), "rank": dist.get("rank"),
-                                   "world_size": dist.get("world_size")} if isinstance(dist, dict)
-                                  else {"rank": 0, "world_size": 1})
+        out["distributedInfo"] = ({"backend": dist.backend, "rank": dist.rank, "world_size": dist.world_size}
+                                  if isinstance(rec.distributed, dict) else {"rank": 0, "world_size": 1})
     other = dict(out.get("otherData") or {}) if isinstance(out.get("otherData"), dict) else {}
     other["profiler_merge"] = {
         "tool": "profiler", "record_created_utc": rec.created_utc, "clock": dict(clock),
@@ -271,7 +273,7 @@ def merge(rec: RunRecord, kineto: dict[str, Any], clock: dict[str, Any] | None =
         "waits_inside_profiler_step": inside[0], "waits_checked": inside[1],
         "profiler_steps_in_trace": len(facts["steps"]),
         "dataloader_next_inside_wait": around[0], "dataloader_next_checked": around[1],
-        "verdict": rec.verdict.get("summary", ""),
+        "verdict": read(rec).verdict.summary,
         "threads": {"wait": WAIT_TID, "loading_workers0": LOADING_TID}}
     out["otherData"] = other
     out["traceEvents"] = list(events) + meta + ours
@@ -361,8 +363,8 @@ def merged_name(job_trace: str | Path) -> Path:
 
 def run_trace_name(rec: RunRecord) -> str:
     """``torch_trace.json``, or ``torch_trace.rank<k>.json`` for one rank of a torchrun job."""
-    dist = rec.distributed
-    return f"torch_trace.rank{dist['rank']}.json" if isinstance(dist, dict) and "rank" in dist else "torch_trace.json"
+    rank = view(DistributedView, rec.distributed).rank
+    return f"torch_trace.rank{rank}.json" if rank is not None else "torch_trace.json"
 
 
 def write_merged(rec: RunRecord, trace_path: str | Path, out_path: str | Path) -> tuple[Path, dict[str, Any]]:
@@ -378,28 +380,28 @@ def render(rec: RunRecord, out_dir: Path, ctx: dict[str, Any]) -> Path:
     the job's folder above the rank's). ``ctx["torch_traces"]``: trace paths to merge instead (``report
     --torch-trace``: written into ``out_dir`` itself). MergeError when there is nothing to merge or none could be
     read."""
-    listed = (rec.torch_traces or {}).get("traces") or []
     given = ctx.get("torch_traces")
-    traces: list[dict[str, Any]] = ([{"path": str(p), "by": "given"} for p in given] if given
-                                    else [dict(t) for t in listed])
+    listed = view(TorchTracesView, rec.torch_traces).traces
+    traces: list[tuple[str, str | None]] = ([(str(p), "given") for p in given] if given
+                                            else [(str(t.path), t.by) for t in listed])
     if not traces:
         raise MergeError("no torch.profiler trace to merge (the job exported none while it was profiled)")
-    dist = rec.distributed
+    dist = view(DistributedView, rec.distributed)
     folder = Path(out_dir)
-    if isinstance(dist, dict) and "rank" in dist and not given:
-        folder = Path(dist.get("run_folder") or folder.parent)
+    if dist.rank is not None and not given:
+        folder = Path(dist.run_folder or folder.parent)
     best: tuple[int, int, Path, dict[str, Any]] | None = None
     errors: list[str] = []
     written: list[Path] = ctx.setdefault("torch_trace_files", [])
-    for k, t in enumerate(traces):
-        src = Path(str(t.get("path")))
+    for k, (where, by) in enumerate(traces):
+        src = Path(where)
         try:
             merged = merge(rec, read_trace(src))
         except MergeError as e:
             errors.append(str(e))
             continue
         text = dumps(merged)
-        if t.get("by") == "job":  # beside the job's own file, never over it
+        if by == "job":  # beside the job's own file, never over it
             written.append(write_atomic(merged_name(src), text))
         facts = merged["otherData"]["profiler_merge"]
         score = (int(facts["waits_checked"]) + int(facts["steps_added"]), k)

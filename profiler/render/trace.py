@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..record.read import DistributedView, read, samples, view
 from . import spans as spans_mod
 from .output import write_atomic
 from .units import printable
@@ -120,13 +121,13 @@ def plan_detail(rec: RunRecord) -> DetailPlan:
     n = len(steps["wait_start"])
     sp = spans_mod.sample_spans(rec.timeline)
     bt = rec.timeline["batches"]
-    n_batches = max(1, len(bt.get("batch", [])))
+    n_batches = max(1, len(bt["batch"]))
     samples_per_batch = sp.n / n_batches
     per_sample = 1 + len(sp.stage_names())  # the sample span and its named sub-stages
     cuda = rec.timing == "cuda events"
     main = _select(n, 6.0 if cuda else 5.0, MAIN_EVENTS_MAX)  # step(s), wait, H2D, compute, flow end
     workers = _select(n, per_sample * samples_per_batch + 3.0, WORKER_EVENTS_MAX)  # + batch, collate, flow
-    ticks = len(rec.samples.get("t_s") or [])
+    ticks = len(samples(rec).t_s)
     return DetailPlan(main, workers, max(1, math.ceil(ticks / COUNTER_POINTS_MAX)))
 
 
@@ -150,7 +151,7 @@ def _meta(kind: str, pid: int, tid: int, name: str | int) -> dict:
 def _main_events(rec: RunRecord, rows: np.ndarray, cuda: bool) -> list[dict]:
     st = rec.timeline["steps"]
     ev: list[dict] = []
-    measured = st.get("measured") or [True] * len(st["wait_start"])
+    measured = st["measured"]
     for i in rows.tolist():
         n = st["step"][i]
         ws, we, hs, he, ce = (st[k][i] for k in ("wait_start", "wait_end", "h2d_start", "h2d_end", "compute_end"))
@@ -205,7 +206,7 @@ def _worker_events(rec: RunRecord, rows: np.ndarray, flow_batches: set[int]) -> 
     wanted = {int(st["batch"][i]) for i in rows.tolist()}
     n_steps = len(st["wait_start"])
     if len(rows) >= n_steps:  # all steps: also batches prefetched but never consumed (end of run)
-        wanted |= {int(b) for b in bt.get("batch", [])}
+        wanted |= {int(b) for b in bt["batch"]}
     ev: list[dict] = []
     workers: set[int] = set()
     by_batch: dict[int, list[int]] = {}
@@ -213,7 +214,7 @@ def _worker_events(rec: RunRecord, rows: np.ndarray, flow_batches: set[int]) -> 
     for j, b in enumerate(sp.cols.get("batch", np.zeros(0)).tolist()):
         if int(b) in wanted:
             by_batch.setdefault(int(b), []).append(j)
-    for j, b in enumerate(bt.get("batch", [])):
+    for j, b in enumerate(bt["batch"]):
         b = int(b)
         if b not in wanted:
             continue
@@ -240,19 +241,19 @@ def _epoch_events(rec: RunRecord) -> list[dict]:
     tl = rec.timeline
     ep = tl["epochs"]
     st = tl["steps"]
-    starts = [float(x) for x in ep.get("iter_start", [])]
+    starts = [float(x) for x in ep["iter_start"]]
     if not starts:
         return []
     ends_by_epoch: dict[int, float] = {}
-    for e, ce in zip(st.get("epoch", []), st.get("compute_end", [])):
+    for e, ce in zip(st["epoch"], st["compute_end"]):
         ends_by_epoch[int(e)] = max(ends_by_epoch.get(int(e), 0.0), float(ce))
-    last = max([float(x) for x in st.get("compute_end", [])] + starts)
+    last = max([float(x) for x in st["compute_end"]] + starts)
     ev: list[dict] = []
-    for i, (e, t0) in enumerate(zip(ep.get("epoch", range(len(starts))), starts)):
+    for i, (e, t0) in enumerate(zip(ep["epoch"], starts)):
         nxt = starts[i + 1] if i + 1 < len(starts) else last
         end = max(t0, ends_by_epoch.get(int(e), nxt))
-        first = min(end, max(t0, float((ep.get("first_batch") or [t0] * len(starts))[i] or t0)))
-        it_end = float((ep.get("iter_end") or [t0] * len(starts))[i] or t0)
+        first = min(end, max(t0, float(ep["first_batch"][i] or t0)))
+        it_end = float(ep["iter_end"][i] or t0)
         ev.append(_x(f"epoch {e}", "epoch", t0, end, MAIN_PID, EPOCH_TID, {"epoch": e}))
         ev.append(_x("epoch start", "epoch_start", t0, first, MAIN_PID, EPOCH_TID,
                      {"epoch": e, "first_batch_s": round(first - t0, 6)}))
@@ -283,17 +284,17 @@ def _counter(name: str, pid: int, ts: float, args: dict[str, float | None]) -> d
 
 
 def _counter_events(rec: RunRecord, stride: int, worker_pids: dict[int, int]) -> list[dict]:
-    s = rec.samples
-    t = s.get("t_s") or []
+    s = samples(rec)
+    t = s.t_s
     ev: list[dict | None] = []
-    per_core = s.get("cpu_percent_per_core") or []
+    per_core = s.cpu_percent_per_core
     n_cores = len(per_core[0]) if per_core else 0
     core_cols: list[list[float | None] | None] = [[row[c] if c < len(row) else None for row in per_core]
                                                   for c in range(n_cores)]
     mean = [sum(r) / len(r) if r else None for r in per_core] if per_core else None
-    disk = [None if v is None else v / 1e6 for v in s.get("disk_read_bytes_per_s") or []] or None
-    ram = [None if v is None else v / 1e9 for v in s.get("ram_used_bytes") or []] or None
-    cache = [None if v is None else v / 1e9 for v in s.get("page_cache_bytes") or []] or None
+    disk = [None if v is None else v / 1e6 for v in s.disk_read_bytes_per_s] or None
+    ram = [None if v is None else v / 1e9 for v in s.ram_used_bytes] or None
+    cache = [None if v is None else v / 1e9 for v in s.page_cache_bytes] or None
     cols: list[list[float | None] | None] = [mean, disk, ram, cache]
     cols += core_cols if n_cores <= COUNTER_MAX_CORES else []
     cols = [c if c is not None and len(c) == len(t) else None for c in cols]
@@ -304,30 +305,30 @@ def _counter_events(rec: RunRecord, stride: int, worker_pids: dict[int, int]) ->
             ev.append(_counter("CPU % per core", SYSTEM_PID, ts, {f"cpu{c}": v for c, v in enumerate(vals[4:])}))
         ev.append(_counter("disk read MB/s", SYSTEM_PID, ts, {"MB/s": d}))
         ev.append(_counter("RAM GB", SYSTEM_PID, ts, {"used": r, "page cache": pc}))
-    gpu = s.get("gpu")
-    if gpu and gpu.get("t_s"):
-        gt = gpu["t_s"]
+    gpu = s.gpu
+    if gpu is not None and gpu.t_s:
+        gt = gpu.t_s
         g: list[list[float | None] | None] = [
-            gpu.get("util_percent"), [None if v is None else v / 1e9 for v in gpu.get("mem_used_bytes") or []],
-             [None if v is None else v / 1e6 for v in gpu.get("pcie_rx_bytes_per_s") or []] or None,
-             [None if v is None else v / 1e6 for v in gpu.get("pcie_tx_bytes_per_s") or []] or None]
+            gpu.util_percent, [None if v is None else v / 1e9 for v in gpu.mem_used_bytes],
+            [None if v is None else v / 1e6 for v in gpu.pcie_rx_bytes_per_s or []] or None,
+            [None if v is None else v / 1e6 for v in gpu.pcie_tx_bytes_per_s or []] or None]
         g = [c if c is not None and len(c) == len(gt) else None for c in g]
         gstride = max(1, math.ceil(len(gt) / COUNTER_POINTS_MAX))
         for ts, (u, mem, rx, tx) in _bucket_rows(gt, g, gstride):
             ev.append(_counter("GPU util %", SYSTEM_PID, ts, {"util": u}))
             ev.append(_counter("GPU memory GB", SYSTEM_PID, ts, {"used": mem}))
             ev.append(_counter("PCIe MB/s", SYSTEM_PID, ts, {"rx (to GPU)": rx, "tx (from GPU)": tx}))
-    procs = s.get("processes") or []
+    procs = s.processes
     per_proc = max(1, PROCESS_COUNTER_POINTS_MAX // max(1, len(procs)))
     for p in procs:
-        pt = p.get("t_s") or []
-        if p.get("role") == "main":
+        pt = p.t_s
+        if p.role == "main":
             pid = MAIN_PID
-        elif (wid := p.get("worker_id")) is not None and int(wid) in worker_pids:
+        elif (wid := p.worker_id) is not None and int(wid) in worker_pids:
             pid = worker_pids[int(wid)]
         else:
             continue
-        cpu = p.get("cpu_percent") or []
+        cpu = p.cpu_percent
         if len(cpu) != len(pt) or not pt:
             continue
         pstride = max(1, math.ceil(len(pt) / min(COUNTER_POINTS_MAX, per_proc)))
@@ -349,8 +350,8 @@ def build_trace(rec: RunRecord, plan: DetailPlan | None = None) -> dict[str, Any
     started = {e["id"] for e in wev if e["ph"] == "s"}
     ev = [e for e in ev if e["ph"] != "f" or e["id"] in started] + wev + _epoch_events(rec)
     bt = rec.timeline["batches"]
-    os_pid = {int(w): int(p) for w, p in zip(bt.get("worker", []), bt.get("pid", []))}
-    main_os = next((p["pid"] for p in rec.processes if p.get("role") == "main"), None)
+    os_pid = {int(w): int(p) for w, p in zip(bt["worker"], bt["pid"])}
+    main_os = next((p.pid for p in samples(rec).processes if p.role == "main"), None)
     meta = [_meta("process_name", MAIN_PID, 0, "main process" + (f" (pid {main_os})" if main_os else "")),
             _meta("process_sort_index", MAIN_PID, 0, 0),
             _meta("thread_name", MAIN_PID, MAIN_TID, "main loop (ProfilerStep = wait + H2D + compute)"),
@@ -361,7 +362,7 @@ def build_trace(rec: RunRecord, plan: DetailPlan | None = None) -> dict[str, Any
     if cuda:
         meta += [_meta("thread_name", MAIN_PID, DEVICE_TID, "compute device (CUDA events)"),
                  _meta("thread_sort_index", MAIN_PID, DEVICE_TID, 1)]
-    all_workers = sorted(workers | {int(w) for w in bt.get("worker", [])})
+    all_workers = sorted(workers | {int(w) for w in bt["worker"]})
     worker_pids: dict[int, int] = {}
     for w in all_workers:
         if w < 0:
@@ -376,20 +377,19 @@ def build_trace(rec: RunRecord, plan: DetailPlan | None = None) -> dict[str, Any
     meta += [_meta("process_name", SYSTEM_PID, 0, "system (sampled counters)"),
              _meta("process_sort_index", SYSTEM_PID, 0, 10_000)]
     counters = _counter_events(rec, plan.counter_stride, worker_pids)
-    win = rec.window
-    marks = [{"ph": "i", "s": "g", "name": "measured window starts", "ts": _us(win.get("start_s", 0.0)),
+    r = read(rec)
+    marks = [{"ph": "i", "s": "g", "name": "measured window starts", "ts": _us(r.window.start_s),
               "pid": MAIN_PID, "tid": MAIN_TID},
-             {"ph": "i", "s": "g", "name": "measured window ends", "ts": _us(win.get("end_s", 0.0)),
+             {"ph": "i", "s": "g", "name": "measured window ends", "ts": _us(r.window.end_s),
               "pid": MAIN_PID, "tid": MAIN_TID}]
     detail = plan.describe([int(x) for x in st["step"]])
     other = {"tool": "profiler", "record_created_utc": printable(rec.created_utc), "time_zero": "run start (ts 0)",
-             "verdict": printable(rec.verdict.get("summary", "")), "detail": detail,
+             "verdict": printable(r.verdict.summary), "detail": detail,
              "detail_rule": asdict(plan), "partial": rec.partial}
     out = {"traceEvents": meta + marks + ev + counters, "displayTimeUnit": "ms", "otherData": other}
-    dist = rec.distributed  # one rank of a torchrun job
-    if isinstance(dist, dict):  # HTA reads the rank from here, as from the PyTorch profiler's traces
-        out["distributedInfo"] = {"backend": dist.get("backend"), "rank": dist.get("rank"),
-                                  "world_size": dist.get("world_size")}
+    if isinstance(rec.distributed, dict):  # one rank of a torchrun job: HTA reads the rank from here, as from the
+        dist = view(DistributedView, rec.distributed)  # PyTorch profiler's traces
+        out["distributedInfo"] = {"backend": dist.backend, "rank": dist.rank, "world_size": dist.world_size}
     return out
 
 
