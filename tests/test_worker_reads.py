@@ -2,10 +2,10 @@
 
 A worker's fetch reads /proc/thread-self/schedstat once (its run-queue wait splits between the fetch and the time
 before it), /proc/thread-self/io at both ends (its index queue is a pipe read between fetches: the fetch's rchar must
-leave it out) and /proc/self/io only where the fetch read bytes or every clocks.PROCESS_IO_EVERY-th batch; a fetch of
-the written-out map path that is not timed closely records each call's start inside torch's own list comprehension.
-These tests hold the counts (the same on any machine) and the figures (rows, sub-stage rows, bytes) to what happened,
-with real fetchers, pipes, files and DataLoader workers.
+leave it out) and /proc/self/io only where the fetch read bytes or every clocks.PROCESS_IO_EVERY-th batch. These
+tests hold the counts (the same on any machine) and the figures (rows, sub-stage rows, bytes, the record's pickled
+fields) to what happened, with real fetchers, pipes, files and DataLoader workers, both ways the written-out fetch
+times its calls.
 """
 from __future__ import annotations
 
@@ -47,8 +47,8 @@ class Staged(Dataset):
 
 
 def _fetch_in_thread(close: bool, batches: list[list[int]]) -> list[Any]:
-    """The written-out fetch as worker 0 would run it (``close``: timed closely, else by the calls' starts), with a
-    pipe read between fetches as a worker's index queue makes; the BatchMetas."""
+    """The written-out fetch as worker 0 would run it (``close``: timed closely, else by the calls' ends only), with
+    a pipe read between fetches as a worker's index queue makes; the BatchMetas."""
     fetcher = _MapDatasetFetcher(Staged(), True, default_collate, False)
     fetch = inline_map_fetch(fetcher, 0, close=close)
     r, w = os.pipe()

@@ -245,18 +245,9 @@ def inline_map_fetch(fetcher: Any, worker_id: int, close: bool | None = None) ->
                         t0 = t1
                         append_item(item)
                 else:
-                    # Each call's *start*, in torch's own list comprehension (its condition runs before each call):
-                    # call i ends where call i + 1 starts, the last where the comprehension ends. Why: half the
-                    # per-sample cost of the loop above (no per-item method call of ours; ~1.5 of ~3 µs per batch
-                    # of 32, alternated), the same figures in the compact form once the first start (w_in's twin)
-                    # is dropped. A sub-stage or decode recorded during call i saw its start already appended (row
-                    # i + 1: substages.SampleStages.row), so its row is put back by one.
-                    data = [dataset[idx] for idx in keys if not append_end(_perf())]
-                    ends.append(_perf())
-                    del ends[0]
-                    if smp.events or smp.pixels:
-                        smp.events = [(r - 1, name, ns) for r, name, ns in smp.events]
-                        smp.pixels = [(r - 1, px) for r, px in smp.pixels]
+                    for idx in keys:
+                        append_item(dataset[idx])
+                        append_end(_perf())
             else:
                 keys = (possibly_batched_index,)
                 data = dataset[possibly_batched_index]
