@@ -33,9 +33,9 @@ NOTE [ Monitor gaps ]
 """
 from __future__ import annotations
 
+import sys
 import threading
 import time
-import weakref
 from typing import TYPE_CHECKING, Any, Callable
 
 from .. import thresholds as th
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from .session import Session
 
 _perf = time.perf_counter_ns
+_EARLY_NS = 2_000_000  # the thread closes a gap this long before the monitor's event is due
 
 
 class Gaps:
@@ -58,7 +59,11 @@ class Gaps:
         self.open = False
         self.closing = False  # the thread asked for the close (the hook is back on)
         self.probe = 0  # 0: none; 1: the hook is on for a probe; 2: its wait timed, its end is the next entry
-        self.it: Callable[[], Any] = lambda: None  # weakref to the gap's iterator
+        # The gap's iterator, held while the gap is open: a job that drops it mid-gap (``break`` out of its loop)
+        # would take its count with it. The thread lets go of it once it is the only holder (its count is then
+        # final: nobody can call next() on it), so it dies at most a tick later than it would have.
+        self.held: Any = None
+        self.dropped = False  # ... it did: last_y is its final count
         self.n0 = 0  # its batch count when the gap opened
         self.t_open = 0
         self.epoch_len = 0
@@ -66,13 +71,18 @@ class Gaps:
         self.pw0 = self.pw1 = 0  # the probe step's wait
         self.p_n = 0  # this gap's probes, their waits and lengths (ns)
         self.p_wait = self.p_span = 0
-        self.ratio = 0.0  # the last gap's wait share (a gap without a probe takes it)
-        self.rate = 0.0  # the last gap's steps per ns (how many batches a tick is worth)
+        self.ratio = -1.0  # the last gap's wait share (a gap without a probe takes it; -1: none yet)
+        self.rate = 0.0  # steps per ns: the last gap's, or the window's when the gap opened
+        self.n_open = 0  # the Session's step count when the gap opened
+        self.end_y = self.end_ns = 0  # the gap's iterator's StopIteration (torch_hooks.gap_ended): count, time
+        self.last_y = self.last_ns = 0  # its count when the thread last read it (the job may drop it mid-gap)
+        self.next_probe_ns = 0
         # The window's figures, taken by the monitor at each cut (take_window)
         self.w_steps = self.w_probes = 0
         self.gaps = 0  # gaps opened (the tests' and the bench's)
         self._lock = threading.Lock()
-        self._stop = threading.Event()
+        self._stopped = False
+        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
     # --- the main thread ----------------------------------------------------------------------------------------
@@ -89,34 +99,38 @@ class Gaps:
             return False
         return not any(o.last_ns > others_since for o in s.others)
 
-    def begin(self, it: Any, t_ns: int, due_step: int, due_ns: int) -> bool:
+    def begin(self, it: Any, t_ns: int, due_step: int, due_ns: int, rate: float) -> bool:
         """Open a gap after the light step that just began (its ``next()`` returned at ``t_ns``) on ``it``: the hook
-        comes off until the monitor's next event (``due_step`` / ``due_ns``, as Session.due_step / due_ns)."""
+        comes off until the monitor's next event (``due_step`` / ``due_ns``, as Session.due_step / due_ns), ``rate``
+        the job's steps per ns of late. False: not worth it (the event too near) or too near the epoch's end."""
         y = torch_hooks.batches_yielded(it)
         li = self.s.loader
-        if y is None or li is None or not li.batches_per_epoch or due_ns - t_ns < self.min_ns \
-                or li.batches_per_epoch - y <= self.ahead(self.rate):
-            return False
-        try:
-            self.it = weakref.ref(it)
-        except TypeError:
-            return False
-        self.n0, self.t_open, self.epoch_len = y, t_ns, int(li.batches_per_epoch)
         self.due_step, self.due_ns = due_step, due_ns
+        if y is None or li is None or not li.batches_per_epoch or li.batches_per_epoch - y <= self.margin(rate) \
+                or self.due_in(t_ns, self.s._n_steps, rate) < self.min_ns:
+            return False
+        self.held, self.dropped = it, False
+        self.n0, self.t_open, self.epoch_len = y, t_ns, int(li.batches_per_epoch)
+        self.n_open, self.rate = self.s._n_steps, rate
+        self.end_y = self.end_ns = 0
+        self.last_y, self.last_ns = y, t_ns
+        torch_hooks.gap_ended = self._ended
+        self.next_probe_ns = t_ns + int(self.tick_s * 1e9)
         self.probe = self.p_n = self.p_wait = self.p_span = 0
         self.closing = False
         self.open = True
         self.gaps += 1
+        torch_hooks.hook_next(False)
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="profiler-monitor-gaps", daemon=True)
             self._thread.start()
-        torch_hooks.hook_next(False)
+        self._wake.set()
         return True
 
     def on_next(self, it: Any, orig: Callable[[Any], Any]) -> Any:
         """Session._on_next while a gap is open and the hook is on (a probe, or the close)."""
         s = self.s
-        if self.closing or it is not self.it():
+        if self.closing or it is not self.held:
             self.close(_perf(), True)
             return s._on_next(it, orig)
         t0 = _perf()
@@ -142,6 +156,11 @@ class Gaps:
             self.pw0, self.pw1 = t0, _perf()
         return data.batch if data.__class__ is torch_hooks.Instrumented else data
 
+    def _ended(self, it: Any) -> None:
+        """torch_hooks.gap_ended: an iterator's StopIteration inside a gap (main thread)."""
+        if self.open and not self.end_ns and it is self.held:
+            self.end_y, self.end_ns = torch_hooks.batches_yielded(it) or 0, _perf()
+
     def close(self, t_ns: int, boundary: bool) -> None:
         """End the gap at ``t_ns``: the steps it held go into the Session's tail totals. ``boundary``: ``t_ns`` is a
         ``next()`` of its iterator (the steps so far all end there); else the time of some other event (a new
@@ -154,12 +173,17 @@ class Gaps:
             torch_hooks.hook_next(True)
         s = self.s
         s.due_step = s.due_ns = 0  # the monitor's callback at the next step (it publishes the next event again)
-        it = self.it()
+        it, self.held = self.held, None
         y = torch_hooks.batches_yielded(it) if it is not None else None
-        k = max(0, y - self.n0) if y is not None else 0  # batches handed out in the gap (the Session saw none)
+        del it
+        if self.end_ns:  # the epoch ended in the gap: its steps end with it (the time after is outside any step)
+            y, t_ns, boundary = self.end_y, self.end_ns, True
+        elif y is None:  # the job dropped the iterator mid-epoch: its final count (the thread's read)
+            y = self.last_y
+        k = max(0, y - self.n0)  # batches handed out in the gap (the Session saw none)
         if t_ns > self.t_open and k > 0:
             self.rate = k / (t_ns - self.t_open)
-        exhausted = y is not None and y >= self.epoch_len
+        exhausted = y >= self.epoch_len
         # At a next() (or after the epoch's last batch) the light step open when the gap began and the gap's steps
         # have all ended; at another event the last one handed out is still under way and stays open (below).
         in_progress = not boundary and not exhausted
@@ -168,10 +192,14 @@ class Gaps:
         if not w1 or not ended:  # (no light step: cannot happen) or the step open when the gap began still is
             return
         span = max(0, t_ns - w1)
-        ratio = self.p_wait / self.p_span if self.p_span > 0 else self.ratio
-        self.ratio = ratio
-        wait = (w1 - w0) + int(ratio * span)
         tail = s.tail
+        if self.p_span > 0:
+            self.ratio = self.p_wait / self.p_span
+        if self.p_span > 0 or self.ratio >= 0:
+            extra = int(self.ratio * span)
+        else:  # no probe yet (a gap shorter than a tick): the steps' mean wait so far
+            extra = min(span, (tail.wait_ns // tail.steps if tail.steps else w1 - w0) * (ended - 1))
+        wait = (w1 - w0) + extra
         tail.steps += ended
         tail.samples += n * ended
         tail.wait_ns += wait
@@ -189,14 +217,22 @@ class Gaps:
             s._lw0 = s._lw1 = t_ns  # its wait unknown (0), its rest from now
         else:
             s._lw1 = 0
-            if not boundary and y is not None and y >= self.epoch_len:
+            if exhausted:
                 s._epoch_done = True
         self.w_steps += ended
         self.w_probes += self.p_n
 
-    def ahead(self, rate: float) -> int:
-        """Batches a gap closes before the epoch's end at ``rate`` steps per ns (MONITOR_GAP_MARGIN_TICKS)."""
-        return int(rate * self.tick_s * 1e9 * th.MONITOR_GAP_MARGIN_TICKS) + 2
+    @staticmethod
+    def margin(rate: float) -> int:
+        """Batches a gap closes before the epoch's end at ``rate`` steps per ns (MONITOR_GAP_EPOCH_MARGIN_S)."""
+        return int(rate * th.MONITOR_GAP_EPOCH_MARGIN_S * 1e9) + 2
+
+    def due_in(self, now: int, steps: int, rate: float) -> int:
+        """ns until the monitor's next event (its step ``due_step`` *and* its time ``due_ns``) at ``rate`` steps per
+        ns, the job at step ``steps`` (an unknown rate: a tick away)."""
+        to_step = self.due_step - steps
+        by_steps = 0 if to_step <= 0 else int(to_step / rate) if rate > 0 else int(self.tick_s * 1e9)
+        return max(self.due_ns - now, by_steps)
 
     def left(self, it: Any) -> int | None:
         """Batches ``it``'s epoch has still to hand out (None: not known)."""
@@ -214,33 +250,55 @@ class Gaps:
     def stop(self, t_ns: int) -> None:
         """The job's end: the open gap closes at ``t_ns``, the thread ends (before the hooks come out)."""
         self.close(t_ns, False)
-        self._stop.set()
+        torch_hooks.gap_ended = None
+        self._stopped = True
+        self._wake.set()
         th_ = self._thread
         if th_ is not None and th_ is not threading.current_thread():
             th_.join(timeout=1.0)
 
     # --- the thread ---------------------------------------------------------------------------------------------
     def _run(self) -> None:
-        tick_ns = int(self.tick_s * 1e9)
-        while not self._stop.wait(self.tick_s):
-            if not self.open or self.closing:
-                if self.open and self.closing:  # a probe's end may have taken the hook off meanwhile
-                    torch_hooks.hook_next(True)
+        while not self._stopped:
+            if not self.open:
+                self._wake.wait()  # no gap: asleep until the next one opens (no wake-up per tick)
+                self._wake.clear()
                 continue
-            it = self.it()
-            y = torch_hooks.batches_yielded(it) if it is not None else None
-            now = _perf()
-            with self._lock:
-                if not self.open:
-                    continue
-                if y is None:
-                    self.closing = True
-                else:
-                    k = y - self.n0
-                    ahead = self.ahead(max(self.rate, k / max(1, now - self.t_open)))  # steps per ns so far
-                    step_due = self.s._n_steps + k + ahead >= self.due_step
-                    if (step_due and now + tick_ns >= self.due_ns) or self.epoch_len - y <= ahead:
-                        self.closing = True
-                    elif self.probe == 0:
-                        self.probe = 1
+            time.sleep(self._visit(_perf()))
+
+    def _visit(self, now: int) -> float:
+        """One look at the open gap: a probe when one is due, the close when the monitor's next event or the epoch's
+        end is near. Returns the seconds until the next look: the next probe, or just before the event (so a tick
+        of MONITOR_GAP_HZ does not cost the gap its last tick of steps, hooked)."""
+        y = torch_hooks.batches_yielded(self.held) if self.held is not None else None
+        tick_ns = int(self.tick_s * 1e9)
+        if y is not None and sys.getrefcount(self.held) <= 2:  # this attribute's and the call's: the job dropped it
+            self.last_y, self.dropped = y, True
+            self.held = None  # (it dies here, in this thread: a tick after the job let go of it)
+            y = None
+        with self._lock:
+            if not self.open:
+                return 0.0
+            if y is not None:
+                self.last_y, self.last_ns = y, now
+            if self.closing or y is None:
+                self.closing = True
+                torch_hooks.hook_next(True)  # (again: a probe's end may have taken it off meanwhile)
+                return self.tick_s
+            k = y - self.n0
+            rate = k / (now - self.t_open) if k > 0 and now > self.t_open else self.rate  # steps per ns
+            margin = self.margin(rate)
+            left = self.epoch_len - y
+            due_in = self.due_in(now, self.n_open + k, rate)
+            if due_in <= _EARLY_NS or left <= margin:
+                self.closing = True
                 torch_hooks.hook_next(True)
+                return self.tick_s
+            if now >= self.next_probe_ns:
+                self.next_probe_ns = now + tick_ns
+                if self.probe == 0:
+                    self.probe = 1
+                    torch_hooks.hook_next(True)
+            wait = min(self.next_probe_ns - now, due_in - _EARLY_NS // 2,
+                       int((left - margin) / rate) if rate > 0 else tick_ns)
+        return max(0.001, wait / 1e9)

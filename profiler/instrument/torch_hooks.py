@@ -351,10 +351,20 @@ def uninstall() -> None:
     _installed = False
 
 
+gap_ended: Callable[[Any], None] | None = None  # told of an iterator's StopIteration inside a monitor gap
+
+
 def _gap_next(self: Any) -> Any:
     """``__next__`` inside a monitor gap (NOTE [ Monitor gaps ], gaps.py): torch's own, and an envelope that a
-    fetcher made all the same (its count ran apart from the epoch's) opened, so the job never sees one."""
-    data = _ORIG_NEXT(self)
+    fetcher made all the same (its count ran apart from the epoch's) opened, so the job never sees one. An epoch's
+    end is told to ``gap_ended`` (its count and time: the job may drop the iterator before the gap closes)."""
+    try:
+        data = _ORIG_NEXT(self)
+    except StopIteration:
+        cb = gap_ended
+        if cb is not None:
+            cb(self)
+        raise
     return data.batch if data.__class__ is Instrumented else data
 
 

@@ -150,7 +150,10 @@ class Monitor:
         """After a light step that began at ``t0`` (its batch in hand at ``t1``): open a gap until the next event
         (``due_step`` / ``due_ns``) once the detail range is behind, or else be called back at the step where it will
         be (NOTE [ Monitor gaps ]). Returns the Session's due_step / due_ns."""
-        if due_ns - t1 < gap.min_ns:  # the next event is too close for a gap
+        start = self.cut_ns or s.window_start_ns or t0
+        rate = self.n / (t1 - start) if t1 > start else 0.0  # the window's steps per ns so far
+        gap.due_step, gap.due_ns = due_step, due_ns
+        if gap.due_in(t1, s._n_steps, rate) < gap.min_ns:  # the next event is too near for a gap
             return due_step, due_ns
         behind = s._n_steps + max(0, self.range_hi - s._epoch_batches) if len(s.epochs) == self.range_epoch \
             else s._n_steps
@@ -159,8 +162,8 @@ class Monitor:
             # after it (the event's own test is made first at every call, so it is never missed by more than that)
             return max(behind, s._n_steps), 0
         it = s._live_iter() if s._live_iter is not None else None
-        if it is not None and gap.may_open(it, self.chunk_ns) and not gap.begin(it, t1, due_step, due_ns):
-            left = gap.left(it)  # too near the epoch's end: be called back at the next epoch's first step
+        if it is not None and gap.may_open(it, self.chunk_ns) and not gap.begin(it, t1, due_step, due_ns, rate):
+            left = gap.left(it)  # too near the epoch's end (the event is not): called back at the next epoch's first
             if left is not None:
                 return s._n_steps + left, 0
         return due_step, due_ns
