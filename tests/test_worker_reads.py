@@ -22,7 +22,7 @@ from torch.utils.data._utils.fetch import _MapDatasetFetcher
 
 import profiler
 from profiler.instrument import clocks
-from profiler.instrument.batch import Instrumented
+from profiler.instrument.batch import M_RCHAR, M_READ_BYTES, Instrumented
 from profiler.instrument.inline_fetch import inline_map_fetch
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/thread-self/io"), reason="needs /proc/thread-self/io")
@@ -127,9 +127,11 @@ def test_a_worker_fetch_reads_proc_three_times_and_its_process_io_seldom(monkeyp
     sched = sum(k for name, k in reads.items() if name.endswith("/schedstat"))
     thread_io = sum(k for name, k in reads.items() if "/task/" in name and name.endswith("/io"))
     process_io = sum(k for name, k in reads.items() if name.endswith("/io") and "/task/" not in name)
-    assert sched <= n_batches, reads
+    assert sched <= 2 * n_batches, reads  # at its start after a switch, at its end only after one inside it
     assert thread_io == 2 * n_batches, reads  # exact: both ends of every fetch (reads between fetches)
-    assert process_io <= n_batches // clocks.PROCESS_IO_EVERY + 1, reads
+    # Its own fetches read nothing, unless a loaded machine made one fault a page in from the disk (read_bytes).
+    moved = sum(1 for m in metas[2:] if m.marks[M_RCHAR] > 0 or m.marks[M_READ_BYTES] > 0)
+    assert process_io <= n_batches // clocks.PROCESS_IO_EVERY + 1 + moved, (reads, moved)
     io = [m.io for m in metas]
     assert io[0][0] >= 0  # the first fetch's reading
     readings = [i for i, (rc, _) in enumerate(io) if rc >= 0]
