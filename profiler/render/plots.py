@@ -300,14 +300,14 @@ def plot_timeline(rec: RunRecord, path: Path) -> Path:
         t_begin = win_start - 0.2 * measured_span
         truncated = True
 
-    workers = sorted({int(w) for w in bt.get("worker", np.array([], dtype=int)).tolist()})
+    workers = sorted({int(w) for w in bt["worker"].tolist()})  # required columns (schema BatchesTable, StepsTable)
     lanes = timeline_lanes(rec)
     lane_y = {name: len(lanes) - 1 - i for i, name in enumerate(lanes)}
     fig, ax = plt.subplots(figsize=(14, 1.9 + 0.75 * len(lanes)))
     g = _Gantt(ax, t_begin, t_end)
     span = g.span
     _main_lane(g, lane_y["main loop"], st, lo, hi)
-    measured = np.asarray(st.get("measured", np.ones(n_total, dtype=bool)), dtype=bool)
+    measured = np.asarray(st["measured"], dtype=bool)
     drawn = _idle_lane(g, lane_y["idle by cause"], rec.idle_per_step, st, measured, lo, hi)
     if sp.n:  # only spans near the plotted window
         sp = sp.select((sp.cols["end"] >= t_begin) & (sp.cols["start"] <= t_end))
@@ -333,7 +333,7 @@ def plot_timeline(rec: RunRecord, path: Path) -> Path:
         title += "; warm-up start cut"
     ax.set_title(title, loc="left", fontsize=11)
     main = [Patch(color=stage_color(k), label=f"main: {stage_label(k)}") for k in vocab.MAIN_STAGES]
-    drawn |= {"collate"} if bt.get("batch") is not None and bt["batch"].size else set()
+    drawn |= {"collate"} if bt["batch"].size else set()
     legend = main + [Patch(color=stage_color(k), label=stage_label(k)) for k in stage_order(drawn)]
     legend.append(Patch(facecolor="none", edgecolor="#333333", label="one batch (bN)"))
     fig_h = fig.get_size_inches()[1]
