@@ -153,3 +153,21 @@ def test_rows_of_whatif_and_ceilings_read_as_views() -> None:
     assert [(r.stage, r.samples_per_s, r.words) for r in c.row_views] == [("decode", 90.0, None)]
     d = view(DistributedView, {"backend": "gloo", "collectives": {"start": [1.0], "end": [2.0]}})
     assert (d.backend, d.collectives.start, view(DistributedView, None).collectives.start) == ("gloo", [1.0], [])
+
+
+def test_stages_findings_and_ram_rows_of_an_analyzed_record() -> None:
+    """The hand-built record (tests/_records.py) analyzed: stages keyed as in the record, a finding that is not an
+    object reads as its text, and the RAM rows as views of the rows analysis wrote."""
+    from _records import record_v2
+
+    from profiler.analysis import analyze
+
+    rec = analyze(RunRecord.from_dict(record_v2()))
+    r = read(rec)
+    assert set(r.stages) == set(rec.stages) and r.stages["decode"].count == rec.stages["decode"]["count"] > 0
+    assert r.stages["decode"].histogram is not None and r.stages["decode"].mean_ms == rec.stages["decode"]["mean_ms"]
+    assert [p.role for p in r.ram.process_rows] == [p["role"] for p in rec.ram["processes"]]
+    rec.findings = [{"kind": "k", "message": "m"}, "plain text"]
+    assert read(rec).findings == [FindingView("k", "m"), FindingView(message="plain text")]
+    rec.stages = {"read": {"count": 2}, "bad": "not an object"}  # type: ignore[dict-item]
+    assert list(read(rec).stages) == ["read"]
