@@ -31,6 +31,7 @@ from profiler.record.read import (
     GpuSeriesView,
     HistogramView,
     JobView,
+    LeanUncheckedView,
     LoaderView,
     MainProcessSamplesView,
     MeasuredPointView,
@@ -52,7 +53,9 @@ from profiler.record.read import (
     StageView,
     StallView,
     SteadinessView,
+    StorageThrottleView,
     StorageView,
+    StorageWindowView,
     TailView,
     ThroughputView,
     ToolView,
@@ -88,6 +91,8 @@ VIEWS: list[tuple[type, type]] = [
     (RamInfoView, schema.RamInfo), (EnvironmentView, schema.Environment), (DatasetView, schema.Dataset),
     (ResidencyView, schema.Residency),
     (ModelAloneView, schema.ModelAlone), (MainProcessSamplesView, schema.MainProcessSamples),
+    (LeanUncheckedView, schema.LeanUnchecked), (StorageWindowView, schema.StorageWindow),
+    (StorageThrottleView, schema.StorageThrottle),
 ]
 
 

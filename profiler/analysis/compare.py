@@ -301,9 +301,9 @@ def config_diffs(a: RunRecord, b: RunRecord) -> list[dict[str, Any]]:
         if cfg_a is None and cfg_b is None and la[key] != lb[key]:
             add(f"loader_{key}", la[key], lb[key], name)
     sa, sb = ra_.storage, rb_.storage
-    ta, tb = sa.throttle or {}, sb.throttle or {}  # free-form in the schema: {mechanism, bytes_per_s, iops, ...}
-    if ta and tb and ta.get("mechanism") != tb.get("mechanism"):
-        add("throttle_mechanism", ta.get("mechanism"), tb.get("mechanism"), "throttle mechanism")
+    ta, tb = sa.throttle_spec, sb.throttle_spec
+    if sa.throttle and sb.throttle and ta is not None and tb is not None and ta.mechanism != tb.mechanism:
+        add("throttle_mechanism", ta.mechanism, tb.mechanism, "throttle mechanism")
     ra = sa.residency_start.fraction if sa.residency_start is not None else None
     rb = sb.residency_start.fraction if sb.residency_start is not None else None
     # Cold vs warm without --cache: the page cache at start is what differed.
@@ -433,7 +433,7 @@ def _storage_text(r: RunRecord) -> str:
     rd = read(r)
     st, cfg = rd.storage, rd.config
     thr = cfg.throttle or cfg.storage
-    mech = (st.throttle or {}).get("mechanism")  # the throttle's facts are free-form in the schema
+    mech = st.throttle_spec.mechanism if st.throttle_spec is not None else None
     text = f"cache {st.cache_mode or cfg.cache or '?'}"
     return text + (f", throttle {thr}" + (f" ({mech})" if mech else "") if thr else "")
 

@@ -31,8 +31,8 @@ def dataset_vs_ram(rec: RunRecord, ctx: Context) -> Finding | None:
     # sentence counts them) over the window's seconds; the whole run's bytes over the window's time overstated it.
     from_dev = ctx.calls_device_bytes
     if from_dev is None:
-        # storage.window: io.py's totals of the window (free-form in the schema)
-        from_dev = int((r.storage.window or {}).get("bytes_from_device") or 0)
+        win = r.storage.window  # io.py's totals of the window's workers' processes (None: not counted)
+        from_dev = int(win.bytes_from_device) if win is not None else 0
     rate = from_dev / ctx.window_s if from_dev > 0 and ctx.window_s > 0 else None
     gb = 1e9
     if fits:

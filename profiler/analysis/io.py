@@ -22,8 +22,8 @@ if TYPE_CHECKING:  # annotations only: analysis and renderers take the typed rec
 
 def _reading_times(batches: BatchesTable) -> list[float] | None:
     """When each batch's /proc/self/io reading was taken: right after its collate, in the producing worker."""
-    for col in (batches.get("collate_end"), batches.get("sent"), batches.get("received")):
-        if col is not None and len(col) == len(batches["rchar"]):
+    for col in (batches["collate_end"], batches["sent"], batches["received"]):  # required columns
+        if len(col) == len(batches["rchar"]):
             return [float(x) for x in col]
     return None
 
@@ -84,8 +84,8 @@ def summarize_storage(rec: RunRecord, items: int, calls_device: int | None, call
                                "samples": int(items),
                                "source": "the measured window's dataset calls (per-thread read_bytes and rchar)"}
         dev, req, where = int(calls_device), int(calls_rchar), f"measured window, {items} samples"
-    elif sv.window:  # _window_totals' dict (free-form in the schema)
-        dev, req = int(sv.window.get("bytes_from_device") or 0), int(sv.window.get("bytes_requested") or 0)
+    elif sv.window is not None and st["window"]:  # _window_totals' figures
+        dev, req = int(sv.window.bytes_from_device), int(sv.window.bytes_requested)
         where = "measured window, the workers' processes"
     elif sv.io_source:
         dev, req, where = int(sv.bytes_from_device or 0), int(sv.bytes_requested or 0), "whole run"

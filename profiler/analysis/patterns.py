@@ -83,15 +83,15 @@ def lean_unchecked(rec: RunRecord, stall: Stall) -> dict[str, Any] | None:
     """num_workers=0: time off the core in lean stretches that could not be checked (instrument/lean_check.py), when it
     is a share of the wait worth a caution: it was counted as on-core (cpu), and it may have been a wait for a core
     or a block in the job's fetches, or the job's own steps between them."""
-    u = read(rec).accounting.lean_unchecked  # {stretches, batches, off_core_s}: free-form in the schema
-    off, secs = float(u.get("off_core_s") or 0.0), float(view(StallView, stall).seconds)
+    u = read(rec).accounting.lean_unchecked
+    off, secs = float(u.off_core_s), float(view(StallView, stall).seconds)
     if secs <= 0 or off / secs < th.LEAN_UNCHECKED_NOTE_FROM:
         return None
     return {"kind": "lean_unchecked", "off_core_s": round(off, 6), "share_of_stall": round(off / secs, 4),
-            "stretches": int(u.get("stretches") or 0), "batches": int(u.get("batches") or 0),
+            "stretches": int(u.stretches), "batches": int(u.batches),
             "message": (f"Up to {off * 1e3:.1f} ms ({off / secs * 100:.0f} % of the wait) of the main thread's time "
-                        f"off its core fell in {int(u.get('stretches') or 0)} stretch(es) of lean batches that could "
-                        f"not be checked one by one; their {int(u.get('batches') or 0)} batches were counted as on "
+                        f"off its core fell in {int(u.stretches)} stretch(es) of lean batches that could "
+                        f"not be checked one by one; their {int(u.batches)} batches were counted as on "
                         "their core (cpu). It may have been the job's own steps between them; after each such "
                         "stretch every batch was checked (docs/attribution.md §4).")}
 

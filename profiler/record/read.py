@@ -356,6 +356,24 @@ class ToolView:
 
 
 @dataclass(frozen=True)
+class StorageWindowView:
+    """``storage.window``: the measured window's bytes, the workers' processes' counters (analysis/io.py)."""
+    bytes_requested: int = 0
+    bytes_from_device: int = 0
+    page_cache_hit_fraction: float | None = None
+    worker_processes_with_io: int = 0
+
+
+@dataclass(frozen=True)
+class StorageThrottleView:
+    """``storage.throttle`` read by field (``StorageView.throttle_spec``); the limits None where not set."""
+    bytes_per_s: int | None = None
+    iops: int | None = None
+    label: str | None = None
+    mechanism: str | None = None
+
+
+@dataclass(frozen=True)
 class ResidencyView:
     """``storage.residency_start`` / ``_end``: the dataset's share in the page cache (``fraction`` None: unknown)."""
     files_total: int = 0
@@ -377,9 +395,14 @@ class StorageView:
     cache_mode: str | None = None
     io_source: str | None = None
     learned_from: str | None = None
-    throttle: dict[str, Any] | None = None  # None: not throttled
-    window: dict[str, Any] | None = None  # the measured window's byte totals (analysis/io.py); None: not counted
+    throttle: dict[str, Any] | None = None  # None: not throttled (the spec as written: analysis hands it on)
+    window: StorageWindowView | None = None  # the measured window's byte totals (analysis/io.py); None: not counted
     residency_start: ResidencyView | None = None  # None: the page-cache residency was not checked
+
+    @property
+    def throttle_spec(self) -> StorageThrottleView | None:
+        """``throttle`` read by field (None: not throttled)."""
+        return view(StorageThrottleView, self.throttle) if isinstance(self.throttle, Mapping) else None
 
 
 @dataclass(frozen=True)
@@ -467,13 +490,21 @@ class TailView:
 
 
 @dataclass(frozen=True)
+class LeanUncheckedView:
+    """``timeline.accounting.lean_unchecked``: workers = 0 lean stretches whose check failed (absent: none)."""
+    stretches: int = 0
+    batches: int = 0
+    off_core_s: float = 0.0
+
+
+@dataclass(frozen=True)
 class AccountingView:
     """``timeline.accounting``: which per-thread clocks the spans could use (None: not said, an older record)."""
     cpu_clock: str | None = None
     runqueue: bool | None = None
     thread_io: bool | None = None
     absent: dict[str, str] = field(default_factory=dict)
-    lean_unchecked: dict[str, float] = field(default_factory=dict)
+    lean_unchecked: LeanUncheckedView = field(default_factory=LeanUncheckedView)
 
 
 @dataclass(frozen=True)

@@ -245,6 +245,15 @@ class Accounting(TypedDict, total=False):
     lean_unchecked: dict[str, float]
 
 
+# Declared for record/read.py's typed views only: the sections above keep these as plain objects (their types there
+# stay ``dict[str, ...]``), so no builder or validation changes.
+class LeanUnchecked(TypedDict, total=False):
+    """``timeline.accounting.lean_unchecked`` (instrument/lean_check.py)."""
+    stretches: Count
+    batches: Count
+    off_core_s: Seconds
+
+
 class TailTotals(TypedDict, total=False):
     """Exact totals of the measured steps beyond the detail cap (their rows, batches and spans are not kept)."""
     steps: Count
@@ -340,6 +349,25 @@ class SkippedFile(TypedDict):
 class Skipped(TypedDict, total=False):
     count: Required[Count]
     files: list[SkippedFile]
+
+
+# Declared for record/read.py's typed views only (the section keeps them as plain objects: no validation change).
+class StorageWindow(TypedDict, total=False):
+    """``storage.window``: the measured window's byte totals of the workers' processes (analysis/io.py)."""
+    bytes_requested: Count
+    bytes_from_device: Count
+    page_cache_hit_fraction: Share | None
+    worker_processes_with_io: Count
+
+
+class StorageThrottle(TypedDict, total=False):
+    """``storage.throttle``: the emulated slow storage (storage/spec.py ThrottleSpec, and how it was applied)."""
+    bytes_per_s: Count | None
+    iops: Count | None
+    label: str
+    mechanism: str  # "kernel ..." / "cgroup ..." (each limit on its own) or "userspace" (the two costs added)
+    maj_min: str | None
+    why_not_kernel: str
 
 
 class Storage(TypedDict, total=False):
