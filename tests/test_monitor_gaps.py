@@ -112,6 +112,9 @@ def test_wait_share_is_estimated_from_probes(tmp_path: Path) -> None:
     assert gapped, [(w.steps, w.estimated_steps, w.probe_steps) for w in ws]
     for w in gapped:
         assert 0.45 < w.wait_share < 0.9, (w.wait_share, w.steps, w.estimated_steps, w.probe_steps)
+        # the probes' own share and its 95 % half-width (delta method), as the window records them
+        assert w.probe_wait_share is not None and w.probe_wait_share_pm is not None
+        assert 0.45 < w.probe_wait_share < 0.9 and 0.0 < w.probe_wait_share_pm < 0.3, w
 
 
 def test_short_windows_keep_the_hook_on_every_step(tmp_path: Path) -> None:

@@ -79,6 +79,7 @@ class Gaps:
         self.next_probe_ns = 0
         # The window's figures, taken by the monitor at each cut (take_window)
         self.w_steps = self.w_probes = 0
+        self.w_sums = [0.0] * 5  # the window's probes: Σ wait, Σ length, Σ wait², Σ length², Σ wait·length (ms)
         self.gaps = 0  # gaps opened (the tests' and the bench's)
         self._lock = threading.Lock()
         self._stopped = False
@@ -137,8 +138,15 @@ class Gaps:
         p = self.probe
         if p == 2:  # the probe step ends here
             self.p_n += 1
-            self.p_wait += self.pw1 - self.pw0
-            self.p_span += t0 - self.pw0
+            w, d = self.pw1 - self.pw0, t0 - self.pw0
+            self.p_wait += w
+            self.p_span += d
+            ws, wm, dm = self.w_sums, w / 1e6, d / 1e6
+            ws[0] += wm
+            ws[1] += dm
+            ws[2] += wm * wm
+            ws[3] += dm * dm
+            ws[4] += wm * dm
         with self._lock:
             if p == 1:
                 self.probe = 2  # this step is the probe: the hook stays on for its end
@@ -241,10 +249,19 @@ class Gaps:
         return max(0, li.batches_per_epoch - y) if y is not None and li is not None and li.batches_per_epoch \
             else None
 
-    def take_window(self) -> tuple[int, int]:
-        """(steps whose wait was estimated, probes behind the estimates) since the last call (a cut)."""
-        got = (self.w_steps, self.w_probes)
+    def take_window(self) -> tuple[int, int, float | None, float | None]:
+        """Since the last call (a cut): the steps whose wait was estimated, the probes behind the estimates, and the
+        probes' wait share with its 95 % half-width (None: fewer than 2 probes). The share is a ratio of sums
+        (Σ wait / Σ length); its standard error by the delta method, sqrt(Σ (w_i - R d_i)² / (n (n-1))) / mean d."""
+        n, (sw, sd, sww, sdd, swd) = self.w_probes, self.w_sums
+        share = pm = None
+        if n >= 2 and sd > 0:
+            r = sw / sd
+            resid = max(0.0, sww - 2 * r * swd + r * r * sdd)  # Σ (w_i - r d_i)²
+            share, pm = round(r, 6), round(1.96 * (resid / (n * (n - 1))) ** 0.5 / (sd / n), 6)
+        got = (self.w_steps, n, share, pm)
         self.w_steps = self.w_probes = 0
+        self.w_sums = [0.0] * 5
         return got
 
     def stop(self, t_ns: int) -> None:

@@ -31,7 +31,21 @@ def merge(a: WindowSummary, b: WindowSummary) -> WindowSummary:
         workers=b.workers, processes=b.processes, rss_bytes=max(a.rss_bytes, b.rss_bytes),
         uss_bytes=max(a.uss_bytes, b.uss_bytes), rchar=a.rchar + b.rchar, read_bytes=a.read_bytes + b.read_bytes,
         bottleneck=lead.bottleneck, severity=lead.severity, summary=lead.summary, keep=a.keep or b.keep,
-        estimated_steps=a.estimated_steps + b.estimated_steps, probe_steps=a.probe_steps + b.probe_steps)
+        estimated_steps=a.estimated_steps + b.estimated_steps, probe_steps=a.probe_steps + b.probe_steps,
+        **_probe_share(a, b))
+
+
+def _probe_share(a: WindowSummary, b: WindowSummary) -> dict[str, float | None]:
+    """The probes' wait share of two windows as one: weighted by their probes (independent estimates: their
+    half-widths add in quadrature, weighted alike)."""
+    parts = [(w.probe_wait_share, w.probe_wait_share_pm or 0.0, w.probe_steps) for w in (a, b)
+             if w.probe_wait_share is not None and w.probe_steps]
+    n = sum(p[2] for p in parts)
+    if not n:
+        return {"probe_wait_share": None, "probe_wait_share_pm": None}
+    share = sum(p[0] * p[2] for p in parts) / n
+    pm = sum((p[1] * p[2]) ** 2 for p in parts) ** 0.5 / n
+    return {"probe_wait_share": round(share, 6), "probe_wait_share_pm": round(pm, 6)}
 
 
 class WindowLog:

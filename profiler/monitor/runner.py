@@ -277,7 +277,7 @@ class Monitor:
         w = summarize(cut, self.rec.windows_total, li.num_workers if li is not None else 0, self.procs.snapshot(),
                       li.batch_size if li is not None else None, _cores())
         if s._gap is not None:
-            w.estimated_steps, w.probe_steps = s._gap.take_window()
+            w.estimated_steps, w.probe_steps, w.probe_wait_share, w.probe_wait_share_pm = s._gap.take_window()
         self.rec.windows_total += 1
         self.rec.steps_total += w.steps
         found = self.detector.feed(w)

@@ -66,6 +66,8 @@ class WindowSummary:
     # exact, their wait estimated from probes: timed steps, probe_steps of them)
     estimated_steps: int = 0
     probe_steps: int = 0
+    probe_wait_share: float | None = None  # the probes' wait share (Σ wait / Σ length) and its 95 % half-width
+    probe_wait_share_pm: float | None = None
 
     @property
     def seconds(self) -> float:
