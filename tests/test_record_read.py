@@ -47,6 +47,7 @@ from profiler.record.read import (
     RamProjectionRowView,
     RamView,
     RecommendationView,
+    RejectedAdviceView,
     ResidencyView,
     SamplesView,
     SkippedFileView,
@@ -70,7 +71,8 @@ from profiler.record.read import (
 )
 
 VIEWS: list[tuple[type, type]] = [
-    (PredictionView, schema.Prediction), (MeasuredPointView, schema.MeasuredPoint),
+    (PredictionView, schema.Prediction), (RejectedAdviceView, schema.RejectedAdvice),
+    (MeasuredPointView, schema.MeasuredPoint),
     (SteadinessView, schema.Steadiness), (CeilingRowView, schema.CeilingRow), (AttachTargetView, schema.AttachTarget),
     (CollectivesView, schema.Collectives), (DistributedView, schema.Distributed),
     (ConfigView, schema.Config), (LoaderView, schema.LoaderInfo), (JobView, schema.Job),

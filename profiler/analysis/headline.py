@@ -17,7 +17,8 @@ import os
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import vocab
-from ..record.read import read
+from ..record.read import AttachView, read, view
+from ..record.read_docs import SweepBest, SweepPoint, SweepView, comparison_view, ranks_view, sweep_view
 
 if TYPE_CHECKING:  # annotations only
     from ..record import RunRecord
@@ -48,11 +49,6 @@ class Figure(NamedTuple):
     """One key figure: the value as shown (a number with its unit) and what it is."""
     value: str
     label: str
-
-
-def _d(x: Any) -> dict[str, Any]:
-    """A record section as a plain dict (a section an old or hand-made record lacks: empty)."""
-    return dict(x) if isinstance(x, dict) else {}
 
 
 def _pct(x: float) -> str:
@@ -216,18 +212,18 @@ def no_change(rec: RunRecord) -> str:
     v, w = r.verdict, r.whatif
     if not rec.window_steps:
         return "no step was measured, so there is nothing to judge; let the run reach its measured steps."
-    preds = [p for p in w.predictions if not p.get("measured") and isinstance(p.get("change"), (int, float))]
-    best = max(preds, key=lambda p: float(p["change"]), default=None)
-    dropped = [a for a in w.advice_rejected if a.get("action")]
+    preds = [p for p in w.prediction_rows if not p.measured and p.change is not None]
+    best = max(preds, key=lambda p: p.change or 0.0, default=None)
+    dropped = [a for a in w.rejected if a.action]
     bound = w.binds_words or v.binds or ""
     if v.bottleneck == "compute" and best is None:
         return "the input keeps up: only a faster model or device would make this job faster."
     parts = []
-    if best is not None and float(best["change"]) < GAIN_CLAIMED_FROM:
+    if best is not None and (best.change or 0.0) < GAIN_CLAIMED_FROM:
         parts.append(f"no setting the what-if tried gains {GAIN_CLAIMED_FROM * 100:.0f} % or more (best: "
-                     f"{best.get('setting')}, {float(best['change']) * 100:+.0f} %)")
+                     f"{best.setting}, {(best.change or 0.0) * 100:+.0f} %)")
     elif dropped:
-        parts.append(f"“{str(dropped[0]['action']).rstrip('.')}” was dropped: {dropped[0].get('because') or 'no gain'}")
+        parts.append(f"“{dropped[0].action.rstrip('.')}” was dropped: {dropped[0].because or 'no gain'}")
     if bound:
         parts.append(f"bound by {bound}")
     return ("; ".join(parts) + ".") if parts else "nothing in this run points to a change worth making."
@@ -251,94 +247,94 @@ def attach_headline(rec: RunRecord) -> str:
     return f"No verdict from the samples: the main thread waited for batches {_pct(frac)}{iv}."
 
 
-def compare_headline(c: dict[str, Any]) -> str:
+def compare_headline(comparison: dict[str, Any]) -> str:
     """Which run is faster and why: the comparison's own first sentence (analysis/compare.py story: ratio, rates,
     and where the time moved), without the configuration list that follows it; for 3+ runs, the fastest."""
-    labels: list[str] = list(c.get("labels") or [])
-    sentences: dict[str, str] = dict(c.get("sentences") or {})
-    if len(labels) == 2 and labels[1] in sentences:
-        s = str(sentences[labels[1]])
+    c = comparison_view(comparison)
+    labels = c.labels
+    if len(labels) == 2 and labels[1] in c.sentences:
+        s = str(c.sentences[labels[1]])
         for cut in (". Differences:", ". Same configuration.", ". Note:"):
             if cut in s:
                 s = s[: s.index(cut)]
         return s.rstrip(".") + "."
-    thr = next((m for m in c.get("metrics") or [] if m.get("key") == "throughput"), None)
+    thr = c.metric("throughput")
     if not thr or not labels:
         return "No comparison: the runs have no throughput to compare."
-    vals = [float(v) if v else 0.0 for v in thr.get("values") or []]
+    vals = [float(v) if v else 0.0 for v in thr.values]
     best = max(range(len(vals)), key=lambda i: vals[i])
     base = vals[0] or 1.0
     first = ("workers", "loader_num_workers", "batch_size", "loader_batch_size")  # the usual knobs lead
-    found = [d for d in (c.get("config_diffs") or {}).get(labels[best]) or [] if isinstance(d, dict) and d.get("text")]
-    found.sort(key=lambda d: first.index(d.get("key")) if d.get("key") in first else len(first))
-    diffs = [str(d["text"]) for d in found]
+    found = [d for d in c.diffs(labels[best]) if d.text]
+    found.sort(key=lambda d: first.index(d.key) if d.key in first else len(first))
+    diffs = [str(d.text) for d in found]
     why = f" ({diffs[0]}{' and more' if len(diffs) > 1 else ''})" if diffs else ""  # what was changed to get there
     return (f"{labels[best]} is the fastest of {len(labels)} runs: {vals[best]:,.0f} samples/s, "
             f"{vals[best] / base:.2f}x {labels[0]}{why}.")
 
 
-def ranks_headline(v: dict[str, Any]) -> str:
+def ranks_headline(merged: dict[str, Any]) -> str:
     """Which rank straggles and why (the merge's first straggler or slow host), or that none does."""
-    hosts = list(v.get("slow_hosts") or [])
-    sts = list(v.get("stragglers") or [])
-    n = len(v.get("present") or [])
-    if hosts:
-        h = hosts[0]
-        return (f"Host {h.get('hostname')} is slow as a whole: its {len(h.get('ranks') or [])} ranks held the others "
-                f"up ({', '.join(h.get('causes') or [])}).")
-    if sts:
-        s = sts[0]
-        waited = f"the others waited {_pct(float(s.get('waiting_share') or 0.0))} of each step for it"
-        if s.get("kind") == "input":
-            return f"Rank {s.get('rank')} straggles, input-bound on {cause_words(str(s.get('cause')))}: {waited}."
-        return (f"Rank {s.get('rank')} straggles, slowest to compute ({float(s.get('compute_ms') or 0):.0f} vs "
-                f"{float(s.get('others_compute_ms') or 0):.0f} ms): {waited}.")
+    v = ranks_view(merged)
+    n = len(v.present)
+    if v.slow_hosts:
+        h = v.slow_hosts[0]
+        return (f"Host {h.hostname} is slow as a whole: its {len(h.ranks)} ranks held the others "
+                f"up ({', '.join(h.causes)}).")
+    if v.stragglers:
+        s = v.stragglers[0]
+        waited = f"the others waited {_pct(s.waiting_share)} of each step for it"
+        if s.kind == "input":
+            return f"Rank {s.rank} straggles, input-bound on {cause_words(str(s.cause))}: {waited}."
+        return (f"Rank {s.rank} straggles, slowest to compute ({s.compute_ms or 0.0:.0f} vs "
+                f"{s.others_compute_ms or 0.0:.0f} ms): {waited}.")
     if not n:
         return "No rank left a record: nothing to merge."
-    skew = float((v.get("skew_ms") or {}).get("mean") or 0.0)
+    skew = v.skew_ms.mean or 0.0
     return f"No straggler: the {n} ranks keep pace (step-time skew {skew:.1f} ms on average)."
+
+
+def _sweep_base(sw: SweepView) -> SweepPoint | None:
+    """The point the others were predicted from (the first, where the document does not say)."""
+    return next((p for p in sw.points if p.index == sw.baseline), sw.points[0] if sw.points else None)
 
 
 def sweep_headline(doc: dict[str, Any]) -> str:
     """The best measured setting, against the first point, and how well the first point predicted the others."""
-    best = _d(doc.get("best"))
-    points = [p for p in doc.get("points") or [] if isinstance(p, dict)]
-    base = next((p for p in points if p.get("index") == doc.get("baseline")), points[0] if points else None)
-    if not best.get("label") or not base or not base.get("measured_samples_per_s"):
+    sw = sweep_view(doc)
+    best, base = sw.best or SweepBest(), _sweep_base(sw)
+    if not best.label or not base or not base.measured_samples_per_s:
         return "No point of the sweep finished: nothing to compare."
-    sps = float(best.get("samples_per_s") or 0.0)
-    ratio = sps / float(base["measured_samples_per_s"])
-    err = doc.get("median_abs_error")
+    sps = best.samples_per_s or 0.0
+    ratio = sps / base.measured_samples_per_s
+    err = sw.median_abs_error
     tail = f"; predictions from the first point were off by {err * 100:.0f} % (median)" if err is not None else ""
-    if best.get("label") == base.get("label"):
-        return f"Best setting: {best['label']} (the first point), {sps:,.0f} samples/s{tail}."
-    return f"Best setting: {best['label']}, {sps:,.0f} samples/s, {ratio:.2f}x {base.get('label')}{tail}."
+    if best.label == base.label:
+        return f"Best setting: {best.label} (the first point), {sps:,.0f} samples/s{tail}."
+    return f"Best setting: {best.label}, {sps:,.0f} samples/s, {ratio:.2f}x {base.label}{tail}."
 
 
-def ranks_figures(v: dict[str, Any]) -> list[Figure]:
+def ranks_figures(merged: dict[str, Any]) -> list[Figure]:
     """The ranks page's cards: ranks with a record, the straggler (or none), the share of each step the others wait
     for it, the step-time skew, and the ranks' samples/s together. Values are figures or words, never "none"."""
-    present, missing = list(v.get("present") or []), list(v.get("missing") or [])
-    out = [Figure(f"{len(present)} of {v.get('world_size') or len(present)}",
+    v = ranks_view(merged)
+    present, missing = v.present, v.missing
+    out = [Figure(f"{len(present)} of {v.world_size or len(present)}",
                   "ranks with a record" + (f", {len(missing)} missing" if missing else ""))]
-    sts, hosts = list(v.get("stragglers") or []), list(v.get("slow_hosts") or [])
-    if hosts:
-        out.append(Figure(f"host {hosts[0].get('hostname')}", "slow as a whole"))
-    if sts:
-        s = sts[0]
-        why = (f"input-bound on {cause_words(str(s.get('cause')))}" if s.get("kind") == "input"
-               else "slowest to compute")
-        out.append(Figure(f"rank {s.get('rank')}", f"straggler: {why}"))
-        out.append(Figure(_pct(float(s.get("waiting_share") or 0.0)), "of each step the others wait for it"))
-    elif not hosts:
+    if v.slow_hosts:
+        out.append(Figure(f"host {v.slow_hosts[0].hostname}", "slow as a whole"))
+    if v.stragglers:
+        s = v.stragglers[0]
+        why = f"input-bound on {cause_words(str(s.cause))}" if s.kind == "input" else "slowest to compute"
+        out.append(Figure(f"rank {s.rank}", f"straggler: {why}"))
+        out.append(Figure(_pct(s.waiting_share), "of each step the others wait for it"))
+    elif not v.slow_hosts:
         out.append(Figure("no straggler", "the ranks keep pace"))
-    skew = _d(v.get("skew_ms"))
-    if skew.get("mean") is not None:
-        top = float(skew.get("max") or 0.0)
-        out.append(Figure(f"{float(skew['mean']):.1f} ms", f"step-time skew, mean (max {top:.1f} ms)"))
-    ranks = [r for r in v.get("ranks") or [] if isinstance(r, dict)]
-    rates = [float(r["samples_per_s"]) for r in ranks if isinstance(r.get("samples_per_s"), (int, float))]
-    if rates and len(rates) == len(ranks) and len(out) < 5:
+    if v.skew_ms.mean is not None:
+        top = v.skew_ms.max or 0.0
+        out.append(Figure(f"{v.skew_ms.mean:.1f} ms", f"step-time skew, mean (max {top:.1f} ms)"))
+    rates = [r.samples_per_s for r in v.ranks if r.samples_per_s is not None]
+    if rates and len(rates) == len(v.ranks) and len(out) < 5:
         out.append(Figure(f"{sum(rates):,.1f} samples/s", f"all {len(rates)} ranks together"))
     return out[:5]
 
@@ -346,12 +342,12 @@ def ranks_figures(v: dict[str, Any]) -> list[Figure]:
 def attach_figures(rec: RunRecord) -> list[Figure]:
     """An attach page's cards: the sampled wait with its interval, its main cause, the workers found, and how long
     and how densely the job was sampled."""
-    v, st, a = _d(rec.verdict), _d(rec.stall), _d(rec.attach)
-    frac = float(st.get("fraction", 0.0) or 0.0)
-    lo, hi = st.get("fraction_low"), st.get("fraction_high")
-    iv = f" (95 %: {_pct(float(lo))}–{_pct(float(hi))})" if lo is not None and hi is not None else ""
-    b = str(v.get("bottleneck") or "")
-    shares = {k: float(x) for k, x in _d(st.get("share_by_cause")).items() if isinstance(x, (int, float))}
+    r = read(rec)
+    st, a = r.stall, view(AttachView, rec.attach)
+    lo, hi = st.fraction_low, st.fraction_high
+    iv = f" (95 %: {_pct(lo)}–{_pct(hi)})" if lo is not None and hi is not None else ""
+    b = r.verdict.bottleneck or ""
+    shares = {k: float(x) for k, x in st.share_by_cause.items() if isinstance(x, (int, float))}
     if b in vocab.CAUSE_NAMES:
         cause = Figure(cause_words(b), "what the wait was mostly")
     elif b == "compute":
@@ -359,31 +355,28 @@ def attach_figures(rec: RunRecord) -> list[Figure]:
     else:
         top = max(shares, key=lambda k: shares[k]) if any(shares.values()) else None
         cause = Figure(cause_words(top) if top else "—", "largest share of the wait")
-    procs = [p for p in a.get("processes") or [] if isinstance(p, dict)]
-    workers = sum(1 for p in procs if p.get("role") == "worker")
-    sampler = _d(a.get("sampler"))
-    rate = f"{sampler.get('rate_hz')} Hz" if sampler.get("rate_hz") else "its rate"
-    return [Figure(_pct(frac), "main thread waiting for batches" + iv), cause,
+    workers = sum(1 for p in a.processes if p.role == "worker")
+    sampler = a.sampler
+    rate = f"{sampler.rate_hz} Hz" if sampler.rate_hz else "its rate"
+    return [Figure(_pct(st.fraction), "main thread waiting for batches" + iv), cause,
             Figure(f"{workers} worker{'s' if workers != 1 else ''}", "DataLoader workers found"),
-            Figure(f"{float(a.get('seconds') or 0):.1f} s",
-                   f"sampled at {rate} ({int(sampler.get('samples') or 0):,} stack samples)")]
+            Figure(f"{a.seconds or 0.0:.1f} s", f"sampled at {rate} ({sampler.samples or 0:,} stack samples)")]
 
 
 def sweep_figures(doc: dict[str, Any]) -> list[Figure]:
     """A sweep page's cards: the best setting and its samples/s, the first point's, the prediction error, and the
     points measured."""
-    best = _d(doc.get("best"))
-    points = [p for p in doc.get("points") or [] if isinstance(p, dict)]
-    base = next((p for p in points if p.get("index") == doc.get("baseline")), points[0] if points else None)
-    done = [p for p in points if p.get("measured_samples_per_s")]
-    out = [Figure(str(best.get("label") or "—"), "best setting measured")]
-    if best.get("samples_per_s"):
-        out.append(Figure(f"{float(best['samples_per_s']):,.1f} samples/s", "at the best setting"))
-    if base and base.get("measured_samples_per_s"):
-        out.append(Figure(f"{float(base['measured_samples_per_s']):,.1f} samples/s",
-                          f"first point ({base.get('label')}): the baseline"))
-    err = doc.get("median_abs_error")
-    if isinstance(err, (int, float)):
-        out.append(Figure(f"{err * 100:.0f} %", "median prediction error"))
-    out.append(Figure(f"{len(done)} of {len(points)}", "points measured"))
+    sw = sweep_view(doc)
+    best, base = sw.best or SweepBest(), _sweep_base(sw)
+    done = [p for p in sw.points if p.measured_samples_per_s]
+    out = [Figure(best.label or "—", "best setting measured")]
+    if best.samples_per_s:
+        out.append(Figure(f"{best.samples_per_s:,.1f} samples/s", "at the best setting"))
+    if base and base.measured_samples_per_s:
+        out.append(Figure(f"{base.measured_samples_per_s:,.1f} samples/s", f"first point ({base.label}): the baseline"))
+    if sw.median_abs_error is not None:
+        out.append(Figure(f"{sw.median_abs_error * 100:.0f} %", "median prediction error"))
+    out.append(Figure(f"{len(done)} of {len(sw.points)}", "points measured"))
     return out[:5]
+
+

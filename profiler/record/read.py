@@ -223,6 +223,13 @@ class VerdictView:
 
 
 @dataclass(frozen=True)
+class RejectedAdviceView:
+    """``whatif.advice_rejected[i]``: a recommendation the consistency check dropped, and why."""
+    action: str = ""
+    because: str = ""
+
+
+@dataclass(frozen=True)
 class PredictionView:
     """``whatif.predictions[i]``: one setting's predicted samples/s (None: this run cannot predict it)."""
     setting: str = ""
@@ -279,6 +286,11 @@ class WhatIfView:
     def prediction_rows(self) -> list[PredictionView]:
         """``predictions`` as views (the field stays the rows as written: their extra columns vary by kind)."""
         return [view(PredictionView, p) for p in self.predictions]
+
+    @property
+    def rejected(self) -> list[RejectedAdviceView]:
+        """``advice_rejected`` as views."""
+        return [view(RejectedAdviceView, a) for a in self.advice_rejected]
 
 
 @dataclass(frozen=True)

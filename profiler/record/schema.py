@@ -43,6 +43,7 @@ from .sections_derived import (  # noqa: F401
     RamProcessRow,
     RamProjectionRow,
     Recommendation,
+    RejectedAdvice,
     StageHistogram,
     StageStats,
     Stall,

@@ -105,6 +105,12 @@ class Ram(TypedDict, total=False):
 # The rows of ``whatif`` and ``ceilings``, declared for their typed reads (record/read.py). The sections keep them as
 # plain objects (``list[dict[str, Any]]``): analysis builds them as dicts whose extra columns vary by kind (a workers
 # row has ``workers``, a storage row ``storage``...), and validation keeps unknown keys anyway.
+class RejectedAdvice(TypedDict, total=False):
+    """One ``whatif.advice_rejected`` row: a recommendation the consistency check dropped, and why."""
+    action: str
+    because: str
+
+
 class Prediction(TypedDict, total=False):
     """One ``whatif.predictions`` row: a setting and the samples/s predicted for it."""
     kind: str  # "workers" | "cache" | "storage" | "model" | "pin_memory"

@@ -116,7 +116,7 @@ def print_attach_ranks(view: dict[str, Any], console: Any, files: list[str]) -> 
     verdict; * the straggler), then the sentence that names the straggler and how the figures were had."""
     from rich.table import Table
 
-    from .ranks_rows import ranks_view
+    from ..record.read_docs import ranks_view
 
     v = ranks_view(view)
     flagged = {s.rank for s in v.stragglers}

@@ -13,7 +13,8 @@ from typing import Any
 from ..analysis.headline import compare_headline
 from ..record import json_safe
 from ..record.read import ConfigView, LoaderView, view
-from .compare_rows import GROUP_TITLES, Metric, comparison_view, groups, rows
+from ..record.read_docs import Metric, comparison_view
+from .compare_rows import GROUP_TITLES, groups, rows
 from .jinja import environment
 from .output import write_atomic
 from .units import printable, safe

@@ -17,7 +17,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from .. import vocab
-from .compare_rows import Comparison, Metric, comparison_view
+from ..record.read_docs import Comparison, Metric, comparison_view
 from .output import write_atomic
 from .units import printable, stage_order
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..record.read import view as typed
+from ..record.read_docs import Metric, comparison_view
 from .units import ms, nbytes, pct, printable, seconds
 
 # Metrics whose values are all zero or missing (h2d on a CPU run) say nothing; they are listed, not shown as rows.
@@ -19,80 +19,6 @@ SHORT_TITLES = {"throughput": "throughput", "stall": "stall (idle)", "stages": "
 GROUP_TITLES = {"throughput": "Throughput", "stall": "Idle compute device (stall)",
                 "stages": "Stages (worker stages per sample or batch, main-loop stages per step)",
                 "storage": "Storage", "verdict": "Verdict"}
-
-
-# The comparison's parts as the views read them. The comparison stays a plain dict where it is built
-# (analysis/compare.py; it is also compare.json): its shape, with one default per field, is stated here.
-@dataclass(frozen=True)
-class Versus:
-    """One run against the baseline on one metric: the ratio or difference, its 95 % interval and the noise test."""
-    ratio: float | None = None
-    difference: float | None = None
-    test: str | None = None  # "ratio" | "difference"; None: no noise test (one number per run)
-    ci: list[float] | None = None
-    significant: bool | None = None
-    changed: bool | None = None  # the verdict metric: did the bottleneck change
-
-
-@dataclass(frozen=True)
-class Metric:
-    """One compared figure: a value per run (None: the run has none) and each run against the baseline."""
-    key: str = ""
-    label: str = ""
-    unit: str = ""
-    group: str = ""
-    values: list[Any] = field(default_factory=list)
-    ci_self: list[list[float] | None] = field(default_factory=list)
-    vs_baseline: list[dict[str, Any] | None] = field(default_factory=list)
-    higher_is_better: bool | None = None
-    show: str | None = None  # "difference": shown as the change in points, not as a ratio
-
-    def versus(self, i: int) -> Versus | None:
-        """Run ``i`` against the baseline (None: the baseline itself, or nothing to compare)."""
-        vs = self.vs_baseline[i] if i < len(self.vs_baseline) else None
-        return None if vs is None else typed(Versus, vs)
-
-
-@dataclass(frozen=True)
-class ComparedRun:
-    """One compared run: its label and folder, and the settings the Runs table shows."""
-    label: str = ""
-    name: str = ""
-    partial: bool = False
-    config: dict[str, Any] = field(default_factory=dict)  # the run's config section (less what is ignored)
-    loader: dict[str, Any] = field(default_factory=dict)  # {num_workers, batch_size} of its loader
-    target: str | None = None
-
-
-@dataclass(frozen=True)
-class ConfigDiff:
-    """One setting that differs from the baseline (``text``: "workers 0 → 2")."""
-    key: str | None = None
-    text: str | None = None
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """The comparison (``profiler.analysis.compare.compare``)."""
-    baseline: str = ""
-    labels: list[str] = field(default_factory=list)
-    runs: list[ComparedRun] = field(default_factory=list)
-    metrics: list[Metric] = field(default_factory=list)
-    config_diffs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # run label -> its differences
-    sentences: dict[str, str] = field(default_factory=dict)  # run label -> its story
-    forced: list[str] = field(default_factory=list)  # what differs that --force compared anyway
-
-    def metric(self, key: str) -> Metric | None:
-        return next((m for m in self.metrics if m.key == key), None)
-
-    def diffs(self, label: str) -> list[ConfigDiff]:
-        """The differences of run ``label`` from the baseline (entries that are not objects are left out)."""
-        return [typed(ConfigDiff, d) for d in self.config_diffs.get(label) or [] if isinstance(d, dict)]
-
-
-def comparison_view(c: dict[str, Any]) -> Comparison:
-    """The comparison dict as :class:`Comparison` (absent or null fields: the defaults above)."""
-    return typed(Comparison, c)
 
 
 def fmt_value(v: Any, unit: str) -> str:

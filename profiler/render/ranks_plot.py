@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import vocab
+from ..record.read_docs import ranks_view
 from ..thresholds import RANKS_LANES_MAX
 from .output import write_png
-from .ranks_rows import ranks_view
 
 STEP_BARS_MAX = 64  # per-step bars per rank up to this many steps; lines beyond
 

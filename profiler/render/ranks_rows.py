@@ -4,10 +4,10 @@
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..record.read import view as typed
+from ..record.read_docs import RankRow, RanksView, RecordPlace, ranks_view
 from ..thresholds import RANKS_TABLE_MAX
 
 HEADERS = ["rank", "host", "samples/s", "steps", "step ms", "input wait ms", "compute ms", "collective ms",
@@ -21,87 +21,6 @@ SHORT = {"samples/s": "smp/s", "step ms": "step", "input wait ms": "input", "com
 
 # This table's own "no figure" mark (an en dash, as the ranks views have always shown it; units.ms uses an em dash).
 MISSING = "–"
-
-
-# The merged view's fields as the ranks views read them. The view stays a plain dict where it is built (it is also
-# ranks.json, and attach --rank-of builds one of its own with the sampled shares instead of step times): its shape,
-# with one default per field, is stated here, where the views read it. None: the figure is not there for that rank.
-@dataclass(frozen=True)
-class RankRow:
-    """One rank's row: its figures (per step, ms) and verdict."""
-    rank: int = 0
-    hostname: str | None = None
-    samples_per_s: float | None = None
-    steps: int | None = None
-    step_ms: float | None = None
-    wait_ms: float | None = None
-    compute_ms: float | None = None
-    collective_ms: float | None = None
-    collective_share: float | None = None  # None: no aligned step (or a zero step time)
-    stall_fraction: float | None = None
-    input_wait_share: float | None = None  # attach --rank-of: the sampled wait share
-    stall_share_by_cause: dict[str, float] = field(default_factory=dict)
-    bottleneck: str | None = None
-    partial: bool = False
-
-
-@dataclass(frozen=True)
-class Straggler:
-    """A rank the others wait for (distributed/straggler.py)."""
-    rank: int = 0
-    cause: str | None = None
-    collective_share: float | None = None
-
-
-@dataclass(frozen=True)
-class Clocks:
-    """How the ranks' clocks were put on one axis (distributed/clocks.py)."""
-    note: str = ""
-    shared: bool = False
-    comparable: bool | None = None  # None: a view older than the figure (``shared`` says it then)
-    uncertainty_ms: float | None = None
-    host_offsets: dict[str, dict[str, Any]] = field(default_factory=dict)  # host -> {offset_ms, uncertainty_ms, ...}
-    round_trips: dict[str, dict[str, Any]] = field(default_factory=dict)
-    versus_effect: str | None = None
-
-
-@dataclass(frozen=True)
-class RecordPlace:
-    """Where a rank's full record is: its node, host and path there."""
-    node: int | None = None
-    host: str | None = None
-    path: str | None = None
-
-
-@dataclass(frozen=True)
-class Collected:
-    """How rank 0 had the ranks' summaries (absent: merged from the records in a folder)."""
-    via: str | None = None
-    reports: int | None = None
-    waited_s: float = 0.0
-    last_report_to_merged_s: float | None = None
-
-
-@dataclass(frozen=True)
-class RanksView:
-    """The merged view of a torchrun job's ranks (profiler/distributed/merge.py) or of attach --rank-of."""
-    world_size: int = 0
-    present: list[int] = field(default_factory=list)
-    missing: list[int] = field(default_factory=list)
-    ranks: list[RankRow] = field(default_factory=list)
-    stragglers: list[Straggler] = field(default_factory=list)
-    straggler: Straggler | None = None
-    summary: str | None = None
-    collective_method: str | None = None
-    collective_measured: bool = False
-    clocks: Clocks = field(default_factory=Clocks)
-    collected: Collected | None = None  # None: not collected over the store (report RUN_FOLDER)
-    attach_note: str | None = None
-
-
-def ranks_view(v: dict[str, Any]) -> RanksView:
-    """The merged view as :class:`RanksView` (absent or null fields: the defaults above)."""
-    return typed(RanksView, v)
 
 
 def record_places(v: dict[str, Any]) -> dict[Any, RecordPlace]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .ranks_rows import HEADERS, SHORT, TERMINAL_HEADERS, ranks_view, record_places, table_rows
+from ..record.read_docs import ranks_view
+from .ranks_rows import HEADERS, SHORT, TERMINAL_HEADERS, record_places, table_rows
 
 
 def print_ranks(view: dict[str, Any], console: Any, files: list[str] | None = None) -> None:

@@ -10,8 +10,8 @@ from typing import Any
 
 from ..analysis.headline import sweep_figures, sweep_headline
 from ..record import json_safe
+from ..record.read_docs import SweepBest, SweepPoint, sweep_view
 from .output import write_atomic
-from .sweep_rows import SweepBest, SweepPoint, sweep_view
 from .units import printable
 
 

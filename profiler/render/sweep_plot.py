@@ -12,8 +12,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from ..record.read_docs import sweep_view
 from .output import write_png
-from .sweep_rows import sweep_view
 
 
 def _err(values: list[float], intervals: list[Any]) -> np.ndarray:

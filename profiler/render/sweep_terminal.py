@@ -10,7 +10,7 @@ def print_sweep(doc: dict[str, Any], console: Any, files: list[str]) -> None:
     from rich.text import Text
 
     from ..analysis.headline import sweep_headline
-    from .sweep_rows import sweep_view
+    from ..record.read_docs import sweep_view
     from .units import printable
 
     console.print(Text(printable(sweep_headline(doc)), style="bold"), highlight=False)  # the answer first
