@@ -6,7 +6,9 @@ takes the process tree's CPU time per batch (``getrusage``: this process over th
 monitor's hooks and its cuts — plus the workers over their life, reaped when the iterator ends, prorated to the
 measured steps). The monitor's start, the loop's first SKIP (100) steps (the loader's adoption and first-batch
 probes) and its final write happen once per job, not per batch, and are left out of both loops alike; the cuts
-inside the loop (one per ``--window`` steps: the window's summary, the record's rewrite) are in.
+inside the loop (one per ``--window`` steps: the window's summary, the record's rewrite) are in. With the default
+window nearly every monitored step passes in a gap (NOTE [ Monitor gaps ], profiler/instrument/gaps.py: the hook off
+the path, a thread counting and probing): each round says what share did.
 
     python scripts/bench_monitor.py [--rounds 7] [--batches 3000] [--window 1000] [--workers 0,2]
 

@@ -17,15 +17,20 @@ NOTE [ Monitor gaps ]
       thread lets go of the GIL, so a stack sample lands where the job releases it (torch ops), not where it was
       when the sample was due: a bias in favour of compute that depends on the job. A probe times a step chosen by
       the clock, independently of its own length (it is the step *after* the tick).
-    - *Closing*: the thread turns the hook on for good once the monitor's next event (chunk or cut: the Session's
-      ``due_step`` / ``due_ns``) is less than a tick away, or the epoch has fewer batches left than
-      MONITOR_GAP_MARGIN_TICKS ticks' worth (its end, StopIteration and all, is then seen by the hook as in ``run``),
-      or the iterator is gone. The next ``next()`` on the hooked path closes the gap (``close``) and carries on as
-      a light step. A new ``iter()`` of any loader closes it at once (tracking.py): the open step is then the one
-      in progress, with its wait taken as 0 (the time since its ``next()`` is counted in the gap's steps).
+    - *Closing*: the thread sleeps until the next probe or until just before the monitor's next event (chunk or
+      cut: the Session's ``due_step`` / ``due_ns``, by the clock and the gap's step rate), and turns the hook on for
+      good then, when the epoch has fewer batches left than MONITOR_GAP_EPOCH_MARGIN_S' worth (its end,
+      StopIteration and all, is then seen by the hook as in ``run``), or when the job dropped the iterator. The
+      next ``next()`` on the hooked path closes the gap (``close``) and carries on as a light step. A new ``iter()``
+      of any loader closes it at once (tracking.py): the open step is then the one in progress, with its wait taken
+      as 0 (the time since its ``next()`` is counted in the gap's steps). An epoch that ends inside a gap all the
+      same (the thread late) ends its steps at its StopIteration (torch_hooks.gap_ended). The gap holds its
+      iterator (a job that breaks out of its loop mid-gap would take the count with it); the thread lets go of it
+      once it is the only holder, reading its final count.
 
     What the window then says: steps and samples exact as before; the idle time of its gap steps estimated (their
-    count: ``estimated_steps``, the probes behind it: ``probe_steps``); the cause split, as before, the detail's.
+    count: ``estimated_steps``, the probes behind it: ``probe_steps``, their own share and its 95 % half-width:
+    ``probe_wait_share`` / ``_pm``); the cause split, as before, the detail's.
     Opened only where it cannot go wrong (``Gaps.may_open``): host clocks, a map-style dataset of known length,
     workers by ``fork`` (or none: their detail range is the epoch's), no other loader stepped since the last
     chunk (an interleaved loader would go uncounted), torch's ``_num_yielded`` present and the iterator's
