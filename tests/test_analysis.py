@@ -16,7 +16,14 @@ from profiler.analysis.io import io_totals
 from profiler.analysis.recommend import recommend
 from profiler.analysis.stats import Tables, stage_stats
 from profiler.analysis.verdict import decide, severity
-from profiler.record import RunRecord
+from profiler.record import RunRecord, schema
+
+
+def _complete(table: dict, kind: type) -> dict:
+    """A hand-made table with every column its schema requires (analysis reads required columns by key, as a loaded
+    record has them all): the ones a test does not set are zeros, one per row."""
+    n = len(next(iter(table.values()))) if table else 0
+    return {**{k: np.zeros(n) for k in kind.__required_keys__ if k != "stages"}, **table}  # type: ignore[attr-defined]
 
 
 def _tables(steps, batches, spans) -> Tables:
@@ -30,9 +37,10 @@ def _tables(steps, batches, spans) -> Tables:
         spans.update(start=rs, end=ae, rchar=spans.pop("bytes", np.zeros_like(rs)))
         spans.pop("pixels", None)
         stages = {"read": re_ - rs, "decode": de - re_, "augment": ae - de}
-    sp = {k: np.asarray(v) for k, v in spans.items()}
+    sp = _complete({k: np.asarray(v) for k, v in spans.items()}, schema.SpansTable)
     ss = {k: np.asarray(v, dtype=float) for k, v in (stages or {}).items()}
-    return Tables(st, {k: np.asarray(v) for k, v in batches.items()}, sp, ss, {}, st["batch"])
+    bt = _complete({k: np.asarray(v) for k, v in batches.items()}, schema.BatchesTable)
+    return Tables(_complete(st, schema.StepsTable), bt, sp, ss, _complete({}, schema.EpochsTable), st["batch"])
 
 
 def test_attribution_splits_a_wait_by_what_the_worker_did():
@@ -220,6 +228,7 @@ def test_io_totals_whole_run_and_measured_window_alone():
         "collate_end": [1.0, 1.5, 3.0, 4.0, 7.0, 3.0],
         "rchar": [100, 50, 300, 250, 900, 10**9], "read_bytes": [40, 0, 100, 200, 500, 10**9],
     }
+    rec.timeline["batches"] = _complete(rec.timeline["batches"], schema.BatchesTable)
     io = io_totals(rec)
     # whole run: each worker's last (largest) reading; the main process (worker -1) is left out
     assert (io["bytes_requested"], io["bytes_from_device"]) == (900 + 250, 500 + 200)

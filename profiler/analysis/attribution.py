@@ -101,7 +101,7 @@ def _worker_spans(t: Tables, stage_names: list[str], kernel: bool) -> dict[int, 
     sp, bt = t.spans, t.batches
     col = {k: i for i, k in enumerate(stage_names)}
     parts: dict[int, list[tuple[np.ndarray, ...]]] = {}
-    if sp.get("start") is not None and sp["start"].size:
+    if sp["start"].size:
         s, e = sp["start"].astype(float), sp["end"].astype(float)
         wall = np.maximum(e - s, 0.0)
         per_stage = sample_stage_seconds(t)
@@ -110,27 +110,27 @@ def _worker_spans(t: Tables, stage_names: list[str], kernel: bool) -> dict[int, 
         for name, secs in per_stage.items():
             stage_mat[:, col[name]] = secs / safe
         default = None if kernel else _default_kinds(stage_mat, stage_names)
-        kinds = _kind_shares(wall, sp.get("cpu", np.zeros_like(s)).astype(float),
-                             sp.get("runq", np.zeros_like(s)).astype(float),
-                             sp.get("read_bytes", np.zeros_like(s)).astype(float), default)
+        kinds = _kind_shares(wall, sp["cpu"].astype(float),
+                             sp["runq"].astype(float),
+                             sp["read_bytes"].astype(float), default)
         for w in np.unique(sp["worker"]):
             m = sp["worker"] == w
             parts.setdefault(int(w), []).append((s[m], e[m], kinds[m], stage_mat[m]))
-    if bt.get("batch") is not None and bt["batch"].size:
+    if bt["batch"].size:
         s, e = bt["collate_start"].astype(float), bt["collate_end"].astype(float)
         wall = np.maximum(e - s, 0.0)
         default = None
         if not kernel:
             default = np.zeros((s.size, len(KIND_NAMES)))
             default[:, _K["on_cpu"]] = 1.0
-        kinds = _kind_shares(wall, bt.get("collate_cpu", np.zeros_like(s)).astype(float),
-                             bt.get("collate_runq", np.zeros_like(s)).astype(float), np.zeros_like(s), default)
+        kinds = _kind_shares(wall, bt["collate_cpu"].astype(float),
+                             bt["collate_runq"].astype(float), np.zeros_like(s), default)
         stage_mat = np.zeros((s.size, len(stage_names)))
         stage_mat[:, col["collate"]] = 1.0
         for w in np.unique(bt["worker"]):
             m = bt["worker"] == w
             parts.setdefault(int(w), []).append((s[m], e[m], kinds[m], stage_mat[m]))
-    if kernel and bt.get("gap_start") is not None and bt["gap_start"].size:
+    if kernel and "gap_start" in bt and bt["gap_start"].size:
         # Between fetches the worker runs torch's loop (on a core) or waits for a core to run it, or is blocked on
         # its index queue (the main process has not asked: no cause of ours, left "other").
         s, e = bt["gap_start"].astype(float), bt["gap_end"].astype(float)
@@ -153,8 +153,8 @@ def has_kernel_accounting(timeline: Timeline, t: Tables) -> bool:
         return False
     if acc.cpu_clock:  # written by a harness that measured per-thread CPU (schema 2)
         return True
-    cpu = t.spans.get("cpu")
-    return bool(cpu is not None and cpu.size and (cpu > 0).any())
+    cpu = t.spans["cpu"]
+    return bool(cpu.size and (cpu > 0).any())
 
 
 def attribute(t: Tables, window_s: float, device_timing: str = "host clocks",
@@ -169,12 +169,12 @@ def attribute(t: Tables, window_s: float, device_timing: str = "host clocks",
     per_stage = np.zeros((n, len(stage_names)))
     per_kind = np.zeros((n, len(KIND_NAMES)))
     spans = _worker_spans(t, stage_names, kernel)
-    batch_pos = {int(b): i for i, b in enumerate(bt.get("batch", np.array([])))}
+    batch_pos = {int(b): i for i, b in enumerate(bt["batch"])}
     cuda = device_timing == "cuda events"
     zero_runq = np.zeros(n)
-    main_runq = st.get("main_runq", zero_runq).astype(float) if n else zero_runq
-    own_wait = st.get("profiler_wait", zero_runq).astype(float) if n else zero_runq
-    main_cpu = st.get("main_cpu", zero_runq).astype(float) if n else zero_runq
+    main_runq = st["main_runq"].astype(float) if n else zero_runq
+    own_wait = (st["profiler_wait"] if "profiler_wait" in st else zero_runq).astype(float) if n else zero_runq
+    main_cpu = st["main_cpu"].astype(float) if n else zero_runq
     taken_out = 0.0
     for i in range(n):
         a, b = float(st["wait_start"][i]), float(st["wait_end"][i])
@@ -276,7 +276,7 @@ def profiler_cost(st: dict[str, np.ndarray], window_s: float, taken_out: float) 
     ``seconds`` is what was taken out of the waits (the stall above is net of it); ``rest_s`` is its bookkeeping in
     the rest of the steps (in the window, not in any wait); ``share_of_window`` is both over the window. Records
     written before these were measured have no such columns: zeros, and ``measured`` false."""
-    rest = st.get("profiler_rest")  # the tables hold the measured steps only
+    rest = st["profiler_rest"] if "profiler_rest" in st else None  # the measured steps only; absent: not measured
     rest_s = float(rest.sum()) if rest is not None else 0.0
     total = taken_out + rest_s
     return {"seconds": round(taken_out, 6), "rest_s": round(rest_s, 6),

@@ -179,9 +179,9 @@ def build_context(rec: RunRecord, t: Tables, stages_: dict[str, StageStats]) -> 
         steps += int(t.tail.steps)
     loader = loader_settings(rec, samples, steps)
     sp = t.spans
-    sel = np.isin(sp["batch"], t.measured_batches) if sp.get("batch") is not None and sp["batch"].size else None
-    nbytes = sp.get("rchar", sp.get("bytes"))
-    mean_bytes = float(nbytes[sel].mean()) if sel is not None and sel.any() and nbytes is not None else 0.0
+    sel = np.isin(sp["batch"], t.measured_batches) if sp["batch"].size else None
+    nbytes = sp["rchar"]
+    mean_bytes = float(nbytes[sel].mean()) if sel is not None and sel.any() else 0.0
     mean_px = float(sp["pixels"][sel].mean()) if sel is not None and sel.any() and "pixels" in sp else 0.0
     per_sample = _per_sample_io(sp, sel)
     read_total = stage("read").total_s
@@ -216,7 +216,7 @@ def build_context(rec: RunRecord, t: Tables, stages_: dict[str, StageStats]) -> 
         image_size=int(cfg.image_size or 224), job_kind=job_kind,
         page_cache_hit=r.storage.page_cache_hit_fraction,
         main_runq_ms=(float(np.mean(t.steps["main_runq"])) * 1e3
-                      if t.steps.get("main_runq") is not None and t.steps["main_runq"].size else None),
+                      if t.steps["main_runq"].size else None),
         batch_bytes=_batch_bytes(rec),
         **per_sample,
     )
@@ -243,14 +243,14 @@ def _per_sample_io(sp: dict[str, np.ndarray], sel: np.ndarray | None) -> dict[st
         out["sample_blocked_ms"] = float(blocked.sum()) / items * 1e3
     else:
         blocked = None
-    rb = sp.get("read_bytes")
-    if rb is not None and float(rb[sel].min()) >= 0:
+    rb = sp["read_bytes"]
+    if float(rb[sel].min()) >= 0:
         out["sample_device_bytes"] = float(rb[sel].sum()) / items
         out["calls_device_bytes"] = int(rb[sel].sum())
         if blocked is not None:
             out["device_blocked_ms"] = float(blocked[rb[sel] > 0].sum()) / items * 1e3
-    rc = sp.get("rchar")
-    if rc is not None and float(rc[sel].min()) >= 0:
+    rc = sp["rchar"]
+    if float(rc[sel].min()) >= 0:
         out["sample_rchar"] = float(rc[sel].sum()) / items
         out["calls_rchar"] = int(rc[sel].sum())
     return out

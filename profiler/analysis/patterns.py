@@ -37,7 +37,7 @@ def oversubscription(stall: Stall, ctx: Context) -> dict[str, Any] | None:
 def epoch_starts(t: Tables, rec: RunRecord, ctx: Context) -> dict[str, Any] | None:
     """Epochs after the first that paid worker start-up again: ``persistent_workers=True`` saves it."""
     ep = t.epochs
-    if ep.get("iter_start") is None or ep["iter_start"].size < 2:
+    if ep["iter_start"].size < 2:
         return None
     costs = (ep["first_batch"] - ep["iter_start"])[1:].astype(float)
     loader = read(rec).job.loader
@@ -56,7 +56,7 @@ def epoch_starts(t: Tables, rec: RunRecord, ctx: Context) -> dict[str, Any] | No
 def sawtooth(t: Tables, stall: Stall, ctx: Context) -> dict[str, Any] | None:
     """Workers in lock-step: one long wait every N batches (N = workers) while the steps between are served."""
     st = t.steps
-    if ctx.workers < 2 or st.get("wait_start") is None or st["wait_start"].size < 3 * ctx.workers:
+    if ctx.workers < 2 or st["wait_start"].size < 3 * ctx.workers:
         return None
     wait = (st["wait_end"] - st["wait_start"]).astype(float)
     med = float(np.median(wait))

@@ -186,9 +186,9 @@ def measure(rec: RunRecord, t: Tables, stages: dict[str, Any], ctx: Context) -> 
     start, end = float(r.window.start_s), float(r.window.end_s)
     samples = max(ctx.samples, 1)
     steps = max(ctx.steps, 1)
-    sel = np.isin(sp["batch"], t.measured_batches) if sp.get("batch") is not None and sp["batch"].size else None
+    sel = np.isin(sp["batch"], t.measured_batches) if sp["batch"].size else None
     if sel is not None and sel.any():
-        items = float(np.maximum(sp.get("items", np.ones_like(sp["batch"]))[sel], 1).sum())
+        items = float(np.maximum(sp["items"][sel], 1).sum())
         wall = float((sp["end"][sel].astype(float) - sp["start"][sel].astype(float)).sum())
         cpu = float(sp["cpu"][sel].sum()) if "cpu" in sp else 0.0
         runq = float(sp["runq"][sel].sum()) if "runq" in sp else 0.0
@@ -221,7 +221,7 @@ def measure(rec: RunRecord, t: Tables, stages: dict[str, Any], ctx: Context) -> 
                      f"kernel's read_bytes) for {rchar / items / 1e3:.0f} kB asked of read(); bytes per sample taken "
                      "from the device's count")
         rchar = rbytes
-    bsel = np.isin(bt["batch"], t.measured_batches) if bt.get("batch") is not None and bt["batch"].size else None
+    bsel = np.isin(bt["batch"], t.measured_batches) if bt["batch"].size else None
     collate_cpu = float(bt["collate_cpu"][bsel].sum()) if bsel is not None and "collate_cpu" in bt else 0.0
     collate_runq = float(bt["collate_runq"][bsel].sum()) if bsel is not None and "collate_runq" in bt else 0.0
     nb = max(int(bsel.sum()) if bsel is not None else 0, 1)
@@ -237,10 +237,10 @@ def measure(rec: RunRecord, t: Tables, stages: dict[str, Any], ctx: Context) -> 
     job, workers_c = _process_cores(rec, start, end)
     if job is None:
         workers_c = cpu_s * ctx.samples_per_s if ctx.workers > 0 else 0.0
-        job = workers_c + float(np.sum(st.get("main_cpu", np.zeros(1)))) / max(ctx.window_s, 1e-9)
+        job = workers_c + float(np.sum(st["main_cpu"])) / max(ctx.window_s, 1e-9)
         notes.append("no process CPU samples: job CPU from the in-worker accounting only")
     loop = 0.0
-    if st.get("wait_start") is not None and st["wait_start"].size > 1:
+    if st["wait_start"].size > 1:
         gaps = st["wait_start"][1:].astype(float) - st["compute_end"][:-1].astype(float)
         loop = float(np.clip(gaps, 0, None).mean())
     torch_env = r.environment.torch  # free-form in the schema (torch's own facts): read by key
@@ -250,7 +250,7 @@ def measure(rec: RunRecord, t: Tables, stages: dict[str, Any], ctx: Context) -> 
     steady = _steadiness(rec)
     cpu_half = None
     if sel is not None and sel.any() and "cpu" in sp and int(sel.sum()) >= 3 and cpu > 0:
-        c = sp["cpu"][sel].astype(float) / np.maximum(sp.get("items", np.ones_like(sp["batch"]))[sel], 1)
+        c = sp["cpu"][sel].astype(float) / np.maximum(sp["items"][sel], 1)
         cpu_half = float(1.96 * c.std(ddof=1) / np.sqrt(c.size) / max(c.mean(), 1e-12))
     target = r.job.target if rec.job and rec.job_kind != "builtin" else None
     return Rates(
@@ -261,7 +261,7 @@ def measure(rec: RunRecord, t: Tables, stages: dict[str, Any], ctx: Context) -> 
         rchar=rchar * per, read_bytes=rbytes * per, cold_reads=cold * per,
         collate_s=collate_wall, transfer_s=_mean_ms(stages, "transfer") / 1e3 if ctx.workers else 0.0,
         compute_s=ctx.compute_ms / 1e3, h2d_s=ctx.h2d_ms / 1e3, loop_s=loop,
-        main_wait_cpu_s=float(np.mean(st["main_cpu"])) if st.get("main_cpu") is not None and st["main_cpu"].size
+        main_wait_cpu_s=float(np.mean(st["main_cpu"])) if st["main_cpu"].size
         else 0.0,
         job_cores=job, worker_cores=workers_c or 0.0, share=share,
         system_busy_cores=_system_busy(rec, start, end, max(ctx.usable_cores, 1.0)),

@@ -63,7 +63,7 @@ class Tables:
 
 def tables(timeline: Timeline) -> Tables:
     st = {k: np.asarray(v) for k, v in timeline["steps"].items()}
-    m = st.get("measured")
+    m = st["measured"]
     if m is not None and m.size:
         keep = m.astype(bool)
         st = {k: v[keep] for k, v in st.items()}
@@ -73,14 +73,14 @@ def tables(timeline: Timeline) -> Tables:
     ss = {k: np.asarray(v, dtype=float) for k, v in raw_spans.get("stages", {}).items()}
     ep = {k: np.asarray(v) for k, v in timeline["epochs"].items()}
     tail = timeline["tail"] if "tail" in timeline else None
-    return Tables(st, bt, sp, ss, ep, st.get("batch", np.array([], dtype=np.int64)),
+    return Tables(st, bt, sp, ss, ep, st["batch"],
                   view(TailView, tail) if tail else None)
 
 
 def _asked_at(t: Tables, bt: dict[str, np.ndarray]) -> np.ndarray:
     """For each batch, when the main loop started waiting for it (its step's wait_start); received if unknown."""
     asked = bt["received"].astype(float).copy()
-    pos = {int(b): i for i, b in enumerate(t.steps.get("batch", []))}
+    pos = {int(b): i for i, b in enumerate(t.steps["batch"])}
     for j, b in enumerate(bt["batch"]):
         i = pos.get(int(b))
         if i is not None:
@@ -91,7 +91,7 @@ def _asked_at(t: Tables, bt: dict[str, np.ndarray]) -> np.ndarray:
 def sample_stage_seconds(t: Tables) -> dict[str, np.ndarray]:
     """Self seconds per dataset call of each named sub-stage, plus ``getitem`` (the rest of the call), all rows."""
     sp = t.spans
-    if sp.get("start") is None or not sp["start"].size:
+    if not sp["start"].size:
         return {}
     wall = np.maximum(sp["end"].astype(float) - sp["start"].astype(float), 0.0)
     out = {k: np.minimum(np.maximum(v, 0.0), wall) for k, v in t.span_stages.items() if v.size == wall.size}
@@ -114,11 +114,11 @@ def stage_durations(t: Tables) -> dict[str, np.ndarray]:
     latency plots and the comparison all use."""
     out: dict[str, np.ndarray] = {}
     sp, bt, st = t.spans, t.batches, t.steps
-    if sp.get("batch") is not None and sp["batch"].size:
+    if sp["batch"].size:
         sel = np.isin(sp["batch"], t.measured_batches)
         # One observation per sample: a call that returned k samples (``__getitems__``, a batching iterable) gives
         # k observations of its time / k, so a per-sample stage is per sample and its total stays the calls' total.
-        items = sp.get("items")
+        items = sp["items"]
         k = np.maximum(np.asarray(items)[sel], 1).astype(np.int64) if items is not None and items.size == sel.size \
             else None
         for name, secs in sample_stage_seconds(t).items():
@@ -129,7 +129,7 @@ def stage_durations(t: Tables) -> dict[str, np.ndarray]:
             out[name] = v if name == "getitem" else v[v > 0]
         if "getitem" in out and not out["getitem"].any() and len(out) > 1:
             out.pop("getitem")
-    if bt.get("batch") is not None and bt["batch"].size:
+    if bt["batch"].size:
         sel = np.isin(bt["batch"], t.measured_batches)
         out["collate"] = (bt["collate_end"] - bt["collate_start"])[sel]
         # transfer: from the moment the batch was both finished and asked for, until the main process held it.
@@ -138,17 +138,17 @@ def stage_durations(t: Tables) -> dict[str, np.ndarray]:
         # Only batches a worker made (worker >= 0): one made in the main process (num_workers=0) crossed no queue, and
         # what lies between its collate and its delivery is the DataLoader's own code in the wait, not a transfer
         # (the stage table said "transfer (worker → main)" for a loader with no workers).
-        queued = sel & (bt["worker"] >= 0) if bt.get("worker") is not None else sel
+        queued = sel & (bt["worker"] >= 0)
         if queued.any():
             asked = _asked_at(t, bt)
             out["transfer"] = np.maximum(0.0, bt["received"] - np.maximum(bt["collate_end"], asked))[queued]
             out["ready_ahead"] = np.maximum(0.0, asked - bt["collate_end"])[queued]
-    if st.get("wait_start") is not None and st["wait_start"].size:
+    if st["wait_start"].size:
         out["wait"] = st["wait_end"] - st["wait_start"]
         out["h2d"] = st["h2d_end"] - st["h2d_start"]
         out["compute"] = st["compute_end"] - st["h2d_end"]
     ep = t.epochs
-    if ep.get("iter_start") is not None and ep["iter_start"].size:
+    if ep["iter_start"].size:
         out["epoch_start"] = ep["first_batch"] - ep["iter_start"]
     return {k: np.asarray(out[k], dtype=float) for k in ordered(out)}
 
@@ -171,7 +171,7 @@ def stage_stats(t: Tables) -> dict[str, StageStats]:
                 s["mean_ms"] = round(s["total_s"] / s["count"] * 1e3, 4) if s["count"] else 0.0
                 s["percentiles_over"] = f"the first {int(t.tail.detail_steps)} measured steps"
     sp = t.spans
-    if "read" in out and sp.get("rchar") is not None and sp["rchar"].size:
+    if "read" in out and sp["rchar"].size:
         out["read"]["bytes"] = int(sp["rchar"][np.isin(sp["batch"], t.measured_batches)].sum())
     return out
 
