@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import thresholds as th
@@ -360,23 +361,25 @@ def _fewest_workers_near_best(action: str, preds: list[dict[str, Any]]) -> str:
 
 def prediction_for(action: str, preds: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, str]:
     """The what-if prediction a recommendation's action corresponds to, and how to name it."""
+    rows = [view(PredictionView, p) for p in preds]
+
+    def first(ok: Callable[[PredictionView], bool]) -> dict[str, Any] | None:
+        return next((p for p, v in zip(preds, rows) if ok(v)), None)
+
     m = _WORKERS.search(action)
     if m:
         n = int(m.group(1) or m.group(2))
-        return next((p for p in preds if p["kind"] == "workers" and p.get("workers") == n), None), \
-            f"{n} worker{'s' if n != 1 else ''}"
+        return first(lambda v: v.kind == "workers" and v.workers == n), f"{n} worker{'s' if n != 1 else ''}"
     if "on a GPU" in action:
-        return next((p for p in preds if p["kind"] == "model" and p.get("speedup") == 10.0), None), \
-            "the model 10x faster"
+        return first(lambda v: v.kind == "model" and v.speedup == 10.0), "the model 10x faster"
     if "mixed precision" in action:
-        return next((p for p in preds if p["kind"] == "model" and p.get("speedup") == 2.0), None), \
-            "the model 2x faster"
+        return first(lambda v: v.kind == "model" and v.speedup == 2.0), "the model 2x faster"
     if "pin-memory" in action or "pin_memory" in action:
-        return next((p for p in preds if p["kind"] == "pin_memory"), None), "pin_memory on"
+        return first(lambda v: v.kind == "pin_memory"), "pin_memory on"
     if "faster local storage" in action:
-        return next((p for p in preds if p.get("storage") == "nvme"), None), "on NVMe"
+        return first(lambda v: v.storage == "nvme"), "on NVMe"
     if "Serve the dataset from RAM" in action:
-        return next((p for p in preds if p["setting"] == "cache warm"), None), "from the page cache"
+        return first(lambda v: v.setting == "cache warm"), "from the page cache"
     return None, ""
 
 

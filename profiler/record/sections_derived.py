@@ -124,7 +124,9 @@ class Prediction(TypedDict, total=False):
     assumption: str
     measured: bool  # the row of the measured setting itself
     predictable: bool
-    workers: Count
+    workers: Count  # a workers row: its worker count
+    speedup: float  # a model row: how many times faster the model is assumed
+    storage: str  # a storage row: the --storage preset's name
 
 
 class MeasuredPoint(TypedDict, total=False):

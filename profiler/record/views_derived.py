@@ -124,6 +124,8 @@ class PredictionView:
     change_low: float | None = None  # the interval's low end as a change: the claim
     workers: int | None = None  # a workers row's count (None: another kind of row)
     predictable: bool | None = None
+    speedup: float | None = None  # a model row's assumed speed-up (None: another kind of row)
+    storage: str | None = None  # a storage row's --storage preset (None: another kind of row)
 
 
 @dataclass(frozen=True)
