@@ -40,16 +40,11 @@ if TYPE_CHECKING:
 
 #: z for a two-sided 95 % interval.
 Z95 = 1.959964
-#: A stage, cause or worker share is only named in a recommendation when at least this many samples stand behind the
-#: figure's denominator: with fewer, a 95 % interval is wider than ±15 points and the figure could be anything.
-MIN_SAMPLES_TO_JUDGE = 40
 IDLE = "idle"
 #: A worker whose main thread spent at least this much time on a core in the window was making batches, even when no
 #: stack sample caught it (a light loader beside a heavy model makes a batch in a millisecond or two a step). Why
 #: 2 ms: a worker idle between epochs wakes every 5 s (torch's status check) for microseconds; one batch is more.
 ACTIVE_WORKER_CPU_S = 0.002
-PRODUCING = ("read", "decode", "augment", "getitem", "collate", "torch.load", "np.load")
-MAIN_ONLY = ("wait", "compute", "epoch_start")
 
 
 def wilson(k: int, n: int) -> tuple[float, float]:

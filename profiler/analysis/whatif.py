@@ -45,8 +45,6 @@ if TYPE_CHECKING:  # annotations only
 # Worker counts are predicted up to this many times the usable cores: past 2 per core, a CPU-bound loader only
 # time-slices, and an IO-bound one has usually reached the device's queue limit.
 MAX_WORKERS_PER_CORE = 2
-# A what-if changes the run by less than this (relative) is "no change": within the run-to-run noise of a shared host.
-NO_CHANGE_BELOW = th.GAIN_CLAIMED_FROM
 # Pinned host memory copies at roughly twice the bandwidth of pageable memory (pageable copies are staged through a
 # pinned bounce buffer by the driver; typical PCIe 3/4 hosts: ~12 vs ~25 GB/s). An assumption, stated as one.
 PINNED_SPEEDUP = 2.0

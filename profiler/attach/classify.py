@@ -44,7 +44,6 @@ QUEUES_PY = "multiprocessing/queues.py"
 #: attached to runs under ``profiler run``: their samples are the same fetch. Missing the moved files made every
 #: worker of a job under ``run`` read as idle from outside, and the pair's verdicts disagree.
 OWN_FETCH_PYS = ("profiler/instrument/fetch.py", "profiler/instrument/inline_fetch.py", "profiler/instrument/worker.py")
-OWN_FETCH_PY = OWN_FETCH_PYS[-1]
 
 #: Thread roles.
 MAIN, WORKER, WORKER_FEEDER, PIN_MEMORY, OTHER = "main", "worker", "worker_feeder", "pin_memory", "other"

@@ -212,5 +212,3 @@ def _rank(s: object, i: int) -> int:
         return i
 
 
-def is_attach_folder(path: Path) -> bool:
-    return path.is_dir() and any(path.glob("attach-rank*/run.json"))

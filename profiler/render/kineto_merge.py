@@ -367,12 +367,6 @@ def run_trace_name(rec: RunRecord) -> str:
     return f"torch_trace.rank{rank}.json" if rank is not None else "torch_trace.json"
 
 
-def write_merged(rec: RunRecord, trace_path: str | Path, out_path: str | Path) -> tuple[Path, dict[str, Any]]:
-    """Read the job's trace, merge, write ``out_path`` atomically; (the path, the merge's otherData facts)."""
-    merged = merge(rec, read_trace(trace_path))
-    return write_atomic(out_path, dumps(merged)), merged["otherData"]["profiler_merge"]
-
-
 def render(rec: RunRecord, out_dir: Path, ctx: dict[str, Any]) -> Path:
     """The registry's entry point (render/__init__.py ``TORCH_TRACE``): every torch.profiler trace the record lists
     merged next to itself (``<name>.profiler_merged.json``, the job's file left as it was), and the one holding most
