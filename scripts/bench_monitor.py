@@ -20,6 +20,11 @@ least 1,000). Last line: ``monitor_overhead_pct: N`` — the larger of the setti
 printed: the fastest rounds' difference (each loop's least CPU per batch: on a shared machine noise only ever adds
 time, so the minima are closest to what each loop costs undisturbed; bench_overhead_light.py's second figure).
 
+``--per-step``: instead, the same loop plain, monitored, and monitored with its hook on every step (gaps off: the
+design before them), alternated, each reading the main thread's CPU clock at every step (all three alike); per
+loop the median step's CPU, and the median of that over the rounds: a figure a neighbour's burst moves less than a
+loop's total. Last line then: ``monitor_step_pct: gaps=X hook_every_step=Y``.
+
 ``--long N``: one monitored light loop of N steps (workers=0) instead: the record's size and the process's RSS at
 every window (from the record), first vs last quarter — the bounded-record claim (a 1,000,000-step job's record
 under 20 MB, RSS flat). Last line then: ``monitor_long: steps=N record_bytes=B rss_first_mb=X rss_last_mb=Y``.
@@ -98,6 +103,49 @@ def run_loop(ds: TensorDataset, model: torch.nn.Module, opt: torch.optim.Optimiz
     return main1 - main0, workers_s, wall, per_cut, gapped
 
 
+def per_step(ds: TensorDataset, model: torch.nn.Module, opt: torch.optim.Optimizer, rounds: int, batches: int,
+             tmp: str) -> int:
+    """--per-step (module docstring)."""
+    kinds = ("plain", "gaps", "hook every step")
+    got: dict[str, list[float]] = {k: [] for k in kinds}
+    tt = time.thread_time_ns
+    for r in range(-1, rounds):  # round -1: one-off costs first, not counted
+        for kind in kinds if r % 2 == 0 else kinds[::-1]:
+            loader = DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=0,
+                                generator=torch.Generator().manual_seed(1))
+            gc.collect()
+            ctx: Any = None
+            if kind != "plain":
+                ctx = profiler.profile(out=os.path.join(tmp, f"s{r}{kind[0]}"), monitor=True, plots=False, quiet=True)
+                ctx.__enter__()
+                if kind == "hook every step" and ctx._session is not None:
+                    ctx._session._gap = None
+            it = iter(loader)
+            marks = [0] * (SKIP + batches + 1)
+            for i in range(SKIP + batches):
+                marks[i] = tt()
+                x, y = next(it)
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            marks[-1] = tt()
+            if ctx is not None:
+                ctx.__exit__(None, None, None)
+            del it
+            if r >= 0:
+                got[kind].append(statistics.median(marks[j + 1] - marks[j] for j in range(SKIP, SKIP + batches)) / 1e3)
+        if r >= 0:
+            print(f"round {r + 1}: median step's CPU " + ", ".join(f"{k} {got[k][-1]:.1f} us" for k in kinds),
+                  flush=True)
+    med = {k: statistics.median(v) for k, v in got.items()}
+    pct = {k: (med[k] - med["plain"]) / med["plain"] * 100 for k in kinds[1:]}
+    print("median over rounds: " + ", ".join(f"{k} {med[k]:.1f} us" for k in kinds) + f"; load average "
+          f"{os.getloadavg()[0]:.1f}")
+    print(f"monitor_step_pct: gaps={pct['gaps']:.2f} hook_every_step={pct['hook every step']:.2f}")
+    return 0
+
+
 def long_run(ds: TensorDataset, model: torch.nn.Module, opt: torch.optim.Optimizer, steps: int,
              window: int | None) -> int:
     """One monitored loop of ``steps`` steps, epoch after epoch: the record's size and RSS along the job."""
@@ -142,11 +190,15 @@ def main() -> int:
                                                              "steps lasting at least 10 s)")
     p.add_argument("--workers", default="0,2", help="comma-separated num_workers values")
     p.add_argument("--long", type=int, default=0, metavar="N", help="one monitored loop of N steps (see above)")
+    p.add_argument("--per-step", action="store_true", help="per-step CPU: plain, gaps, hook every step (see above)")
     a = p.parse_args()
     torch.set_num_threads(1)
     ds, model, opt = _make()
     if a.long:
         return long_run(ds, model, opt, a.long, a.window)
+    if a.per_step:
+        with tempfile.TemporaryDirectory() as tmp:
+            return per_step(ds, model, opt, a.rounds, a.batches, tmp)
     medians: dict[int, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for workers in [int(w) for w in a.workers.split(",")]:
