@@ -70,7 +70,7 @@ def tables(timeline: Timeline) -> Tables:
     bt = {k: np.asarray(v) for k, v in timeline["batches"].items()}
     raw_spans = timeline["sample_spans"]
     sp = {k: np.asarray(v) for k, v in raw_spans.items() if k != "stages"}
-    ss = {k: np.asarray(v, dtype=float) for k, v in raw_spans.get("stages", {}).items()}
+    ss = {k: np.asarray(v, dtype=float) for k, v in raw_spans["stages"].items()}
     ep = {k: np.asarray(v) for k, v in timeline["epochs"].items()}
     tail = timeline["tail"] if "tail" in timeline else None
     return Tables(st, bt, sp, ss, ep, st["batch"],

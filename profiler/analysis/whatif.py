@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from .. import thresholds as th
+from ..record.read import StorageThrottleView, view
 from ..storage.spec import STORAGE_PRESETS, ThrottleSpec, format_rate
 
 # Re-exported: the labels and phrases were written here first (analysis/binds.py holds them now).
@@ -428,9 +429,10 @@ def _model_cpu(m: Model, r: Rates) -> float:
 def _cold_read_s(r: Rates) -> tuple[float, str, dict[str, Any] | None] | None:
     """Device seconds per sample when every file comes from the device, and why we believe it."""
     if r.throttle:
-        bw, iops = r.throttle.get("bytes_per_s"), r.throttle.get("iops")
+        spec = view(StorageThrottleView, r.throttle)
+        bw, iops = spec.bytes_per_s, spec.iops
         cost = (r.rchar / bw if bw else 0.0) + (1.0 / iops if iops else 0.0)
-        if str(r.throttle.get("mechanism", "")).startswith(("kernel", "cgroup")):
+        if (spec.mechanism or "").startswith(("kernel", "cgroup")):
             cost = 0.0  # the kernel throttle delays reads only once the limit is reached (the cap does that)
         return cost, (f"every file from the throttled device ({format_rate(bw) if bw else 'no byte limit'}, "
                       f"{iops or 'no'} IOPS), one queue shared by all workers"), r.throttle
@@ -459,7 +461,8 @@ def ceilings(r: Rates) -> Ceilings:
     thr = r.throttle
     cap = storage_cap(r.read_bytes, r.cold_reads, thr)
     if thr and cap is not None:  # a cap needs a throttle
-        add("storage", cap, "derived", f"throttle {thr.get('bytes_per_s')} B/s, {thr.get('iops')} IOPS "
+        spec = view(StorageThrottleView, thr)
+        add("storage", cap, "derived", f"throttle {spec.bytes_per_s} B/s, {spec.iops} IOPS "
             f"at {r.read_bytes / 1e3:.0f} kB from the device per sample")
     elif _device_rate_measured(r):
         rate = r.read_bytes / r.read_blocked_s
