@@ -9,7 +9,8 @@ NOTE [ Monitor gaps ]
 
     - *Counting*: the iterator's own batch count (torch_hooks.batches_yielded, seam 9) read by the thread; at the
       gap's close the steps in between go into the Session's tail totals at once: steps exact, samples as the
-      step before the gap's (a constant batch size; the epoch's last, partial batch never falls in a gap: below).
+      step before the gap's (a constant batch size); the epoch's last batch, which falls in a gap only when the
+      thread was late (below), by its own size (LoaderInfo.last_batch_samples: a partial last batch).
     - *The wait share*: the thread turns the hook back on for one step MONITOR_GAP_HZ times a second (a *probe*):
       that step's wait and its whole length are timed (its ``next()``, then the next one's entry), and the hook
       goes off again. The gap's wait is the probes' ratio estimate (their waits over their lengths) applied to its
@@ -215,6 +216,9 @@ class Gaps:
         wait = (w1 - w0) + extra
         tail.steps += ended
         tail.samples += n * ended
+        last = self.s.loader.last_batch_samples if self.s.loader is not None else None
+        if exhausted and k > 0 and last is not None:  # the epoch's last batch was handed out in the gap (the thread
+            tail.samples += last - n  # late): its own size, not the full batch before the gap (a partial last one)
         tail.wait_ns += wait
         tail.idle_ns += wait
         tail.compute_ns += max(0, t_ns - w0 - wait)

@@ -121,9 +121,14 @@ class LoaderInfo:
     recreated: int = 0  # times the job made this loader afresh for a new epoch (same line, dataset, settings)
     samples_basis: str | None = None  # what a step's sample count came from (loaders.BASIS_*; most steps')
     batch_bytes: float | None = None  # mean bytes of the tensors in the first BATCH_BYTES_OF measured batches
+    # The samples in an epoch's last batch (a partial one unless drop_last); None: unknown. Not in the record: the
+    # monitor's gaps (instrument/gaps.py) count an epoch's steps without seeing them, and need it for the last one.
+    last_batch_samples: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        d = dict(self.__dict__)
+        del d["last_batch_samples"]
+        return d
 
 
 @dataclass
@@ -194,7 +199,24 @@ def loader_info(loader: Any, created: tuple[str | None, str | None] | None,
         prefetch_factor=loader.prefetch_factor if loader.num_workers > 0 else None,
         multiprocessing_context=ctx, collate_fn=qualified_name(loader.collate_fn),
         sampler=qualified_name(loader.batch_sampler if loader.batch_sampler is not None else loader.sampler),
-        created_in=created[1], iterated_in=iterated[1], batches_per_epoch=epoch_length(loader))
+        created_in=created[1], iterated_in=iterated[1], batches_per_epoch=epoch_length(loader),
+        last_batch_samples=last_batch_samples(loader))
+
+
+def last_batch_samples(loader: Any) -> int | None:
+    """Samples in an epoch's last batch under automatic batching: the sampler's length modulo the batch size (the
+    whole batch size with ``drop_last``); None where the loader cannot say (no automatic batching, a sampler
+    without a length). Public DataLoader attributes only."""
+    bs = getattr(loader, "batch_size", None)
+    if not isinstance(bs, int) or bs <= 0:
+        return None
+    try:
+        n = len(loader.sampler)
+    except TypeError:
+        return None
+    if n <= 0:
+        return None
+    return bs if getattr(loader, "drop_last", False) else (n % bs or bs)
 
 
 class CudaTimeline:
