@@ -2,6 +2,15 @@
 (CudaTimeline's events), or its host figures where the events never resolved. The device half of session.Session (a
 mixin: the state is the session's, declared here for the types).
 
+Device time on CUDA (the job's current device and stream when the window opens): CUDA events at every boundary —
+``B`` on entering ``next()``, ``A`` when the batch is in hand, and the built-in pipeline's h2d stage between its own
+pair — resolved lazily (``Event.query()``), never synchronised per step. ``A - B`` is the time the device had nothing
+queued because the host was waiting for input; an H2D copy on the compute stream keeps the compute units idle too
+and is counted as transfer idle time. Every event is timed against the *previous* one (``elapsed_time`` of a short
+pair, float32 ms of a small number) and the chain is summed in float64 from one anchor taken after a synchronize when
+the window opens, so resolution does not decay over a long run (one anchor plus float32 offsets would fall to
+~250 µs after an hour).
+
 NOTE [ Device idle ]
     A step's device idle is the gap between its ``wait_start_dev`` and ``wait_end_dev`` events (the device had nothing
     queued while the host waited for input) plus its h2d stage on the compute stream; without an h2d stage the device's

@@ -5,14 +5,7 @@ A *step* is the interval between two ``next()`` calls on the profiled loader's i
 ``warmup`` steps run unmeasured; the window closes when ``steps`` measured steps have ended, i.e. at the next call
 to ``next()`` after the last one. The profiled loader is the first one iterated; others are unwrapped and counted.
 
-Device time on CUDA (the job's current device and stream when the window opens): CUDA events at every boundary —
-``B`` on entering ``next()``, ``A`` when the batch is in hand, and the built-in pipeline's h2d stage between its own
-pair — resolved lazily (``Event.query()``), never synchronised per step. ``A - B`` is the time the device had nothing
-queued because the host was waiting for input; an H2D copy on the compute stream keeps the compute units idle too
-and is counted as transfer idle time. Every event is timed against the *previous* one (``elapsed_time`` of a short
-pair, float32 ms of a small number) and the chain is summed in float64 from one anchor taken after a synchronize when
-the window opens, so resolution does not decay over a long run (one anchor plus float32 offsets would fall to
-~250 µs after an hour).
+Device time on CUDA (the events at every boundary, chained from one anchor): device_time.py.
 """
 from __future__ import annotations
 
