@@ -25,6 +25,15 @@ design before them), alternated, each reading the main thread's CPU clock at eve
 loop the median step's CPU, and the median of that over the rounds: a figure a neighbour's burst moves less than a
 loop's total. Last line then: ``monitor_step_pct: gaps=X hook_every_step=Y``.
 
+Method (the default since 2026-12-06): *concurrent pairs* (scripts/paired_processes.py): each round runs the plain
+and the monitored loop in two processes at the same time, pinned to the same CPUs (workers=0: one core; workers=2:
+both), over the same 10 s of wall clock, and compares their process trees' on-CPU time per step; roles swap every
+round. Why: the VM's speed drifts over seconds by more than the cost being measured (plain loops alternated in one
+process differed by -17 to +51 % per round); two loops sharing the CPUs over the same interval see the same host.
+The interval (``--seconds``, 10: one default window) holds the monitor's gaps, probes and detail chunks as a long
+job has them; its cuts are added as above. ``--sequential`` runs the alternating method instead (one process, loops
+of ``--batches`` one after the other), as every figure before 2026-12-06 was taken.
+
 ``--long N``: one monitored light loop of N steps (workers=0) instead: the record's size and the process's RSS at
 every window (from the record), first vs last quarter — the bounded-record claim (a 1,000,000-step job's record
 under 20 MB, RSS flat). Last line then: ``monitor_long: steps=N record_bytes=B rss_first_mb=X rss_last_mb=Y``.
@@ -182,7 +191,74 @@ def long_run(ds: TensorDataset, model: torch.nn.Module, opt: torch.optim.Optimiz
     return 0
 
 
+def child(role: str, start_at: float, stop_at: float, workers: int) -> int:
+    """One side of a concurrent pair (paired_processes.py): the light loop, epoch after epoch, plain or monitored,
+    until the interval is over; its last line is the report (steps, on-CPU ns, the monitor's cost per cut)."""
+    from paired_processes import Interval, report
+
+    torch.set_num_threads(1)
+    ds, model, opt = _make()
+    loader = DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=workers)
+    tmp = tempfile.mkdtemp(prefix="bench-monitor-")
+    ctx: Any = profiler.profile(out=os.path.join(tmp, "m"), monitor=True, plots=False, quiet=True) \
+        if role == "monitored" else None
+    if ctx is not None:
+        ctx.__enter__()
+    iv = Interval()
+    n = 0
+    wall0 = 0.0
+    while not iv.done:
+        for x, y in loader:
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            n += 1
+            if not iv.started:
+                wall0 = time.time()
+            if iv.step(n, start_at, stop_at):
+                break
+    wall = time.time() - wall0
+    per_cut = gapped = 0.0
+    if ctx is not None:
+        ctx.__exit__(None, None, None)
+        cost = ctx.record.monitor_cost if ctx.record is not None else {}
+        per_cut = float(cost.get("seconds", 0.0)) / max(1, int(cost.get("cuts", 0)))
+        ws = ctx.record.windows if ctx.record is not None else []
+        gapped = sum(w.estimated_steps for w in ws) / max(1, sum(w.steps for w in ws))
+    report(iv, per_cut_s=per_cut, gapped=gapped, wall_per_step_s=wall / max(1, iv.steps))
+    return 0
+
+
+def concurrent(workers: int, rounds: int, seconds: float, window: int | None) -> float:
+    """Concurrent pairs (module docstring) for one ``workers`` setting: the median paired % plus the cuts' share."""
+    from paired_processes import run_pairs, summary
+
+    cpus = "0" if workers == 0 else ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
+    pct, got = run_pairs(__file__, ["--workers", str(workers)], ("plain", "monitored"), rounds, seconds, cpus,
+                         log=lambda s: print(f"workers={workers} {s}", flush=True))
+    cut_pct = []
+    for g in got:
+        plain_step_s = g["plain"]["cpu_ns"] / max(1, g["plain"]["steps"]) / 1e9
+        # one default window of the plain loop: its steps in MONITOR_MIN_WINDOW_S (wall, sharing the CPUs: fewer
+        # steps than alone, so a larger share: on the safe side), at least MONITOR_WINDOW_STEPS
+        steps = window or max(th.MONITOR_WINDOW_STEPS, th.MONITOR_MIN_WINDOW_S / max(g["plain"]["wall_per_step_s"],
+                                                                                      1e-9))
+        cut_pct.append(g["monitored"]["per_cut_s"] / (steps * plain_step_s) * 100)
+    total = statistics.median(pct) + statistics.median(cut_pct)
+    print(f"workers={workers}: monitor cost, concurrent pairs, {summary(pct)} of the plain loop's CPU per step, + "
+          f"cuts {statistics.median(cut_pct):.3f} %: {total:+.2f} %; steps in gaps "
+          f"{statistics.median(g['monitored']['gapped'] for g in got) * 100:.0f} %; load {os.getloadavg()[0]:.1f}",
+          flush=True)
+    return total
+
+
 def main() -> int:
+    from paired_processes import child_args
+
+    pair = child_args(sys.argv)
+    if pair is not None:
+        return child(*pair, workers=int(sys.argv[sys.argv.index("--workers") + 1]))
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--batches", type=int, default=3000, help="batches per loop (both loops)")
@@ -191,7 +267,14 @@ def main() -> int:
     p.add_argument("--workers", default="0,2", help="comma-separated num_workers values")
     p.add_argument("--long", type=int, default=0, metavar="N", help="one monitored loop of N steps (see above)")
     p.add_argument("--per-step", action="store_true", help="per-step CPU: plain, gaps, hook every step (see above)")
+    p.add_argument("--sequential", action="store_true", help="alternate the loops in one process (the method before "
+                                                             "2026-12-06) instead of concurrent pairs")
+    p.add_argument("--seconds", type=float, default=10.0, help="concurrent pairs: the measured interval per round")
     a = p.parse_args()
+    if not (a.long or a.per_step or a.sequential):
+        medians = {w: concurrent(w, a.rounds, a.seconds, a.window) for w in (int(x) for x in a.workers.split(","))}
+        print(f"monitor_overhead_pct: {max(medians.values()):.2f}")
+        return 0
     torch.set_num_threads(1)
     ds, model, opt = _make()
     if a.long:

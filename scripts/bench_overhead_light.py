@@ -24,6 +24,13 @@ the minima are what each loop costs undisturbed). A third, the median over round
 loop's CPU per batch, compares runs made while the host ran the whole VM at different speeds (other tenants slow
 both loops alike: the plain loop's CPU per batch on this VM has ranged 310-620 µs in one day).
 
+``--concurrent``: the cost by *concurrent pairs* instead (scripts/paired_processes.py says why and how: the plain and
+the profiled loop in two processes at the same time on the same CPUs — workers=0: one core, workers>0: all — over
+the same ``--seconds`` of wall clock, roles swapped every round; the VM's drift over seconds, larger than the cost,
+then hits both alike). The profiled loop is inside ``profile()``'s measured window the whole interval. Lines
+``workers=W round R: ...``, then per setting ``overhead_pct_workers<W>: P`` (median over rounds of the process
+tree's extra on-CPU time per batch, % of the plain loop's), the last line the largest ``--workers`` setting's.
+
 ``--batches`` sets how long a loop runs: a short one (600) counts the profiler's one-off start (its sampler's first
 ticks, the first collections of what it imported) per batch too, a long one (2000) is the steady state.
 
@@ -168,13 +175,68 @@ def _median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
+def child(role: str, start_at: float, stop_at: float, workers: int) -> int:
+    """One side of a concurrent pair: the light loop, epoch after epoch, plain or inside ``profile()``'s window (a
+    window longer than the interval), until the interval is over; the last line is its report."""
+    from paired_processes import Interval, report
+
+    torch.set_num_threads(1)
+    ds, model, opt = _make()
+    loader = DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=workers)
+    tmp = tempfile.mkdtemp(prefix="bench-light-")
+    ctx: Any = profiler.profile(out=os.path.join(tmp, "p"), warmup=20, steps=10_000_000, plots=False, quiet=True) \
+        if role == "profiled" else None
+    if ctx is not None:
+        ctx.__enter__()
+    iv = Interval()
+    n = 0
+    while not iv.done:
+        for x, y in loader:
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            n += 1
+            if iv.step(n, start_at, stop_at):
+                break
+    report(iv)
+    if ctx is not None:
+        os._exit(0)  # the record of millions of steps is not what is measured: no need to build it
+    return 0
+
+
+def concurrent(workers_list: list[int], rounds: int, seconds: float) -> int:
+    from paired_processes import run_pairs, summary
+
+    medians: dict[int, float] = {}
+    for workers in workers_list:
+        cpus = "0" if workers == 0 else ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
+        pct, _ = run_pairs(__file__, ["--workers", str(workers)], ("plain", "profiled"), rounds, seconds, cpus,
+                           log=lambda s, w=workers: print(f"workers={w} {s}", flush=True))
+        medians[workers] = statistics.median(pct)
+        print(f"workers={workers}: run's cost, concurrent pairs, {summary(pct)} of the plain loop's CPU per batch; "
+              f"load average {_load()}", flush=True)
+    for workers in sorted(medians, key=lambda w: (w == max(medians), w)):
+        print(f"overhead_pct_workers{workers}: {medians[workers]:.2f}")
+    return 0
+
+
 def main() -> int:
+    from paired_processes import child_args
+
+    pair = child_args(sys.argv)
+    if pair is not None:
+        return child(*pair, workers=int(sys.argv[sys.argv.index("--workers") + 1]))
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--batches", type=int, default=1000, help="measured batches per loop")
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--workers", default="0,2", help="comma-separated num_workers values")
+    p.add_argument("--concurrent", action="store_true", help="concurrent pairs instead (see above)")
+    p.add_argument("--seconds", type=float, default=10.0, help="--concurrent: the measured interval per round")
     a = p.parse_args()
+    if a.concurrent:
+        return concurrent([int(w) for w in a.workers.split(",")], a.rounds, a.seconds)
     torch.set_num_threads(1)  # the tiny model on one thread, as a light job on a shared machine would be
     ds, model, opt = _make()
     per_worker_setting: dict[int, float] = {}

@@ -145,3 +145,17 @@ def test_a_loop_left_mid_gap_keeps_its_count(workers: int, tmp_path: Path) -> No
     got, ws = _run(tmp_path, workers, 2, length, 0.0, 0.0, "1s", stop=2345)
     assert got["seen"] == length + 4 * 2345
     assert sum(w.steps for w in ws) == 3000 + 2345 and sum(w.samples for w in ws) == got["seen"]
+
+
+def test_detail_chunks_after_gaps_detail_the_batches_they_planned(tmp_path: Path) -> None:
+    """With ``num_workers=0`` a gap takes the profiler's fetch off the fetcher (torch's own makes the gap's batches:
+    no frame of ours per step) and puts it back at the gap's close with its batch count set to the iterator's. Were
+    the count left where the gap found it, the next chunk's range would index the wrong batches and the windows would
+    hold fewer detail steps than asked (measured: 2, 0, 0 instead of 8, 8): ``detail=8`` per 1-s window, every full
+    window gets its 8 after the gaps between its chunks."""
+    got, ws = _run(tmp_path, 0, 2, 4 * 3000 - 2, 0.0, 0.0003, "1s")
+    assert got["seen"] == 2 * (4 * 3000 - 2)
+    assert got["gaps"] and got["gaps"] > 1
+    full = ws[:-1]  # the last window ends with the job, part of the way through
+    assert full and sum(w.estimated_steps for w in full) > 0
+    assert [w.detail_steps for w in full] == [8] * len(full), [(w.steps, w.detail_steps) for w in ws]

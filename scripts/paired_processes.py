@@ -1,0 +1,128 @@
+"""Concurrent pairs: two copies of a loop, one plain and one profiled, run *at the same time* on the same CPUs.
+
+Why (the benches' method, issue 32): on the 2-core VM the host slows the whole VM down and up over seconds — the same
+plain light loop, run twice in a row in one process, has cost 278 and 304 µs of CPU per step, and rounds of
+alternating loops (plain, then profiled, a few seconds each) differed by -17 to +51 % with nothing profiled in
+either. A cost of 1 % cannot be read through that. Two processes that share the same CPUs over the same wall-clock
+interval are slowed alike, whatever the host does: two *plain* loops run this way differ by -0.7 to +1.3 % per round
+(4 rounds, median +0.28 %).
+
+How: each round starts two child processes (this file's caller, re-run with ``--child ROLE``), pinned to the same
+CPU set (``os.sched_setaffinity``, inherited by the workers they fork), told one wall-clock instant to start
+measuring and how long. Each child sets up (imports, data, model, the profiler's start, its first steps) before that
+instant, then counts the steps it completes in the interval and its process tree's on-CPU time over them (the
+``schedstat`` of every thread of the process and of its descendants — the DataLoader workers — read at the step
+boundaries that open and close the interval: nanoseconds, unlike ``getrusage``'s ticks, and workers still alive are
+counted). Roles are swapped every round (which child is started first, which profiled), so an asymmetry of the slots
+cancels. The figure per round is (profiled − plain) / plain CPU per step; the benches report the median over rounds.
+
+What it does not measure: the one-off start and the final write (outside the interval, as in the alternating method),
+and a cost the profiled loop pays only in a rare event longer than the interval (the monitor's cuts: bench_monitor.py
+adds their measured share separately). Sharing a core makes both loops' caches colder alike; the ratio is what is
+reported.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+SETUP_S = 12.0  # from the children's start to the measured interval: imports, data, the profiler's start, first steps
+
+
+def tree_cpu_ns(pid: int | None = None) -> int:
+    """On-CPU ns of every thread of ``pid`` (default: this process) and of all its descendants, alive now."""
+    pid = os.getpid() if pid is None else pid
+    total = 0
+    kids: list[str] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
+                total += int(f.read().split()[0])
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                kids += f.read().split()
+        except (OSError, ValueError, IndexError):
+            continue  # a thread that ended meanwhile
+    return total + sum(tree_cpu_ns(int(k)) for k in kids)
+
+
+@dataclass
+class Interval:
+    """What a child measured: its steps in the interval and its tree's on-CPU ns over them."""
+
+    steps: int = 0
+    cpu_ns: int = 0
+    started: bool = False
+    done: bool = False
+    _n0: int = 0
+    _c0: int = 0
+
+    def step(self, n: int, start_at: float, stop_at: float) -> bool:
+        """Call after each completed step ``n`` (counting from 1); True once the interval is over (stop the loop)."""
+        now = time.time()
+        if not self.started:
+            if now >= start_at:
+                self.started, self._n0, self._c0 = True, n, tree_cpu_ns()
+            return False
+        if now >= stop_at:
+            self.cpu_ns, self.steps, self.done = tree_cpu_ns() - self._c0, n - self._n0, True
+            return True
+        return False
+
+
+def child_args(argv: list[str]) -> tuple[str, float, float] | None:
+    """``--child ROLE START_AT STOP_AT`` in argv (as run_pairs passes it), else None. Pins this process first."""
+    if "--child" not in argv:
+        return None
+    i = argv.index("--child")
+    role, start_at, stop_at, cpus = argv[i + 1], float(argv[i + 2]), float(argv[i + 3]), argv[i + 4]
+    os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
+    return role, start_at, stop_at
+
+
+def report(interval: Interval, **extra: float) -> None:
+    """The child's last line: what the parent reads."""
+    print(json.dumps({"steps": interval.steps, "cpu_ns": interval.cpu_ns, **extra}), flush=True)
+
+
+def run_pairs(script: str, child_extra: list[str], roles: tuple[str, str], rounds: int, seconds: float, cpus: str,
+              log: Callable[[str], None] = print) -> tuple[list[float], list[dict[str, dict]]]:
+    """``rounds`` concurrent pairs of ``python script --child ROLE ... child_extra``; roles[0] is the baseline.
+    Returns the per-round (roles[1] − roles[0]) / roles[0] CPU per step, in %, and each round's two reports."""
+    pct: list[float] = []
+    got_all: list[dict[str, dict]] = []
+    for r in range(rounds):
+        order = roles if r % 2 == 0 else roles[::-1]
+        start_at = time.time() + SETUP_S
+        stop_at = start_at + seconds
+        procs = [subprocess.Popen([sys.executable, script, "--child", role, repr(start_at), repr(stop_at), cpus,
+                                   *child_extra], stdout=subprocess.PIPE, text=True) for role in order]
+        got: dict[str, dict] = {}
+        for role, p in zip(order, procs):
+            out, _ = p.communicate()
+            lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+            if p.returncode != 0 or not lines:
+                raise SystemExit(f"paired child {role} failed (rc {p.returncode}): {out[-500:]}")
+            got[role] = json.loads(lines[-1])
+        per = {role: got[role]["cpu_ns"] / max(1, got[role]["steps"]) / 1e3 for role in roles}
+        pct.append((per[roles[1]] - per[roles[0]]) / per[roles[0]] * 100)
+        got_all.append(got)
+        log(f"round {r + 1}: CPU per step {roles[0]} {per[roles[0]]:.1f} us ({got[roles[0]]['steps']} steps), "
+            f"{roles[1]} {per[roles[1]]:.1f} us ({got[roles[1]]['steps']} steps): {pct[-1]:+.2f} %; load "
+            f"{os.getloadavg()[0]:.1f}")
+    return pct, got_all
+
+
+def summary(pct: list[float]) -> str:
+    return (f"median {statistics.median(pct):+.2f} % (rounds: {', '.join(f'{x:+.1f}' for x in pct)}; "
+            f"interquartile {statistics.quantiles(pct, n=4)[0]:+.2f} .. {statistics.quantiles(pct, n=4)[2]:+.2f})"
+            if len(pct) > 1 else f"{pct[0]:+.2f} %")
