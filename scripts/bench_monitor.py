@@ -198,7 +198,12 @@ def child(role: str, start_at: float, stop_at: float, workers: int) -> int:
 
     torch.set_num_threads(1)
     ds, model, opt = _make()
-    loader = DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=workers)
+    # One epoch longer than the whole child (a shuffled pass over the data after another, as shuffle=True draws
+    # them): no epoch ends in the interval, so the workers measured at its two ends are the same processes.
+    from torch.utils.data import RandomSampler
+
+    sampler = RandomSampler(ds, num_samples=len(ds) * 1000, generator=torch.Generator().manual_seed(1))
+    loader = DataLoader(ds, batch_size=BATCH, sampler=sampler, num_workers=workers)
     tmp = tempfile.mkdtemp(prefix="bench-monitor-")
     ctx: Any = profiler.profile(out=os.path.join(tmp, "m"), monitor=True, plots=False, quiet=True) \
         if role == "monitored" else None
