@@ -1,10 +1,10 @@
 """Shared fixtures (small real datasets in tmp dirs), the markers, the tiers and the signal disposition the tests
 need.
 
-Tiers: ``pytest -m "not slow"`` is the fast tier (under 90 s on 2 cores: the units and the quick real runs); the
-whole suite adds the ``slow`` tests (real profiled jobs, torchrun, frameworks, browsers). ``timing`` marks a test
-whose pass depends on the machine's speed or load (a wall-clock bound, a measured cost); logic is tested with fake
-clocks instead wherever it can be (_util.on_core_clocks).
+Tiers: ``pytest -m "not slow" -n auto --dist loadgroup`` is the fast tier (~65 s on 2 cores: units, quick real
+runs); the whole suite adds the ``slow`` tests (real profiled jobs, torchrun, frameworks, browsers). ``timing``
+marks a test whose pass depends on the machine's speed or load (a wall-clock bound, a measured cost); logic is
+tested with fake clocks instead wherever it can be (_util.on_core_clocks).
 """
 from __future__ import annotations
 
