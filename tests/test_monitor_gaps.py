@@ -148,11 +148,10 @@ def test_a_loop_left_mid_gap_keeps_its_count(workers: int, tmp_path: Path) -> No
 
 
 def test_detail_chunks_after_gaps_detail_the_batches_they_planned(tmp_path: Path) -> None:
-    """With ``num_workers=0`` a gap takes the profiler's fetch off the fetcher (torch's own makes the gap's batches:
-    no frame of ours per step) and puts it back at the gap's close with its batch count set to the iterator's. Were
-    the count left where the gap found it, the next chunk's range would index the wrong batches and the windows would
-    hold fewer detail steps than asked (measured: 2, 0, 0 instead of 8, 8): ``detail=8`` per 1-s window, every full
-    window gets its 8 after the gaps between its chunks."""
+    """With ``num_workers=0`` the fetcher counts the batches it makes through the gaps too (NOTE [ Monitor
+    sampling ]): were its count to fall behind the iterator's over a gap, the next chunk's range would index the
+    wrong batches and the windows would hold fewer detail steps than asked (measured with the count frozen over the
+    gaps: 2, 0, 0 instead of 8, 8). ``detail=8`` per 1-s window: every full window gets its 8 after its gaps."""
     got, ws = _run(tmp_path, 0, 2, 4 * 3000 - 2, 0.0, 0.0003, "1s")
     assert got["seen"] == 2 * (4 * 3000 - 2)
     assert got["gaps"] and got["gaps"] > 1

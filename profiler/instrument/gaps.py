@@ -69,7 +69,6 @@ class Gaps:
         # would take its count with it. The thread lets go of it once it is the only holder (its count is then
         # final: nobody can call next() on it), so it dies at most a tick later than it would have.
         self.held: Any = None
-        self.fetch_taken: tuple[Any, Any] | None = None  # its iterator's fetch, taken off: torch_hooks.fetch_untimed
         self.dropped = False  # ... it did: last_y is its final count
         self.n0 = 0  # its batch count when the gap opened
         self.t_open = 0
@@ -129,7 +128,6 @@ class Gaps:
         self.open = True
         self.gaps += 1
         torch_hooks.hook_next(False)
-        self.fetch_taken = torch_hooks.fetch_untimed(it)  # num_workers=0: torch's own fetch in the gap
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="profiler-monitor-gaps", daemon=True)
             self._thread.start()
@@ -190,9 +188,6 @@ class Gaps:
         s = self.s
         s.due_step = s.due_ns = 0  # the monitor's callback at the next step (it publishes the next event again)
         it, self.held = self.held, None
-        if self.fetch_taken is not None:
-            torch_hooks.fetch_timed_again(self.fetch_taken, it)
-            self.fetch_taken = None
         y = torch_hooks.batches_yielded(it) if it is not None else None
         del it
         if self.end_ns:  # the epoch ended in the gap: its steps end with it (the time after is outside any step)

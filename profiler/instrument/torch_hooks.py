@@ -49,7 +49,7 @@ from torch.utils.data import DataLoader
 from . import clocks, substages, worker
 from .batch import Instrumented
 from .fetch import instrumented_parts
-from .inline_fetch import MADE_ATTR, inline_map_fetch, lean_out_holder
+from .inline_fetch import inline_map_fetch, lean_out_holder
 from .proxies import install_audit
 from .torch_private import ORIG_CREATE_FETCHER as _ORIG_CREATE_FETCHER
 from .torch_private import ORIG_INIT as _ORIG_INIT
@@ -373,33 +373,6 @@ def hook_next(on: bool) -> None:
     installed. Any thread (the gap thread turns it on): one attribute store, atomic under the GIL."""
     if _installed and _hooked_next is not None:
         _dl._BaseDataLoaderIter.__next__ = _hooked_next if on else _gap_next  # type: ignore[method-assign]
-
-
-def fetch_untimed(it: Any) -> tuple[Any, Any] | None:
-    """A monitor gap on a ``num_workers=0`` iterator whose fetcher has the written-out fetch (inline_fetch): take it
-    off the fetcher, so torch's own ``fetch`` (the class's) makes the gap's batches with no frame of ours (NOTE
-    [ Monitor gaps ]: ~1.8 µs per light step, most of what the gap still cost). Returns what fetch_timed_again puts
-    back, or None (workers, another fetch: left as it is; its untimed branch runs per batch instead)."""
-    fetcher = getattr(it, "_dataset_fetcher", None) if isinstance(it, _dl._BaseDataLoaderIter) \
-        and getattr(it, "_num_workers", None) == 0 else None
-    fn = vars(fetcher).get("fetch") if fetcher is not None and hasattr(fetcher, "__dict__") else None
-    if fetcher is None or fn is None or not isinstance(getattr(fn, MADE_ATTR, None), list):
-        return None
-    del fetcher.fetch  # the class's fetch (torch's) from the next batch on
-    from .fetch import skip_fetch
-
-    skip_fetch()  # the next timed fetch measures nothing back to the last one before the gap
-    return fetcher, fn
-
-
-def fetch_timed_again(taken: tuple[Any, Any], it: Any) -> None:
-    """The gap's end: the written-out fetch back on its fetcher, its count set to the batches ``it`` has handed out
-    (with no workers, every batch made was handed out: the count the fetch would have kept)."""
-    fetcher, fn = taken
-    y = batches_yielded(it) if it is not None else None
-    if y is not None:
-        getattr(fn, MADE_ATTR)[0] = y
-    fetcher.fetch = fn
 
 
 def next_is_hooked(it: Any) -> bool:
