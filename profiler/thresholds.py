@@ -258,18 +258,18 @@ MONITOR_DETAIL_STEPS = 64
 # still 500 dataset calls at batch 32).
 MONITOR_DETAIL_CHUNKS = 4
 MONITOR_DETAIL_CHUNK_EVERY = 250
-# NOTE [ Monitor gaps ] (instrument/gaps.py): between detail chunks the monitor's hook is off the job's path and a
-# thread probes one step this many times a second (its wait and length: the gap's wait share). 10 Hz: a default
-# window's gaps (~10 s) hold ~100 probes, the wait share's ratio estimate good to a few points for a steady loop.
-# Not more: each wake-up of the thread cost 45-100 µs of CPU on the loaded 2-core VM (measured: a bare sleep loop's
-# thread, /proc schedstat), so 50 Hz was 0.25-0.5 % of a core, up to 2 % of a light loop's CPU under load.
+# NOTE [ Monitor gaps ] (instrument/gaps.py): between detail chunks the monitor's hook is off the job's path and it
+# probes one step this many times a second (its wait and length: the gap's wait share). 10 Hz: a default window's
+# gaps (~10 s) hold ~100 probes, the wait share's ratio estimate good to a few points for a steady loop. Each probe
+# puts the hook back on for two steps (a few µs), so 10 Hz costs well under 0.01 % of a core.
 MONITOR_GAP_HZ = 10.0
 # A gap opens only when the monitor's next event is at least this far off: a couple of probes or more behind its
 # estimate, and short windows (tests', --window 20) keep the hook on every step, as before gaps.
 MONITOR_GAP_MIN_S = 0.2
-# The thread closes a gap once the epoch has fewer batches left than this many seconds' worth (at the rate seen in
-# the gap) plus 2: the epoch's end (its StopIteration, the time until the next epoch) is then seen by the hook.
-MONITOR_GAP_EPOCH_MARGIN_S = 0.05
+# A gap closes when the epoch has this many batches left (its iterator's count, checked at every step of the gap):
+# the epoch's last batches and its end (its StopIteration, the time until the next epoch) are seen by the hook as in
+# ``run``. 2, not 1: a probe may take the step at which the count reaches it past the look.
+MONITOR_GAP_EPOCH_MARGIN = 2
 # A change must persist this many windows in a row before it is called one: a single odd window (a GC pause, a
 # neighbour's burst, a checkpoint) is noise, two in a row is a regime. The change is placed at the first of them.
 MONITOR_PERSIST_WINDOWS = 2

@@ -30,9 +30,11 @@ and the monitored loop in two processes at the same time, pinned to the same CPU
 both), over the same 10 s of wall clock, and compares their process trees' on-CPU time per step; roles swap every
 round. Why: the VM's speed drifts over seconds by more than the cost being measured (plain loops alternated in one
 process differed by -17 to +51 % per round); two loops sharing the CPUs over the same interval see the same host.
-The interval (``--seconds``, 10: one default window) holds the monitor's gaps, probes and detail chunks as a long
-job has them; its cuts are added as above. ``--sequential`` runs the alternating method instead (one process, loops
-of ``--batches`` one after the other), as every figure before 2026-12-06 was taken.
+The interval (``--seconds``, 10: one default window) holds the monitor's gaps, probes, detail chunks and cuts as a
+long job has them; a round whose interval held fewer cuts than its length's worth of default windows gets the missing
+ones added, each at the cost of the cut it held (else at the whole job's mean cut, its final write included).
+``--sequential`` runs the alternating method instead (one process, loops of ``--batches`` one after the other), as
+every figure before 2026-12-06 was taken.
 
 ``--long N``: one monitored light loop of N steps (workers=0) instead: the record's size and the process's RSS at
 every window (from the record), first vs last quarter — the bounded-record claim (a 1,000,000-step job's record
@@ -212,6 +214,8 @@ def child(role: str, start_at: float, stop_at: float, workers: int) -> int:
     iv = Interval()
     n = 0
     wall0 = 0.0
+    mon = getattr(ctx, "_mon", None)
+    cost0 = cuts0 = 0  # the monitor's own ns at its cuts and chunks, and its cuts, when the interval began
     while not iv.done:
         for x, y in loader:
             loss = torch.nn.functional.cross_entropy(model(x), y)
@@ -221,22 +225,30 @@ def child(role: str, start_at: float, stop_at: float, workers: int) -> int:
             n += 1
             if not iv.started:
                 wall0 = time.time()
+                if mon is not None:
+                    cost0, cuts0 = mon.cost_ns, mon.cuts
             if iv.step(n, start_at, stop_at):
                 break
     wall = time.time() - wall0
     per_cut = gapped = 0.0
+    cuts_in = 0
     if ctx is not None:
+        cuts_in, cost_in = mon.cuts - cuts0, mon.cost_ns - cost0
         ctx.__exit__(None, None, None)
         cost = ctx.record.monitor_cost if ctx.record is not None else {}
-        per_cut = float(cost.get("seconds", 0.0)) / max(1, int(cost.get("cuts", 0)))
+        # A cut inside the interval: the monitor's own time over it (its cuts and chunks) per cut; else the whole
+        # job's (its first cut and its final one, with the record's write: more than a steady cut, on the safe side)
+        per_cut = cost_in / 1e9 / cuts_in if cuts_in else \
+            float(cost.get("seconds", 0.0)) / max(1, int(cost.get("cuts", 0)))
         ws = ctx.record.windows if ctx.record is not None else []
         gapped = sum(w.estimated_steps for w in ws) / max(1, sum(w.steps for w in ws))
-    report(iv, per_cut_s=per_cut, gapped=gapped, wall_per_step_s=wall / max(1, iv.steps))
+    report(iv, per_cut_s=per_cut, cuts_in=cuts_in, gapped=gapped, wall_per_step_s=wall / max(1, iv.steps))
     return 0
 
 
 def concurrent(workers: int, rounds: int, seconds: float, window: int | None) -> float:
-    """Concurrent pairs (module docstring) for one ``workers`` setting: the median paired % plus the cuts' share."""
+    """Concurrent pairs (module docstring) for one ``workers`` setting: the median over rounds of the paired %, each
+    with the cuts its interval missed."""
     from paired_processes import run_pairs, summary
 
     cpus = "0" if workers == 0 else ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
@@ -244,15 +256,19 @@ def concurrent(workers: int, rounds: int, seconds: float, window: int | None) ->
                          log=lambda s: print(f"workers={workers} {s}", flush=True))
     cut_pct = []
     for g in got:
+        m = g["monitored"]
         plain_step_s = g["plain"]["cpu_ns"] / max(1, g["plain"]["steps"]) / 1e9
-        # one default window of the plain loop: its steps in MONITOR_MIN_WINDOW_S (wall, sharing the CPUs: fewer
-        # steps than alone, so a larger share: on the safe side), at least MONITOR_WINDOW_STEPS
-        steps = window or max(th.MONITOR_WINDOW_STEPS, th.MONITOR_MIN_WINDOW_S / max(g["plain"]["wall_per_step_s"],
-                                                                                      1e-9))
-        cut_pct.append(g["monitored"]["per_cut_s"] / (steps * plain_step_s) * 100)
-    total = statistics.median(pct) + statistics.median(cut_pct)
-    print(f"workers={workers}: monitor cost, concurrent pairs, {summary(pct)} of the plain loop's CPU per step, + "
-          f"cuts {statistics.median(cut_pct):.3f} %: {total:+.2f} %; steps in gaps "
+        # The interval holds as many cuts as fell in it (0 or 1 for a default window as long as the interval): the
+        # ones a job of that length makes on average (its wall over one default window's: MONITOR_MIN_WINDOW_S, at
+        # least MONITOR_WINDOW_STEPS of the monitored loop's steps) and did not fall in it are added, each at its
+        # measured cost as a share of the plain loop's CPU over the interval's steps.
+        window_s = max(th.MONITOR_MIN_WINDOW_S, (window or th.MONITOR_WINDOW_STEPS) * m["wall_per_step_s"])
+        missing = max(0.0, m["wall_per_step_s"] * m["steps"] / window_s - m.get("cuts_in", 0))
+        cut_pct.append(missing * m["per_cut_s"] / (g["plain"]["steps"] * plain_step_s) * 100)
+    total = statistics.median([p + c for p, c in zip(pct, cut_pct)])
+    print(f"workers={workers}: monitor cost, concurrent pairs, {summary(pct)} of the plain loop's CPU per step "
+          f"(cuts in the intervals: {', '.join(str(g['monitored'].get('cuts_in', 0)) for g in got)}), with the "
+          f"cuts an interval missed (median {statistics.median(cut_pct):.3f} %): {total:+.2f} %; steps in gaps "
           f"{statistics.median(g['monitored']['gapped'] for g in got) * 100:.0f} %; load {os.getloadavg()[0]:.1f}",
           flush=True)
     return total

@@ -30,9 +30,9 @@ import profiler
 WORKERS, EPOCHS, LEN, WAIT_S, COMPUTE_S, WINDOW, OUT = (int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]),
                                                        float(sys.argv[4]), float(sys.argv[5]), sys.argv[6], sys.argv[7])
 STOP = int(sys.argv[8])  # the last epoch breaks out of its loop after this many steps (0: it runs to its end)
-if sys.argv[9:] == ["late"]:  # the gap thread as late as on a busy machine: every epoch ends inside a gap
+if sys.argv[9:] == ["late"]:  # no margin: every epoch ends inside a gap
     from profiler.instrument.gaps import Gaps
-    Gaps.margin = staticmethod(lambda rate: -1)
+    Gaps.margin = staticmethod(lambda: -1)
 
 class Items(Dataset):
     def __len__(self): return LEN

@@ -46,6 +46,8 @@ def begin_fetch(width: int, counters: bool = True) -> tuple[Recorder, Any, clock
     lists (the caller reads the fetch's first clocks right after)."""
     if substages._waiting and len(sys.modules) != substages._modules_seen:
         substages.wrap_imported()  # a library the job imported since the last batch: named from this one
+    if not proxies._audit_installed:
+        proxies.install_audit()  # this process's first timed fetch (install_audit says why not before)
     b0 = clocks.fetch_start() if counters else None
     rec = proxies._current = Recorder()
     return rec, substages.begin_batch(rec.calls, width), b0, 0

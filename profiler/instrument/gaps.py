@@ -1,33 +1,37 @@
-"""Monitor gaps: the stretches between detail chunks where no per-step Python runs on the job's path.
+"""Monitor gaps: the stretches between detail chunks where the profiler's per-step Python is off the job's path.
 
 NOTE [ Monitor gaps ]
     Under ``profiler monitor`` a light step (outside the detail) cost ~2 µs of the profiler's own Python between
-    ``next()`` and the job's model step, and on the 2-core VM that work cost about five times its own time in the
-    step after it (docs/monitor.md § Cost): +2.5-6 % of a light loop's CPU, where the target is 1 %. So between
-    detail chunks the monitor takes its ``__next__`` off the loader's path (torch_hooks.hook_next: torch's own
-    ``__next__`` plus an envelope check, ``_gap_next``) and a daemon thread (this module) does the bookkeeping:
+    ``next()`` and the job's model step: +2.5-6 % of a light loop's CPU, where the target is 1 % (docs/monitor.md §
+    Cost). So between detail chunks the monitor takes its ``__next__`` hook off the loader's path: torch's own
+    ``__next__`` runs inside ``torch_hooks._gap_next``, which adds an attribute read, one clock read and two
+    comparisons per step (~0.1 µs), and calls back into this module (``_look``, on the main thread) only when
+    something is due: a *look*, by the clock (the next probe, the monitor's next event by time) or by the iterator's
+    own batch count (the monitor's next event by step, the epoch's end).
 
-    - *Counting*: the iterator's own batch count (torch_hooks.batches_yielded, seam 9) read by the thread; at the
-      gap's close the steps in between go into the Session's tail totals at once: steps exact, samples as the
-      step before the gap's (a constant batch size); the epoch's last batch, which falls in a gap only when the
-      thread was late (below), by its own size (LoaderInfo.last_batch_samples: a partial last batch).
-    - *The wait share*: the thread turns the hook back on for one step MONITOR_GAP_HZ times a second (a *probe*):
-      that step's wait and its whole length are timed (its ``next()``, then the next one's entry), and the hook
-      goes off again. The gap's wait is the probes' ratio estimate (their waits over their lengths) applied to its
-      time. Why probes and not the main thread's stack sampled from the thread: the thread runs only when the main
-      thread lets go of the GIL, so a stack sample lands where the job releases it (torch ops), not where it was
-      when the sample was due: a bias in favour of compute that depends on the job. A probe times a step chosen by
-      the clock, independently of its own length (it is the step *after* the tick).
-    - *Closing*: the thread sleeps until the next probe or until just before the monitor's next event (chunk or
-      cut: the Session's ``due_step`` / ``due_ns``, by the clock and the gap's step rate), and turns the hook on for
-      good then, when the epoch has fewer batches left than MONITOR_GAP_EPOCH_MARGIN_S' worth (its end,
-      StopIteration and all, is then seen by the hook as in ``run``), or when the job dropped the iterator. The
-      next ``next()`` on the hooked path closes the gap (``close``) and carries on as a light step. A new ``iter()``
-      of any loader closes it at once (tracking.py): the open step is then the one in progress, with its wait taken
-      as 0 (the time since its ``next()`` is counted in the gap's steps). An epoch that ends inside a gap all the
-      same (the thread late) ends its steps at its StopIteration (torch_hooks.gap_ended). The gap holds its
-      iterator (a job that breaks out of its loop mid-gap would take the count with it); the thread lets go of it
-      once it is the only holder, reading its final count.
+    Why no thread (until 2026-12-06 a daemon thread did the looks, 10 times a second): on the 2-core VM a loop with
+    a sleeping 10 Hz Python thread beside it cost +1.15 % CPU per step, and one that had merely started and joined a
+    thread +0.49 % (concurrent pairs, scripts/paired_processes.py): the thread alone was over the 1 % budget. The
+    looks are on the job's thread now, at the step where they fall due, which also makes the closes exact: a gap
+    ends at the step the monitor's event needs, not at a thread's estimate of it.
+
+    - *Counting*: the iterator's own batch count (torch_hooks.batches_yielded, seam 9), also copied per step into
+      ``torch_hooks.gap_y`` (a job that drops the iterator mid-gap takes its count with it); at the gap's close the
+      steps in between go into the Session's tail totals at once: steps exact, samples as the step before the gap's
+      (a constant batch size); the epoch's last batch, if it fell in the gap, by its own size
+      (LoaderInfo.last_batch_samples: a partial last batch).
+    - *The wait share*: a look turns the hook back on for one step MONITOR_GAP_HZ times a second (a *probe*): that
+      step's wait and its whole length are timed (its ``next()``, then the next one's entry), and the hook goes off
+      again. The gap's wait is the probes' ratio estimate (their waits over their lengths) applied to its time. A
+      probe times the step *after* the look that the clock chose, so the choice is independent of its length.
+    - *Closing*: a look turns the hook on for good when the monitor's next event (chunk or cut: the Session's
+      ``due_step`` *and* ``due_ns``) is due, or when the epoch has MONITOR_GAP_EPOCH_MARGIN batches left (its end,
+      StopIteration and all, is then seen by the hook as in ``run``), or when another iterator's step called it.
+      The next ``next()`` on the hooked path closes the gap (``close``) and carries on as a light step. A new
+      ``iter()`` of any loader closes it at once (tracking.py): the open step is then the one in progress, with its
+      wait taken as 0 (the time since its ``next()`` is counted in the gap's steps). An epoch that ends inside a gap
+      all the same ends its steps at its StopIteration (torch_hooks.gap_ended). The gap holds its iterator only by
+      a weak reference: a job that breaks out of its loop mid-gap lets it (and its workers) go at once.
 
     What the window then says: steps and samples exact as before; the idle time of its gap steps estimated (their
     count: ``estimated_steps``, the probes behind it: ``probe_steps``, their own share and its 95 % half-width:
@@ -39,9 +43,8 @@ NOTE [ Monitor gaps ]
 """
 from __future__ import annotations
 
-import sys
-import threading
 import time
+import weakref
 from typing import TYPE_CHECKING, Any, Callable
 
 from .. import thresholds as th
@@ -51,25 +54,22 @@ if TYPE_CHECKING:
     from .session import Session
 
 _perf = time.perf_counter_ns
-_EARLY_NS = 2_000_000  # the thread closes a gap this long before the monitor's event is due
+_NEVER = 1 << 62  # a look's threshold that is never reached (a count, or a perf_counter_ns)
 
 
 class Gaps:
-    """A Session's gaps (one open at a time) and the thread that watches them; made by the monitor."""
+    """A Session's gaps (one open at a time), looked at from its iterator's ``__next__``; made by the monitor."""
 
     def __init__(self, session: Session, hz: float = th.MONITOR_GAP_HZ, min_s: float = th.MONITOR_GAP_MIN_S):
         self.s = session
-        self.tick_s = 1.0 / hz
+        self.tick_ns = int(1e9 / hz)
         self.min_ns = int(min_s * 1e9)
         self.usable = not torch_hooks.gap_problems()
         self.open = False
-        self.closing = False  # the thread asked for the close (the hook is back on)
+        self.closing = False  # a look asked for the close (the hook is back on)
         self.probe = 0  # 0: none; 1: the hook is on for a probe; 2: its wait timed, its end is the next entry
-        # The gap's iterator, held while the gap is open: a job that drops it mid-gap (``break`` out of its loop)
-        # would take its count with it. The thread lets go of it once it is the only holder (its count is then
-        # final: nobody can call next() on it), so it dies at most a tick later than it would have.
-        self.held: Any = None
-        self.dropped = False  # ... it did: last_y is its final count
+        self.ref: weakref.ReferenceType[Any] | None = None  # the gap's iterator (weakly: the job may drop it)
+        self.fetch_taken: tuple[Any, Any] | None = None  # its fetcher's fetch, taken off: torch_hooks.fetch_untimed
         self.n0 = 0  # its batch count when the gap opened
         self.t_open = 0
         self.epoch_len = 0
@@ -81,18 +81,12 @@ class Gaps:
         self.rate = 0.0  # steps per ns: the last gap's, or the window's when the gap opened
         self.n_open = 0  # the Session's step count when the gap opened
         self.end_y = self.end_ns = 0  # the gap's iterator's StopIteration (torch_hooks.gap_ended): count, time
-        self.last_y = self.last_ns = 0  # its count when the thread last read it (the job may drop it mid-gap)
         self.next_probe_ns = 0
         # The window's figures, taken by the monitor at each cut (take_window)
         self.w_steps = self.w_probes = 0
         self.w_sums = [0.0] * 5  # the window's probes: Σ wait, Σ length, Σ wait², Σ length², Σ wait·length (ms)
         self.gaps = 0  # gaps opened (the tests' and the bench's)
-        self._lock = threading.Lock()
-        self._stopped = False
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
 
-    # --- the main thread ----------------------------------------------------------------------------------------
     def may_open(self, it: Any, others_since: int) -> bool:
         """Can a gap open on ``it`` now (module docstring: where it cannot go wrong)?"""
         s = self.s
@@ -113,31 +107,33 @@ class Gaps:
         y = torch_hooks.batches_yielded(it)
         li = self.s.loader
         self.due_step, self.due_ns = due_step, due_ns
-        if y is None or li is None or not li.batches_per_epoch or li.batches_per_epoch - y <= self.margin(rate) \
+        if y is None or li is None or not li.batches_per_epoch or li.batches_per_epoch - y <= self.margin() \
                 or self.due_in(t_ns, self.s._n_steps, rate) < self.min_ns:
             return False
-        self.held, self.dropped = it, False
+        try:
+            self.ref = weakref.ref(it)
+        except TypeError:  # (an iterator class with __slots__ and no __weakref__)
+            return False
         self.n0, self.t_open, self.epoch_len = y, t_ns, int(li.batches_per_epoch)
         self.n_open, self.rate = self.s._n_steps, rate
         self.end_y = self.end_ns = 0
-        self.last_y, self.last_ns = y, t_ns
-        torch_hooks.gap_ended = self._ended
-        self.next_probe_ns = t_ns + int(self.tick_s * 1e9)
+        self.next_probe_ns = t_ns + self.tick_ns
         self.probe = self.p_n = self.p_wait = self.p_span = 0
         self.closing = False
         self.open = True
         self.gaps += 1
+        torch_hooks.gap_y = y
+        torch_hooks.gap_ended = self._ended
+        torch_hooks.gap_look = self._look
+        self._arm(t_ns, y)
         torch_hooks.hook_next(False)
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="profiler-monitor-gaps", daemon=True)
-            self._thread.start()
-        self._wake.set()
+        self.fetch_taken = torch_hooks.fetch_untimed(it)  # num_workers=0: torch's own fetch makes the gap's batches
         return True
 
     def on_next(self, it: Any, orig: Callable[[Any], Any]) -> Any:
         """Session._on_next while a gap is open and the hook is on (a probe, or the close)."""
         s = self.s
-        if self.closing or it is not self.held:
+        if self.closing or self.ref is None or it is not self.ref():
             self.close(_perf(), True)
             return s._on_next(it, orig)
         t0 = _perf()
@@ -153,13 +149,11 @@ class Gaps:
             ws[2] += wm * wm
             ws[3] += dm * dm
             ws[4] += wm * dm
-        with self._lock:
-            if p == 1:
-                self.probe = 2  # this step is the probe: the hook stays on for its end
-            else:
-                self.probe = 0
-                if not self.closing:
-                    torch_hooks.hook_next(False)
+        if p == 1:
+            self.probe = 2  # this step is the probe: the hook stays on for its end
+        else:
+            self.probe = 0
+            torch_hooks.hook_next(False)
         try:
             data = orig(it)
         except BaseException as e:
@@ -170,9 +164,43 @@ class Gaps:
             self.pw0, self.pw1 = t0, _perf()
         return data.batch if data.__class__ is torch_hooks.Instrumented else data
 
+    def _look(self, it: Any, y: int) -> None:
+        """torch_hooks.gap_look: a step through the gap (``it`` handed out its ``y``-th batch) at which something
+        may be due (a threshold of ``_arm`` reached). Main thread."""
+        if not self.open or self.closing:
+            torch_hooks.gap_due_ns = torch_hooks.gap_stop_y = _NEVER
+            return
+        if self.ref is None or it is not self.ref():  # another loader's iterator, stepped inside the gap
+            self._close_next()
+            return
+        now = _perf()
+        if now >= self.next_probe_ns:
+            self.next_probe_ns = now + self.tick_ns
+            if self.probe == 0:
+                self.probe = 1
+                torch_hooks.hook_next(True)
+        self._arm(now, y)
+
+    def _arm(self, now: int, y: int) -> None:
+        """Close the gap if the monitor's event or the epoch's end is here, else set the next look's thresholds."""
+        y_event = self.n0 + self.due_step - self.n_open  # the count at which the Session reaches the event's step
+        y_end = self.epoch_len - self.margin()
+        step_due, time_due = y >= y_event, now >= self.due_ns
+        if step_due and time_due or y >= y_end:
+            self._close_next()
+            return
+        torch_hooks.gap_stop_y = min(y_end, _NEVER if step_due else y_event)
+        torch_hooks.gap_due_ns = min(self.next_probe_ns, _NEVER if time_due else self.due_ns)
+
+    def _close_next(self) -> None:
+        """The hook on for good: the next ``next()`` on its path closes the gap."""
+        self.closing = True
+        torch_hooks.gap_due_ns = torch_hooks.gap_stop_y = _NEVER
+        torch_hooks.hook_next(True)
+
     def _ended(self, it: Any) -> None:
         """torch_hooks.gap_ended: an iterator's StopIteration inside a gap (main thread)."""
-        if self.open and not self.end_ns and it is self.held:
+        if self.open and not self.end_ns and self.ref is not None and it is self.ref():
             self.end_y, self.end_ns = torch_hooks.batches_yielded(it) or 0, _perf()
 
     def close(self, t_ns: int, boundary: bool) -> None:
@@ -181,19 +209,25 @@ class Gaps:
         ``iter()``, the job's end): the step in progress, if the epoch has one, stays open from ``t_ns``."""
         if not self.open:
             return
-        with self._lock:
-            self.open = self.closing = False
-            self.probe = 0
-            torch_hooks.hook_next(True)
+        self.open = self.closing = False
+        self.probe = 0
+        torch_hooks.hook_next(True)
+        torch_hooks.gap_look = None
+        torch_hooks.gap_due_ns = torch_hooks.gap_stop_y = _NEVER
         s = self.s
         s.due_step = s.due_ns = 0  # the monitor's callback at the next step (it publishes the next event again)
-        it, self.held = self.held, None
+        it = self.ref() if self.ref is not None else None
+        self.ref = None
+        if self.fetch_taken is not None:
+            if it is not None:  # (a dropped iterator took its fetcher with it)
+                torch_hooks.fetch_timed_again(self.fetch_taken, it)
+            self.fetch_taken = None
         y = torch_hooks.batches_yielded(it) if it is not None else None
         del it
         if self.end_ns:  # the epoch ended in the gap: its steps end with it (the time after is outside any step)
             y, t_ns, boundary = self.end_y, self.end_ns, True
-        elif y is None:  # the job dropped the iterator mid-epoch: its final count (the thread's read)
-            y = self.last_y
+        elif y is None:  # the job dropped the iterator mid-epoch: its last count, copied at its last step
+            y = torch_hooks.gap_y
         k = max(0, y - self.n0)  # batches handed out in the gap (the Session saw none)
         if t_ns > self.t_open and k > 0:
             self.rate = k / (t_ns - self.t_open)
@@ -217,8 +251,8 @@ class Gaps:
         tail.steps += ended
         tail.samples += n * ended
         last = self.s.loader.last_batch_samples if self.s.loader is not None else None
-        if exhausted and k > 0 and last is not None:  # the epoch's last batch was handed out in the gap (the thread
-            tail.samples += last - n  # late): its own size, not the full batch before the gap (a partial last one)
+        if exhausted and k > 0 and last is not None:  # the epoch's last batch was handed out in the gap (it ended
+            tail.samples += last - n  # there): its own size, not the full batch before the gap (a partial last one)
         tail.wait_ns += wait
         tail.idle_ns += wait
         tail.compute_ns += max(0, t_ns - w0 - wait)
@@ -240,15 +274,15 @@ class Gaps:
         self.w_probes += self.p_n
 
     @staticmethod
-    def margin(rate: float) -> int:
-        """Batches a gap closes before the epoch's end at ``rate`` steps per ns (MONITOR_GAP_EPOCH_MARGIN_S)."""
-        return int(rate * th.MONITOR_GAP_EPOCH_MARGIN_S * 1e9) + 2
+    def margin() -> int:
+        """Batches of the epoch a gap leaves to the hook (MONITOR_GAP_EPOCH_MARGIN)."""
+        return th.MONITOR_GAP_EPOCH_MARGIN
 
     def due_in(self, now: int, steps: int, rate: float) -> int:
         """ns until the monitor's next event (its step ``due_step`` *and* its time ``due_ns``) at ``rate`` steps per
         ns, the job at step ``steps`` (an unknown rate: a tick away)."""
         to_step = self.due_step - steps
-        by_steps = 0 if to_step <= 0 else int(to_step / rate) if rate > 0 else int(self.tick_s * 1e9)
+        by_steps = 0 if to_step <= 0 else int(to_step / rate) if rate > 0 else self.tick_ns
         return max(self.due_ns - now, by_steps)
 
     def left(self, it: Any) -> int | None:
@@ -274,57 +308,7 @@ class Gaps:
         return got
 
     def stop(self, t_ns: int) -> None:
-        """The job's end: the open gap closes at ``t_ns``, the thread ends (before the hooks come out)."""
+        """The job's end: the open gap closes at ``t_ns`` (before the hooks come out)."""
         self.close(t_ns, False)
         torch_hooks.gap_ended = None
-        self._stopped = True
-        self._wake.set()
-        th_ = self._thread
-        if th_ is not None and th_ is not threading.current_thread():
-            th_.join(timeout=1.0)
-
-    # --- the thread ---------------------------------------------------------------------------------------------
-    def _run(self) -> None:
-        while not self._stopped:
-            if not self.open:
-                self._wake.wait()  # no gap: asleep until the next one opens (no wake-up per tick)
-                self._wake.clear()
-                continue
-            time.sleep(self._visit(_perf()))
-
-    def _visit(self, now: int) -> float:
-        """One look at the open gap: a probe when one is due, the close when the monitor's next event or the epoch's
-        end is near. Returns the seconds until the next look: the next probe, or just before the event (so a tick
-        of MONITOR_GAP_HZ does not cost the gap its last tick of steps, hooked)."""
-        y = torch_hooks.batches_yielded(self.held) if self.held is not None else None
-        tick_ns = int(self.tick_s * 1e9)
-        if y is not None and sys.getrefcount(self.held) <= 2:  # this attribute's and the call's: the job dropped it
-            self.last_y, self.dropped = y, True
-            self.held = None  # (it dies here, in this thread: a tick after the job let go of it)
-            y = None
-        with self._lock:
-            if not self.open:
-                return 0.0
-            if y is not None:
-                self.last_y, self.last_ns = y, now
-            if self.closing or y is None:
-                self.closing = True
-                torch_hooks.hook_next(True)  # (again: a probe's end may have taken it off meanwhile)
-                return self.tick_s
-            k = y - self.n0
-            rate = k / (now - self.t_open) if k > 0 and now > self.t_open else self.rate  # steps per ns
-            margin = self.margin(rate)
-            left = self.epoch_len - y
-            due_in = self.due_in(now, self.n_open + k, rate)
-            if due_in <= _EARLY_NS or left <= margin:
-                self.closing = True
-                torch_hooks.hook_next(True)
-                return self.tick_s
-            if now >= self.next_probe_ns:
-                self.next_probe_ns = now + tick_ns
-                if self.probe == 0:
-                    self.probe = 1
-                    torch_hooks.hook_next(True)
-            wait = min(self.next_probe_ns - now, due_in - _EARLY_NS // 2,
-                       int((left - margin) / rate) if rate > 0 else tick_ns)
-        return max(0.001, wait / 1e9)
+        torch_hooks.gap_look = None

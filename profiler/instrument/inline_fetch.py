@@ -286,12 +286,17 @@ def inline_map_fetch(fetcher: Any, worker_id: int, close: bool | None = None) ->
         return env
 
     setattr(fetch, LEAN_OUT_ATTR, out)
+    setattr(fetch, MADE_ATTR, made)
     return fetch
 
 
 # The attribute of a written-out fetch that holds its LEAN_OUT holder (NOTE [ Lean fetches and the LEAN_OUT
 # hand-off ]).
 LEAN_OUT_ATTR = "lean_out"
+# ... and its sampling count, a one-item list: the batches it made this epoch (NOTE [ Monitor sampling ]). A monitor
+# gap takes the fetch off the fetcher (torch's own then runs, no frame of ours per batch) and sets the count to the
+# iterator's at the gap's close (torch_hooks.fetch_untimed / fetch_timed_again; NOTE [ Monitor gaps ]).
+MADE_ATTR = "made"
 
 
 def lean_out_holder(fetch_fn: Any) -> list[LeanOut | None] | None:

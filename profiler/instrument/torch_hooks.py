@@ -22,7 +22,7 @@ Profiling a user's DataLoader unchanged needs these seams. Public API offers non
 8. ``torch.utils.data._utils.signal_handling``'s SIGCHLD handler — recognised by its module and paused while the
    profiler saves its record (``worker_watchdog_paused``), so a worker dying then cannot abort the save.
 9. ``_BaseDataLoaderIter._num_yielded`` — the batches an iterator has handed out this epoch, read (never written) by
-   the monitor's gap thread while the ``__next__`` hook is off between detail chunks (instrument/gaps.py, NOTE
+   the monitor's gaps (``_gap_next``) while the ``__next__`` hook is off between detail chunks (instrument/gaps.py, NOTE
    [ Monitor gaps ]). Checked by ``gap_problems()``, not ``check()``: without it the monitor keeps the hook on every
    step (its cost before gaps), ``run`` does not need it.
 
@@ -40,6 +40,7 @@ import inspect
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Callable
@@ -49,8 +50,7 @@ from torch.utils.data import DataLoader
 from . import clocks, substages, worker
 from .batch import Instrumented
 from .fetch import instrumented_parts
-from .inline_fetch import inline_map_fetch, lean_out_holder
-from .proxies import install_audit
+from .inline_fetch import MADE_ATTR, inline_map_fetch, lean_out_holder
 from .torch_private import ORIG_CREATE_FETCHER as _ORIG_CREATE_FETCHER
 from .torch_private import ORIG_INIT as _ORIG_INIT
 from .torch_private import ORIG_ITER as _ORIG_ITER
@@ -273,8 +273,7 @@ def watch_loader_creation(on_created: Callable[[Any], None] | None) -> None:
 def install_worker_side() -> None:
     """In-worker hooks: fetchers and library sub-stages (idempotent)."""
     _dl._DatasetKind.create_fetcher = staticmethod(_create_fetcher)  # type: ignore[method-assign]
-    substages.install_library_stages()
-    install_audit()
+    substages.install_library_stages()  # (the audit hook: at the first timed fetch, proxies.install_audit)
 
 
 # (pid, forked from the main thread) of the process whose iter() is starting workers; a forked worker inherits it, a
@@ -342,7 +341,8 @@ def install(on_next: Callable[[Any, Callable[[Any], Any]], Any],
 
 def uninstall() -> None:
     """Restore torch. Batches still in flight from instrumented workers are unwrapped by ``unwrap``."""
-    global _installed
+    global _installed, gap_on
+    gap_on = False
     _worker_mod._worker_loop = _ORIG_WORKER_LOOP
     _dl._DatasetKind.create_fetcher = _ORIG_CREATE_FETCHER  # type: ignore[method-assign]
     _dl._BaseDataLoaderIter.__next__ = _unwrapping_next  # type: ignore[method-assign]
@@ -351,13 +351,26 @@ def uninstall() -> None:
     _installed = False
 
 
+# NOTE [ Monitor gaps ] (gaps.py): the state ``_gap_next`` reads at every step of a gap, set by the Gaps object
 gap_ended: Callable[[Any], None] | None = None  # told of an iterator's StopIteration inside a monitor gap
+gap_look: Callable[[Any, int], None] | None = None  # called when a threshold below is reached (Gaps._look)
+gap_stop_y = 0  # ... the iterator's batch count at which to look
+gap_due_ns = 0  # ... the perf_counter_ns at which to look
+gap_y = 0  # the batch count of the last step through the gap (the job may drop the iterator mid-gap)
+gap_on = False  # a gap is open and the hook off (hook_next): _gap_next steps through it, else hands the step on
+_perf_ns = time.perf_counter_ns
 
 
 def _gap_next(self: Any) -> Any:
-    """``__next__`` inside a monitor gap (NOTE [ Monitor gaps ], gaps.py): torch's own, and an envelope that a
-    fetcher made all the same (its count ran apart from the epoch's) opened, so the job never sees one. An epoch's
-    end is told to ``gap_ended`` (its count and time: the job may drop the iterator before the gap closes)."""
+    """``__next__`` inside a monitor gap (NOTE [ Monitor gaps ], gaps.py): torch's own; the batch count copied and
+    compared, the clock read and compared, and ``gap_look`` called only when one of them says something is due; an
+    envelope that a fetcher made all the same (its count ran apart from the epoch's) opened, so the job never sees
+    one. An epoch's end is told to ``gap_ended`` (its count and time: the job may drop the iterator before the gap
+    closes). Written for few bytecodes: it runs at every step of a gap, the job's own path. Outside a gap (the hook
+    on: ``gap_on`` False) it hands the step to the profiler's ``__next__`` (hook_next says why it stays installed)."""
+    global gap_y
+    if not gap_on:
+        return _hooked_next(self)
     try:
         data = _ORIG_NEXT(self)
     except StopIteration:
@@ -365,20 +378,63 @@ def _gap_next(self: Any) -> Any:
         if cb is not None:
             cb(self)
         raise
+    y = gap_y = self._num_yielded
+    if y >= gap_stop_y or _perf_ns() >= gap_due_ns:
+        look = gap_look
+        if look is not None:
+            look(self, y)
     return data.batch if data.__class__ is Instrumented else data
 
 
 def hook_next(on: bool) -> None:
-    """The profiler's ``__next__`` on (every step seen) or off (``_gap_next``: a monitor gap); nothing unless
-    installed. Any thread (the gap thread turns it on): one attribute store, atomic under the GIL."""
-    if _installed and _hooked_next is not None:
-        _dl._BaseDataLoaderIter.__next__ = _hooked_next if on else _gap_next  # type: ignore[method-assign]
+    """The profiler's ``__next__`` on (every step seen) or off (a monitor gap: ``_gap_next`` steps through it);
+    nothing unless installed. ``_gap_next`` is put on ``_BaseDataLoaderIter`` at the first gap and stays until the
+    hooks come out; on and off is then the flag ``gap_on``. Why not swap the class attribute each time: storing one
+    gives the class (and its subclasses) a new version tag, which drops every specialised attribute read and method
+    call on their instances, torch's own ``__next__`` and ``_next_data`` included, back to the generic path, with a
+    backoff before they specialise again; a probe's on and off 20 times a second cost a light loop +1-1.5 % CPU per
+    step on the 2-core VM (concurrent pairs, 2026-12-06), and CPython 3.12+ stops giving a class new tags after
+    1,000 (MAX_VERSIONS_PER_CLASS): its instances' reads would stay generic for the rest of the job."""
+    global gap_on
+    if not (_installed and _hooked_next is not None):
+        return
+    gap_on = not on
+    if not on and _dl._BaseDataLoaderIter.__dict__.get("__next__") is not _gap_next:
+        _dl._BaseDataLoaderIter.__next__ = _gap_next  # type: ignore[method-assign]
+
+
+def fetch_untimed(it: Any) -> tuple[Any, Any] | None:
+    """A monitor gap on a ``num_workers=0`` iterator whose fetcher has the written-out fetch (inline_fetch): take it
+    off the fetcher, so torch's own ``fetch`` (the class's) makes the gap's batches with no frame of ours (NOTE
+    [ Monitor gaps ]). Returns what fetch_timed_again puts back, or None (workers, another fetch: left as it is; its
+    untimed branch runs per batch instead)."""
+    fetcher = getattr(it, "_dataset_fetcher", None) if isinstance(it, _dl._BaseDataLoaderIter) \
+        and getattr(it, "_num_workers", None) == 0 else None
+    fn = vars(fetcher).get("fetch") if fetcher is not None and hasattr(fetcher, "__dict__") else None
+    if fetcher is None or fn is None or not isinstance(getattr(fn, MADE_ATTR, None), list):
+        return None
+    del fetcher.fetch  # the class's fetch (torch's) from the next batch on
+    from .fetch import skip_fetch
+
+    skip_fetch()  # the next timed fetch measures nothing back to the last one before the gap
+    return fetcher, fn
+
+
+def fetch_timed_again(taken: tuple[Any, Any], it: Any) -> None:
+    """The gap's end: the written-out fetch back on its fetcher, its count set to the batches ``it`` has handed out
+    (with no workers, every batch made was handed out: the count the fetch would have kept)."""
+    fetcher, fn = taken
+    y = batches_yielded(it) if it is not None else None
+    if y is not None:
+        getattr(fn, MADE_ATTR)[0] = y
+    fetcher.fetch = fn
 
 
 def next_is_hooked(it: Any) -> bool:
     """Does ``it``'s ``__next__`` resolve to the hook this module put on ``_BaseDataLoaderIter`` (not an iterator
     subclass's own, overrides.py, or torchdata's)? Only then does ``hook_next`` take it off ``it``'s path."""
-    return _hooked_next is not None and getattr(type(it), "__next__", None) is _hooked_next
+    nxt = getattr(type(it), "__next__", None)
+    return _hooked_next is not None and (nxt is _hooked_next or nxt is _gap_next)
 
 
 def batches_yielded(it: Any) -> int | None:
