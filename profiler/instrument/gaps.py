@@ -191,6 +191,11 @@ class Gaps:
             return
         torch_hooks.gap_stop_y = min(y_end, _NEVER if step_due else y_event)
         torch_hooks.gap_due_ns = min(self.next_probe_ns, _NEVER if time_due else self.due_ns)
+        # The clock read every 2^j steps, 2^j steps lasting about MONITOR_GAP_CLOCK_EVERY_S at the gap's rate so far
+        k = y - self.n0
+        rate = k / (now - self.t_open) if k > 0 and now > self.t_open else self.rate  # steps per ns
+        every = min(rate * th.MONITOR_GAP_CLOCK_EVERY_S * 1e9, th.MONITOR_GAP_CLOCK_EVERY_MAX)
+        torch_hooks.gap_mask = (1 << (int(every).bit_length() - 1)) - 1 if every >= 1 else 0
 
     def _close_next(self) -> None:
         """The hook on for good: the next ``next()`` on its path closes the gap."""

@@ -355,7 +355,8 @@ def uninstall() -> None:
 gap_ended: Callable[[Any], None] | None = None  # told of an iterator's StopIteration inside a monitor gap
 gap_look: Callable[[Any, int], None] | None = None  # called when a threshold below is reached (Gaps._look)
 gap_stop_y = 0  # ... the iterator's batch count at which to look
-gap_due_ns = 0  # ... the perf_counter_ns at which to look
+gap_due_ns = 0  # ... the perf_counter_ns at which to look (the clock read on the steps whose count & gap_mask is 0)
+gap_mask = 0
 gap_y = 0  # the batch count of the last step through the gap (the job may drop the iterator mid-gap)
 gap_on = False  # a gap is open and the hook off (hook_next): _gap_next steps through it, else hands the step on
 _perf_ns = time.perf_counter_ns
@@ -363,7 +364,8 @@ _perf_ns = time.perf_counter_ns
 
 def _gap_next(self: Any) -> Any:
     """``__next__`` inside a monitor gap (NOTE [ Monitor gaps ], gaps.py): torch's own; the batch count copied and
-    compared, the clock read and compared, and ``gap_look`` called only when one of them says something is due; an
+    compared, the clock read and compared every ``gap_mask + 1`` steps, and ``gap_look`` called only when one of
+    them says something is due; an
     envelope that a fetcher made all the same (its count ran apart from the epoch's) opened, so the job never sees
     one. An epoch's end is told to ``gap_ended`` (its count and time: the job may drop the iterator before the gap
     closes). Written for few bytecodes: it runs at every step of a gap, the job's own path. Outside a gap (the hook
@@ -379,7 +381,7 @@ def _gap_next(self: Any) -> Any:
             cb(self)
         raise
     y = gap_y = self._num_yielded
-    if y >= gap_stop_y or _perf_ns() >= gap_due_ns:
+    if y >= gap_stop_y or not y & gap_mask and _perf_ns() >= gap_due_ns:
         look = gap_look
         if look is not None:
             look(self, y)
