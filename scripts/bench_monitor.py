@@ -246,12 +246,14 @@ def child(role: str, start_at: float, stop_at: float, workers: int) -> int:
     return 0
 
 
-def concurrent(workers: int, rounds: int, seconds: float, window: int | None) -> float:
+def concurrent(workers: int, rounds: int, seconds: float, window: int | None, apart: bool = False) -> float:
     """Concurrent pairs (module docstring) for one ``workers`` setting: the median over rounds of the paired %, each
     with the cuts its interval missed."""
     from paired_processes import run_pairs, summary
 
-    cpus = "0" if workers == 0 else ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
+    mine = sorted(os.sched_getaffinity(0))
+    cpus = ("0" if workers == 0 else ",".join(str(c) for c in mine)) if not apart or len(mine) < 2 \
+        else f"{mine[0]}/{mine[1]}"  # apart: each tree on its own core (paired_processes.py says why)
     pct, got = run_pairs(__file__, ["--workers", str(workers)], ("plain", "monitored"), rounds, seconds, cpus,
                          log=lambda s: print(f"workers={workers} {s}", flush=True))
     cut_pct = []
@@ -291,9 +293,12 @@ def main() -> int:
     p.add_argument("--sequential", action="store_true", help="alternate the loops in one process (the method before "
                                                              "2026-12-06) instead of concurrent pairs")
     p.add_argument("--seconds", type=float, default=10.0, help="concurrent pairs: the measured interval per round")
+    p.add_argument("--apart", action="store_true", help="concurrent pairs each on its own core (default: both on "
+                                                        "the same CPUs; scripts/paired_processes.py says why)")
     a = p.parse_args()
     if not (a.long or a.per_step or a.sequential):
-        medians = {w: concurrent(w, a.rounds, a.seconds, a.window) for w in (int(x) for x in a.workers.split(","))}
+        medians = {w: concurrent(w, a.rounds, a.seconds, a.window, a.apart)
+                   for w in (int(x) for x in a.workers.split(","))}
         print(f"monitor_overhead_pct: {max(medians.values()):.2f}")
         return 0
     torch.set_num_threads(1)

@@ -210,12 +210,14 @@ def child(role: str, start_at: float, stop_at: float, workers: int) -> int:
     return 0
 
 
-def concurrent(workers_list: list[int], rounds: int, seconds: float) -> int:
+def concurrent(workers_list: list[int], rounds: int, seconds: float, apart: bool = False) -> int:
     from paired_processes import run_pairs, summary
 
     medians: dict[int, float] = {}
     for workers in workers_list:
-        cpus = "0" if workers == 0 else ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
+        mine = sorted(os.sched_getaffinity(0))
+        cpus = ("0" if workers == 0 else ",".join(str(c) for c in mine)) if not apart or len(mine) < 2 \
+            else f"{mine[0]}/{mine[1]}"  # apart: each tree on its own core (paired_processes.py says why)
         pct, _ = run_pairs(__file__, ["--workers", str(workers)], ("plain", "profiled"), rounds, seconds, cpus,
                            log=lambda s, w=workers: print(f"workers={w} {s}", flush=True))
         medians[workers] = statistics.median(pct)
@@ -239,9 +241,11 @@ def main() -> int:
     p.add_argument("--workers", default="0,2", help="comma-separated num_workers values")
     p.add_argument("--concurrent", action="store_true", help="concurrent pairs instead (see above)")
     p.add_argument("--seconds", type=float, default=10.0, help="--concurrent: the measured interval per round")
+    p.add_argument("--apart", action="store_true", help="concurrent pairs each on its own core (default: both on "
+                                                        "the same CPUs; scripts/paired_processes.py says why)")
     a = p.parse_args()
     if a.concurrent:
-        return concurrent([int(w) for w in a.workers.split(",")], a.rounds, a.seconds)
+        return concurrent([int(w) for w in a.workers.split(",")], a.rounds, a.seconds, a.apart)
     torch.set_num_threads(1)  # the tiny model on one thread, as a light job on a shared machine would be
     ds, model, opt = _make()
     per_worker_setting: dict[int, float] = {}

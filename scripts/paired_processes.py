@@ -7,6 +7,15 @@ either. A cost of 1 % cannot be read through that. Two processes that share the 
 interval are slowed alike, whatever the host does: two *plain* loops run this way differ by -0.7 to +1.3 % per round
 (4 rounds, median +0.28 %).
 
+Shared or apart: two children pinned to the *same* CPU set time-slice it, and a process that has grown (the profiled
+one: its record, its code paths warm) loses more to each switch than its twin: a process that had run the monitor
+for 20,000 steps and *stopped* it cost +3 % (+6 % after 20,000 steps with the hook on every step) beside a plain
+twin on one core, and nothing measurable alone on a core (2026-12-06, per-step CPU in one process before and after).
+Part of what a shared pair measures is therefore a cost of sharing a core with a twin, not of the profiler's own work
+(on the safe side). Pinned *apart* ("0/1": each tree on its own core, swapped every round) that part goes, but on
+this VM the two vCPUs drift apart: one run's rounds went from -20 to +51 %. The benches stay shared by default;
+``--apart`` runs the other way.
+
 How: each round starts two child processes (this file's caller, re-run with ``--child ROLE``), pinned to the same
 CPU set (``os.sched_setaffinity``, inherited by the workers they fork), told one wall-clock instant to start
 measuring and how long. Each child sets up (imports, data, model, the profiler's start, its first steps) before that
@@ -97,6 +106,8 @@ def report(interval: Interval, **extra: float) -> None:
 def run_pairs(script: str, child_extra: list[str], roles: tuple[str, str], rounds: int, seconds: float, cpus: str,
               log: Callable[[str], None] = print) -> tuple[list[float], list[dict[str, dict]]]:
     """``rounds`` concurrent pairs of ``python script --child ROLE ... child_extra``; roles[0] is the baseline.
+    ``cpus``: the CPU set both children share ("0" or "0,1"), or two sets "A/B" (*apart*): the child started first
+    runs on A, the other on B, and as the order flips every round each role has each set in turn.
     Returns the per-round (roles[1] − roles[0]) / roles[0] CPU per step, in %, and each round's two reports."""
     pct: list[float] = []
     got_all: list[dict[str, dict]] = []
@@ -104,8 +115,9 @@ def run_pairs(script: str, child_extra: list[str], roles: tuple[str, str], round
         order = roles if r % 2 == 0 else roles[::-1]
         start_at = time.time() + SETUP_S
         stop_at = start_at + seconds
-        procs = [subprocess.Popen([sys.executable, script, "--child", role, repr(start_at), repr(stop_at), cpus,
-                                   *child_extra], stdout=subprocess.PIPE, text=True) for role in order]
+        sets = cpus.split("/") if "/" in cpus else [cpus, cpus]  # "A/B": the first started on A, the other on B
+        procs = [subprocess.Popen([sys.executable, script, "--child", role, repr(start_at), repr(stop_at), sets[i],
+                                   *child_extra], stdout=subprocess.PIPE, text=True) for i, role in enumerate(order)]
         got: dict[str, dict] = {}
         for role, p in zip(order, procs):
             out, _ = p.communicate()

@@ -4,10 +4,11 @@ NOTE [ Monitor gaps ]
     Under ``profiler monitor`` a light step (outside the detail) cost ~2 µs of the profiler's own Python between
     ``next()`` and the job's model step: +2.5-6 % of a light loop's CPU, where the target is 1 % (docs/monitor.md §
     Cost). So between detail chunks the monitor takes its ``__next__`` hook off the loader's path: torch's own
-    ``__next__`` runs inside ``torch_hooks._gap_next``, which adds an attribute read, one clock read and two
-    comparisons per step (~0.1 µs), and calls back into this module (``_look``, on the main thread) only when
-    something is due: a *look*, by the clock (the next probe, the monitor's next event by time) or by the iterator's
-    own batch count (the monitor's next event by step, the epoch's end).
+    ``__next__`` runs inside ``torch_hooks._gap_next``, which adds an attribute read and a comparison per step, a
+    clock read every few steps (MONITOR_GAP_CLOCK_EVERY_S), ~0.05-0.1 µs a step, and calls back into this module
+    (``_look``, on the main thread) only when something is due: a *look*, by the clock (the next probe, the
+    monitor's next event by time) or by the iterator's own batch count (the monitor's next event by step, the
+    epoch's end). With ``num_workers=0`` torch's own fetch makes the gap's batches (torch_hooks.fetch_untimed).
 
     Why no thread (until 2026-12-06 a daemon thread did the looks, 10 times a second): on the 2-core VM a loop with
     a sleeping 10 Hz Python thread beside it cost +1.15 % CPU per step, and one that had merely started and joined a
