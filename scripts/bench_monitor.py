@@ -1,29 +1,15 @@
-"""The monitor's own cost: a light training loop plain vs under ``profile(monitor=True)``, alternated in one process.
+"""The monitor's own cost: a light training loop plain vs under ``profile(monitor=True)``, in paired rounds.
 
 The loop is scripts/bench_overhead_light.py's (a TensorDataset in memory, batch 32, a tiny MLP on one thread), for
-``num_workers`` 0 and 2. Each round runs both loops, the order flipped every round so drift hits both alike, and
-takes the process tree's CPU time per batch (``getrusage``: this process over the measured steps — the loop, the
-monitor's hooks and its cuts — plus the workers over their life, reaped when the iterator ends, prorated to the
-measured steps). The monitor's start, the loop's first SKIP (100) steps (the loader's adoption and first-batch
-probes) and its final write happen once per job, not per batch, and are left out of both loops alike; the cuts
-inside the loop (one per ``--window`` steps: the window's summary, the record's rewrite) are in. With the default
-window nearly every monitored step passes in a gap (NOTE [ Monitor gaps ], profiler/instrument/gaps.py: the hook off
-the path, a thread counting and probing): each round says what share did.
+``num_workers`` 0 and 2. With the default window nearly every monitored step passes in a gap (NOTE [ Monitor gaps ],
+profiler/instrument/gaps.py: the hook off the path, looks on the job's thread every few steps): each setting says
+what share did.
 
-    python scripts/bench_monitor.py [--rounds 7] [--batches 3000] [--window 1000] [--workers 0,2]
+    python scripts/bench_monitor.py [--rounds 7] [--seconds 10] [--workers 0,2] [--apart]
 
-Per setting: the median over rounds of the paired difference as a share of the plain loop's CPU per batch, plus the
-cuts' share: a loop of a few seconds holds no cut of the default window (1,000 steps lasting at least 10 s), so the
-cost of one cut (the monitor's own time at its cuts and chunks, ``monitor_cost``, over the cuts it made: the loop's
-final cut and its chunks) is added as a share of the plain loop's CPU over one default window (its steps in 10 s, at
-least 1,000). Last line: ``monitor_overhead_pct: N`` — the larger of the settings' figures; target <= 1.0. Also
-printed: the fastest rounds' difference (each loop's least CPU per batch: on a shared machine noise only ever adds
-time, so the minima are closest to what each loop costs undisturbed; bench_overhead_light.py's second figure).
-
-``--per-step``: instead, the same loop plain, monitored, and monitored with its hook on every step (gaps off: the
-design before them), alternated, each reading the main thread's CPU clock at every step (all three alike); per
-loop the median step's CPU, and the median of that over the rounds: a figure a neighbour's burst moves less than a
-loop's total. Last line then: ``monitor_step_pct: gaps=X hook_every_step=Y``.
+Per setting: the median over rounds of the paired difference in the process tree's CPU per step, as a share of the
+plain loop's, each round with the monitor's cuts its interval missed (below). Last line: ``monitor_overhead_pct: N``
+— the larger of the settings' figures; target <= 1.0.
 
 Method (the default since 2026-12-06): *concurrent pairs* (scripts/paired_processes.py): each round runs the plain
 and the monitored loop in two processes at the same time, pinned to the same CPUs (workers=0: one core; workers=2:
@@ -34,7 +20,11 @@ The interval (``--seconds``, 10: one default window) holds the monitor's gaps, p
 long job has them; a round whose interval held fewer cuts than its length's worth of default windows gets the missing
 ones added, each at the cost of the cut it held (else at the whole job's mean cut, its final write included).
 ``--sequential`` runs the alternating method instead (one process, loops of ``--batches`` one after the other), as
-every figure before 2026-12-06 was taken.
+every figure before 2026-12-06 was taken: each round runs both loops, the order flipped every round, and takes the
+process tree's CPU time per batch (``getrusage``: this process over the measured steps, plus the workers over their
+life, prorated); the monitor's start, the loop's first SKIP (100) steps and its final write are left out of both
+loops alike, and one default window's cut is added as a share (a loop of a few seconds holds none). It also prints
+the fastest rounds' difference (each loop's least CPU per batch).
 
 ``--long N``: one monitored light loop of N steps (workers=0) instead: the record's size and the process's RSS at
 every window (from the record), first vs last quarter — the bounded-record claim (a 1,000,000-step job's record
