@@ -1,5 +1,6 @@
 """NOTE [ Monitor gaps ] (profiler/instrument/gaps.py): between detail chunks the monitor's ``__next__`` hook is off the
-job's path; a thread counts the steps (torch's ``_num_yielded``) and probes one step at a time for the wait share.
+job's path; its looks (on the job's thread, every few steps) count the steps (torch's ``_num_yielded``) and probe
+one step at a time for the wait share.
 
 What must hold: the windows' steps and samples stay exact over gaps, epochs (a partial last batch), a validation loader
 in the middle of an epoch and workers; the job never sees an envelope; the wait share estimated over the gaps is the
@@ -105,7 +106,8 @@ def test_steps_and_samples_stay_exact_over_gaps(workers: int, tmp_path: Path) ->
 
 
 def test_an_epoch_that_ends_inside_a_gap_counts_its_partial_last_batch(tmp_path: Path) -> None:
-    """The gap thread late (as on a busy machine, where CI once counted 23,998 samples for 23,996): each epoch's last
+    """No epoch margin (as when the gap thread was late on a busy machine, where CI once counted 23,998 samples for
+    23,996): each epoch's last
     batch, of 2 samples, is handed out inside a gap; it is counted as 2, not as the 4 of the batch before the gap."""
     length = 4 * 3000 - 2
     got, ws = _run(tmp_path, 0, 2, length, 0.0, 0.0, "1s", late=True)
@@ -139,8 +141,8 @@ def test_short_windows_keep_the_hook_on_every_step(tmp_path: Path) -> None:
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_loop_left_mid_gap_keeps_its_count(workers: int, tmp_path: Path) -> None:
     """The job breaks out of its loop in the middle of an epoch (a gap open) and drops the iterator, then does
-    something else until the block ends: the steps it took are all counted (the gap held the iterator until the
-    thread saw the job let go of it, and read its final count)."""
+    something else until the block ends: the steps it took are all counted (the gap holds the iterator weakly, so
+    it goes at once, and the count of its last step was copied as it was taken)."""
     length = 4 * 3000
     got, ws = _run(tmp_path, workers, 2, length, 0.0, 0.0, "1s", stop=2345)
     assert got["seen"] == length + 4 * 2345
