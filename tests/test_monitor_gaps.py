@@ -107,8 +107,8 @@ def test_steps_and_samples_stay_exact_over_gaps(workers: int, tmp_path: Path) ->
 
 def test_an_epoch_that_ends_inside_a_gap_counts_its_partial_last_batch(tmp_path: Path) -> None:
     """No epoch margin (as when the gap thread was late on a busy machine, where CI once counted 23,998 samples for
-    23,996): each epoch's last
-    batch, of 2 samples, is handed out inside a gap; it is counted as 2, not as the 4 of the batch before the gap."""
+    23,996): each epoch's last batch, of 2 samples, is handed out inside a gap; it is counted as 2, not as the 4 of
+    the batch before the gap."""
     length = 4 * 3000 - 2
     got, ws = _run(tmp_path, 0, 2, length, 0.0, 0.0, "1s", late=True)
     assert got["seen"] == 2 * length
