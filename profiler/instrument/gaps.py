@@ -163,6 +163,9 @@ class Gaps:
             raise
         if p == 1:
             self.pw0, self.pw1 = t0, _perf()
+        y = torch_hooks.batches_yielded(it)
+        if y is not None:  # (a probe's steps count too: the job may drop the iterator after one)
+            torch_hooks.gap_y = y
         return data.batch if data.__class__ is torch_hooks.Instrumented else data
 
     def _look(self, it: Any, y: int) -> None:
