@@ -271,10 +271,11 @@ MONITOR_GAP_MIN_S = 0.2
 # ``run``. 2, not 1: a probe may take the step at which the count reaches it past the look.
 MONITOR_GAP_EPOCH_MARGIN = 2
 # A gap's step reads the clock (for a probe or the monitor's next event by time) only every 2^j steps, 2^j steps lasting
-# about this long at the gap's rate so far, at most MONITOR_GAP_CLOCK_EVERY_MAX: a clock read on every step cost ~0.25 %
-# of a light loop's CPU (2026-12-06, concurrent pairs), and a look that comes a few ms late changes nothing (a probe
-# is a step the clock chose, an event of a 10-s window). At most 16: a job that slows down 100-fold inside a gap has
-# its next look at most 16 of its slow steps late; the look re-reads the rate.
+# about this long at the gap's rate so far, at most MONITOR_GAP_CLOCK_EVERY_MAX: a clock read (~40 ns, vDSO) on every
+# step is work the gap need not do (one pair put it at ~0.25 % of a light loop, within that bench's noise), and a look
+# that comes a few ms late changes nothing (a probe is a step the clock chose, an event of a 10-s window). At most 16: a
+# job that slows down 100-fold inside a gap has its next look at most 16 of its slow steps late; the look re-reads the
+# rate.
 MONITOR_GAP_CLOCK_EVERY_S = 0.004
 MONITOR_GAP_CLOCK_EVERY_MAX = 16
 # A change must persist this many windows in a row before it is called one: a single odd window (a GC pause, a
