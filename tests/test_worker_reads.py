@@ -210,3 +210,69 @@ def test_a_batch_record_crosses_the_queue_with_every_field() -> None:
     back = pickle.loads(ForkingPickler.dumps(meta))
     assert {name: getattr(back, name) for name in kept} == values
     assert back._derived_views is None and back._stage_views is None
+
+
+class QuietThenOneFile(Dataset):
+    """In memory (zeros) but for index ``reader``, which reads a file of ``size`` bytes."""
+
+    def __init__(self, path: Path, reader: int, size: int) -> None:
+        self.path, self.reader = path, reader
+        path.write_bytes(os.urandom(size))
+
+    def __len__(self) -> int:
+        return 1 << 20
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        if i == self.reader:
+            with open(self.path, "rb") as f:
+                f.read()
+        return torch.zeros(4)
+
+
+def test_a_worker_goes_lean_and_a_lean_fetchs_bytes_still_count(tmp_path: Path) -> None:
+    """NOTE [ Lean fetches in workers ]: as worker 0, with the index queue's pipe read between fetches, over samples in
+    memory: after QUIET_AFTER full fetches that read nothing its fetches go lean (a WorkerLean in the envelope, no
+    BatchMeta), and a file one of them reads (late in the run, in a stretch) is counted whole, once, on a later
+    fetch: the bytes of the pipe between fetches are not."""
+    from profiler.instrument.batch import WL_WORKER_ID, meta_of
+
+    size, n_batches = 5000, 240
+    reader = 8 * 200 + 3  # batch 200's fourth sample
+    fetcher = _MapDatasetFetcher(QuietThenOneFile(tmp_path / "f.bin", reader, size), True, default_collate, False)
+    fetch = inline_map_fetch(fetcher, 0)
+    clocks.forget_last_fetch()
+    r, w = os.pipe()
+    envs = []
+    try:
+        for b in range(n_batches):
+            os.write(w, b"indices")
+            os.read(r, 64)
+            env = fetch(list(range(8 * b, 8 * b + 8)))
+            assert isinstance(env, Instrumented)
+            envs.append(env)
+    finally:
+        os.close(r)
+        os.close(w)
+    lean = [e for e in envs if e.meta.__class__ is tuple]
+    assert lean and all(e.meta[WL_WORKER_ID] == 0 for e in lean)  # type: ignore[index]
+    metas = [meta_of(e) for e in envs]
+    assert all(m.worker_id == 0 and m.n_items == 8 for m in metas)
+    assert sum(m.marks[M_RCHAR] for m in metas) == size, [m.marks[M_RCHAR] for m in metas if m.marks[M_RCHAR]]
+
+
+def test_a_stretch_run_queue_wait_is_shared_over_its_gaps() -> None:
+    """collect.spread_stretch_runq: a worker's lean gaps (-1) take the next full fetch's run-queue wait in proportion
+    to their time off the core, none more than that; a stretch with no full fetch after it keeps 0."""
+    from profiler.instrument.batch import STRETCH_RUNQ
+    from profiler.instrument.collect import spread_stretch_runq
+
+    batches: dict[str, list] = {
+        "pid": [7, 7, 7, 8, 7],
+        "collate_start": [10, 20, 30, 25, 40],
+        "gap_start": [0, 11, 21, 0, 31],
+        "gap_end": [0, 19, 29, 0, 39],
+        "gap_cpu": [0, 2, 6, 0, 0],  # off the core: 6, 2, (pid 8: none), 8
+        "gap_runq": [0, STRETCH_RUNQ, STRETCH_RUNQ, STRETCH_RUNQ, 8],
+    }
+    spread_stretch_runq(batches)
+    assert batches["gap_runq"] == [0, 3, 1, 0, 4]

@@ -53,6 +53,10 @@ MARKS = ("start_wall", "start_cpu",  # when the fetch began: wall, the thread's 
 (M_START_WALL, M_START_CPU, M_END_WALL, M_END_CPU, M_RUNQ, M_RCHAR, M_READ_BYTES, M_COLLATE_START, M_COLLATE_END,
  M_COLLATE_CPU, M_IO_RCHAR, M_IO_READ_BYTES, M_GAP_START, M_GAP_END, M_GAP_CPU, M_GAP_RUNQ) = range(len(MARKS))
 NO_GAP = (0, 0, 0, 0)
+# The gap_runq mark of a worker's lean fetch: its time since its previous fetch has no run-queue figure of its own; the
+# next full fetch's holds the whole stretch's, shared out over the stretch's gaps when the record is built
+# (collect.spread_stretch_runq; NOTE [ Lean fetches in workers ], inline_fetch.py).
+STRETCH_RUNQ = -1
 # A fetch with no timed collate: its (wall start, wall end, on-CPU ns, on-CPU clock at its start).
 NO_COLLATE = (0, 0, 0, 0)
 # BatchMeta.io of a batch fetched in the main process (num_workers=0): /proc/self/io is not read there. Why: that
@@ -257,8 +261,8 @@ class Instrumented:
 
     __slots__ = ("batch", "meta")
 
-    def __init__(self, batch: Any, meta: BatchMeta):
-        self.batch, self.meta = batch, meta
+    def __init__(self, batch: Any, meta: BatchMeta | WorkerLean):
+        self.batch, self.meta = batch, meta  # read the meta with meta_of (a worker's lean fetch sends WorkerLean)
 
     def pin_memory(self, device: Any = None) -> "Instrumented":
         from .torch_private import pin_batch  # torch's private pinning function (a leaf module: no cycle)
@@ -267,8 +271,11 @@ class Instrumented:
 
     def __reduce__(self) -> tuple:
         # Pickling happens in the worker's queue-feeder thread: this instant is when the batch started on its way.
-        self.meta.sent_ns = time.perf_counter_ns()
-        return (Instrumented, (self.batch, self.meta))
+        m = self.meta
+        if m.__class__ is tuple:
+            return (Instrumented, (self.batch, m[:WL_SENT_NS] + (time.perf_counter_ns(),)))
+        m.sent_ns = time.perf_counter_ns()  # type: ignore[union-attr]
+        return (Instrumented, (self.batch, m))
 
 
 _I64 = 1 << 63  # dataset keys outside int64 (hash ids) are recorded as index -1
@@ -328,15 +335,40 @@ LO_W_ENTRY, LO_C_ENTRY, LO_W_IN, LO_T0, LO_T1, LO_N, LO_C_OUT, LO_OWN_NS = range
 LeanOut = tuple[int, int, int, int, int, int, int, int]
 
 
-def lean_meta(out: LeanOut, pid: int) -> BatchMeta:
+def lean_meta(out: LeanOut, pid: int, worker_id: int = -1, gap_start: int = 0, gap_cpu: int = 0) -> BatchMeta:
     """The BatchMeta of a LEAN_OUT fetch: what the envelope of a lean fetch on its core holds (one row of all its
-    calls, index -1; the collate's on-CPU time its wall time; no counters)."""
+    calls, index -1; the collate's on-CPU time its wall time; no counters). A worker's (WorkerLean) has its worker id
+    and its time since its previous fetch (``gap_start`` 0: none known; no run-queue figure: NOTE [ Lean fetches in
+    workers ], inline_fetch.py)."""
     w_entry, c_entry, w_in, t0, t1, n, c_out, own_ns = out
     span = t1 - t0
-    meta = BatchMeta(-1, pid, _PACK_LEAN.pack(w_in, t0, NO_CPU, -1, n),
-                     (w_in, c_entry + (w_in - w_entry), t0, c_out - span, 0, 0, 0, t0, t1, span, -1, -1, 0, 0, 0, 0),
+    meta = BatchMeta(worker_id, pid, _PACK_LEAN.pack(w_in, t0, NO_CPU, -1, n),
+                     (w_in, c_entry + (w_in - w_entry), t0, c_out - span, 0, 0, 0, t0, t1, span, -1, -1,
+                      gap_start, w_in if gap_start else 0, gap_cpu, STRETCH_RUNQ if gap_start else 0),
                      opened=NO_FOLDERS, n_items=n)
     meta.own_ns = own_ns
+    return meta
+
+
+# A worker's lean fetch on its core (NOTE [ Lean fetches in workers ], inline_fetch.py) sends these ints in its
+# envelope instead of a BatchMeta: a LeanOut, then the worker's id and pid, its time since its previous fetch (wall
+# start, 0: none known; on-CPU ns) and when the queue's feeder thread began pickling it (Instrumented.__reduce__).
+# Why a tuple: ~0.5 µs to pickle and unpickle where a BatchMeta was ~5 µs, and the BatchMeta is made in the main
+# process only for a batch the record keeps (meta_of).
+WORKER_LEAN_FIELDS = LEAN_OUT_FIELDS + ("worker_id", "pid", "gap_start", "gap_cpu", "sent_ns")
+WL_WORKER_ID, WL_PID, WL_GAP_START, WL_GAP_CPU, WL_SENT_NS = range(len(LEAN_OUT_FIELDS), len(WORKER_LEAN_FIELDS))
+WorkerLean = tuple[int, ...]
+
+
+def meta_of(env: "Instrumented") -> BatchMeta:
+    """An envelope's BatchMeta: the one it carries, or the one a worker's lean fetch's ints stand for."""
+    m = env.meta
+    if m.__class__ is not tuple:
+        return m  # type: ignore[return-value]
+    w = m  # WorkerLean
+    meta = lean_meta(w[:len(LEAN_OUT_FIELDS)], w[WL_PID], w[WL_WORKER_ID], w[WL_GAP_START],  # type: ignore[arg-type]
+                     w[WL_GAP_CPU])
+    meta.sent_ns = w[WL_SENT_NS]
     return meta
 
 

@@ -7,9 +7,9 @@ per-thread figures. Two tiers, by cost:
 - per dataset call and per collate, wall clock and on-CPU time only (``perf_counter_ns`` and ``thread_time_ns``
   read inline by proxies.py's proxies, ~0.3 µs together); the rest of the call is off-CPU;
 - per batch, :func:`fetch_start` and :func:`fetch_end` add the run-queue wait and bytes read (asked for, and from
-  the block device), which the batch then shares out over its calls and its collate; per step (main side)
-  :func:`sched_snapshot` reads the run-queue wait without the byte counts. Both read /proc as seldom as exactness
-  allows (see PROBE_EVERY): on a light loop, one read per batch.
+  the block device), which the batch then shares out over its calls and its collate; per step (main side, with
+  workers) :class:`WaitClocks` reads the run-queue wait without the byte counts. Both read /proc as seldom as
+  exactness allows (see PROBE_EVERY, WaitClocks): on a light loop, one read per batch at most.
 
 - on-CPU time: ``time.thread_time_ns()`` (CLOCK_THREAD_CPUTIME_ID), exact to the nanosecond at the moment of the
   call. (schedstat's on-CPU field is only brought up to date at ticks and context switches, so for a call of a few
@@ -97,7 +97,7 @@ class _Thread:
     """One thread's kept-open /proc descriptors and what it last read from them (see above)."""
 
     __slots__ = ("sched", "io", "generation", "csw", "runq", "io_raw", "own_at_raw", "own", "probe", "exact",
-                 "calm", "zero_run", "quiet_left", "inblock")
+                 "calm", "zero_run", "quiet_left", "inblock", "gaps", "gap_max", "carried")
 
     def __init__(self) -> None:
         self.sched = _open("/proc/thread-self/schedstat")
@@ -116,6 +116,13 @@ class _Thread:
         self.zero_run = 0  # fetches in a row whose rchar did not move (QUIET_AFTER or more: quiet; < 0: read lately)
         self.quiet_left = 0  # quiet fetch ends until the next one that reads rchar
         self.inblock = 0  # getrusage's ru_inblock at this thread's last fetch_end (512-byte units)
+        # A worker's lean stretches (NOTE [ Lean fetches in workers ], inline_fetch.py; set by lean_gaps): the times
+        # between fetches since its last fetch_end (1: the usual one; > 1: lean fetches in between; 0: unknown,
+        # fetches skipped under the monitor), the most bytes one of those times was seen to read (the index queue's
+        # message), and the bytes a lean stretch asked for beyond them, carried to the fetch that found them.
+        self.gaps = 1
+        self.gap_max = 0
+        self.carried = 0
 
 
 def _state() -> _Thread:
@@ -166,11 +173,23 @@ def fetch_start() -> Counters:
     csw = ru.ru_nvcsw + ru.ru_nivcsw
     runq = _runq(st, csw)
     raw, own = st.io_raw, st.own_at_raw
+    inblock = ru.ru_inblock
+    gaps = st.gaps
+    if gaps != 1:
+        st.gaps = 1
+        if gaps > 1:  # a worker's lean stretch since its last fetch_end: blocks read since then are its fetches'
+            inblock = st.inblock
     if st.io is not None and st.zero_run < QUIET_AFTER:  # quiet: the end's probe finds any read (see above)
         if st.exact and raw:
             prev, prev_own = raw, own
             raw, own = _read_io(st, st.io)
-            if parse_rchar(raw) - parse_rchar(prev) > own - prev_own:
+            between = parse_rchar(raw) - parse_rchar(prev) - (own - prev_own)
+            if gaps == 1:
+                if between > st.gap_max:
+                    st.gap_max = between
+            elif gaps > 1 and between > gaps * st.gap_max:  # the stretch's fetches read: carried to this one
+                st.carried = between - gaps * st.gap_max
+            if between > 0:
                 st.calm = 0
             else:  # nothing read since the last fetch ended: after QUIET_AFTER such in a row, probe again (above)
                 st.calm += 1
@@ -186,7 +205,7 @@ def fetch_start() -> Counters:
                 if parse_rchar(now) - parse_rchar(raw) > own_now - own:
                     st.exact = True  # read between fetches: not a fetch's, so both ends of every fetch from now on
                 raw, own = now, own_now
-    return runq, ru.ru_inblock * 512, raw, own, csw
+    return runq, inblock * 512, raw, own, csw
 
 
 def fetch_end(probe: bool = False) -> Counters:
@@ -218,6 +237,20 @@ def fetch_end(probe: bool = False) -> Counters:
     return runq, ru.ru_inblock * 512, raw, own, csw
 
 
+def lean_gaps(n: int) -> None:
+    """The calling thread's next fetch_start follows ``n`` times between fetches since its last fetch_end: ``n - 1``
+    lean fetches in between (a worker's lean stretch), or 0: fetches skipped (the monitor's), an unknown number."""
+    _state().gaps = n
+
+
+def take_carried() -> int:
+    """Bytes a worker's lean stretch asked for, found at this fetch's start (fetch_start): counted as this fetch's
+    (as the main thread's stretch's bytes land on its probe); 0 once taken."""
+    st = _state()
+    n, st.carried = st.carried, 0
+    return n
+
+
 def quiet() -> bool:
     """Have the calling thread's fetches, and what ran between them, read nothing lately (QUIET_AFTER fetches in a row
     whose rchar did not move)? Then a fetch that stays on its core needs no counters at all: on its core it waited for
@@ -233,7 +266,11 @@ def since_last_fetch_end() -> Counters:
     """The counters as the calling thread's last :func:`fetch_end` left them, as a start for a fetch that read none of
     its own at its start (a lean one that turned out to leave its core: inline_fetch.inline_map_fetch)."""
     st = _state()
-    return st.runq, st.inblock * 512, st.io_raw, st.own_at_raw, st.csw
+    own, gaps = st.own_at_raw, st.gaps
+    if gaps != 1:  # a worker's lean stretch (lean_gaps): the index queue's bytes in its gaps are not the fetch's
+        st.gaps = 1
+        own -= gaps * st.gap_max  # (at most: envelope counts no fewer than 0 bytes)
+    return st.runq, st.inblock * 512, st.io_raw, own, st.csw
 
 
 def forget_last_fetch() -> None:
@@ -309,16 +346,53 @@ def accounting() -> dict:
             "thread_io": tio is not None, "absent": dict(ABSENT)}
 
 
-def sched_snapshot(end: bool = False) -> tuple[int, int, int]:
-    """``(wall_ns, cpu_ns, runq_ns)`` of the calling thread, for the main thread's per-step reads (no byte counts).
-    ``end``: the reading that ends a span, taken in the opposite order, so that the wall interval contains the on-CPU
-    one: NOTE [ Wall clock outside, on-CPU clock inside ] (derived.py)."""
-    wall = 0 if end else time.perf_counter_ns()
-    cpu = time.thread_time_ns()
-    runq = runq_now()
-    if end:
+class WaitClocks:
+    """The main thread's clocks around a step's wait for a batch made by workers: ``(wall, on-CPU, run-queue)`` ns at
+    its start (:meth:`start`) and its end (:meth:`end`, read in the opposite order: NOTE [ Wall clock outside, on-CPU
+    clock inside ], derived.py).
+
+    The run-queue wait grows only when the thread waited for a core, which it can only have done while off its core.
+    So schedstat is read only where the wall and on-CPU clocks show time off the core since the last reading (in all,
+    OFF_LIMIT_NS or more): at the wait's end after the thread blocked for the batch, at its start after a step whose
+    compute left its core (a preemption, a CUDA synchronisation). Otherwise the last reading stands, off by less than
+    OFF_LIMIT_NS in all. Why: getrusage at both ends (to see a context switch) and schedstat at the end were ~3 % of a
+    light loop's CPU per batch with workers (scripts/bench_overhead_light.py, concurrent pairs, 2026-12-06: +7.7 %
+    with them, +4.5 % with none of the three)."""
+
+    __slots__ = ("wall", "cpu", "runq", "off")
+    OFF_LIMIT_NS = 10_000  # derived.CLOSE_TIMING_FROM_OFF_NS: the same bound a lean fetch's counters rest on
+
+    def __init__(self) -> None:
+        self.wall = self.cpu = self.runq = 0
+        self.off = self.OFF_LIMIT_NS  # time off the core not yet read into ``runq`` (the limit: read first)
+
+    def _read(self) -> int:
+        st = _state()
+        if st.sched is None:
+            return 0
+        buf = os.pread(st.sched, 128, 0)
+        st.own += len(buf)
+        st.runq = runq = int(buf.split()[1])
+        st.csw = -1  # (clocks._runq's cache: its next reading reads again)
+        return runq
+
+    def start(self) -> tuple[int, int, int]:
         wall = time.perf_counter_ns()
-    return wall, cpu, runq
+        cpu = time.thread_time_ns()
+        off = self.off + (wall - self.wall) - (cpu - self.cpu)
+        if off >= self.OFF_LIMIT_NS:
+            self.runq, off = self._read(), 0
+        self.wall, self.cpu, self.off = wall, cpu, off
+        return wall, cpu, self.runq
+
+    def end(self) -> tuple[int, int, int]:
+        cpu = time.thread_time_ns()
+        wall = time.perf_counter_ns()
+        off = self.off + (wall - self.wall) - (cpu - self.cpu)
+        if off >= self.OFF_LIMIT_NS:
+            self.runq, off = self._read(), 0
+        self.wall, self.cpu, self.off = wall, cpu, off
+        return wall, cpu, self.runq
 
 
 def parse_rchar(raw: bytes) -> int:

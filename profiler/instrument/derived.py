@@ -7,7 +7,7 @@ per batch at the fetch's end (:func:`derive_cpu`), never per call.
 NOTE [ Wall clock outside, on-CPU clock inside ]
     Wherever a span is timed by both clocks, the wall clock is read first at its start and last at its end, so the
     wall interval contains the on-CPU interval and "wall less on-CPU" (time off the core) is never negative by the
-    order of the reads: ``t0 = perf(); c0 = cpu(); ...; c1 = cpu(); t1 = perf()``. clocks.sched_snapshot and the
+    order of the reads: ``t0 = perf(); c0 = cpu(); ...; c1 = cpu(); t1 = perf()``. clocks.WaitClocks and the
     session's wait keep this order; a fetch that reads the on-CPU clock only at its entry derives the others
     (:func:`derive_cpu`).
 """

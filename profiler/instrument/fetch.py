@@ -109,7 +109,7 @@ def envelope(batch: Any, rec: Recorder, smp: Any, b0: clocks.Counters | None, w_
         if p_pid == pid and 0 < p_wall <= w_in:
             gap = (p_wall, w_in, max(0, c_in - p_cpu), max(0, runq0 - p_runq))
         _previous_end = (pid, w_out, c_out, runq1)
-        rchar = clocks.parse_rchar(io1) - clocks.parse_rchar(io0) - (own1 - own0)
+        rchar = max(0, clocks.parse_rchar(io1) - clocks.parse_rchar(io0) - (own1 - own0) + clocks.take_carried())
         io = clocks.process_io_if(rchar > 0 or bytes1 > bytes0)  # /proc/self/io: not every batch (PROCESS_IO_EVERY)
         io_start = io_end = b""
     else:  # the main thread: its rchar is parsed after the window (BatchMeta.counters), less its own reads (here)

@@ -9,6 +9,25 @@ NOTE [ Lean fetches and the LEAN_OUT hand-off ]
     session the holder of a ``num_workers=0`` iterator). The session takes it when the batch arrives and keeps the
     step flat (flat_steps.py); batch.lean_meta makes the BatchMeta when the record is built. A stale value (a lean
     fetch of an earlier step) is told apart by its entry's wall clock, which is before this step's wait.
+
+NOTE [ Lean fetches in workers ]
+    A worker's fetches are lean too (15 of every LEAN_STRETCH), once QUIET_AFTER of its full fetches in a row read
+    nothing (rchar and read_bytes 0) and the last stayed on its core. Why: a full fetch's counters and BatchMeta were
+    ~40 µs of a light batch's CPU in a real worker (its caches cold after the queue's work: fetch_start ~12 µs,
+    envelope ~21 µs), ~3 % of the light loop's whole per-batch CPU. What differs from the main thread's:
+    - each lean fetch checks itself (the on-CPU clock at its two ends): between fetches a worker waits off its core,
+      so no stretch-wide check can hold;
+    - one on its core sends a WorkerLean (batch.py: its ints, no BatchMeta; the main side makes the BatchMeta) in
+      its envelope;
+    - a worker reads its index queue (a pipe) between fetches, which rchar counts, so its thread reads rchar at both
+      ends of every full fetch (clocks.fetch_start's exact mode). The bytes one time between fetches read (at most,
+      as seen so far: the queue's message) are known (``gap_max``); at the stretch's next full fetch, bytes beyond
+      that many per time between are the lean fetches' and are counted on it (clocks.take_carried), and blocks read
+      from the device since the last full fetch land on it too: the totals stay exact but for the variation in the
+      queue's message sizes (a few bytes per batch). A lean fetch that left its core reads its counters from the last
+      full fetch's end, the queue's bytes of the stretch taken out the same way;
+    - its time since its previous fetch has no run-queue figure of its own: the next full fetch's holds the whole
+      stretch's, shared out over the stretch when the record is built (collect.spread_stretch_runq).
 """
 from __future__ import annotations
 
@@ -23,6 +42,8 @@ from .batch import (
     CALL_FIELDS,
     M_END_CPU,
     M_END_WALL,
+    M_RCHAR,
+    M_READ_BYTES,
     M_START_CPU,
     M_START_WALL,
     NO_COLLATE,
@@ -78,6 +99,8 @@ def inline_call_costs() -> tuple[int, int]:
 
         data, keys = _ListFetcher.dataset, list(range(256))
         saved = proxies._current, _fetch._previous_end
+        audit = proxies._audit_installed
+        proxies._audit_installed = True  # no audit hook for the calibration's fetches (install_audit says why)
         costs = []
         try:
             for close in (False, True):
@@ -95,6 +118,7 @@ def inline_call_costs() -> tuple[int, int]:
                 costs.append(max(0, (full - empty - plain) // len(keys)))
         finally:
             proxies._current, _fetch._previous_end = saved
+            proxies._audit_installed = audit
         _inline_costs = (costs[0], costs[1])
     return _inline_costs
 
@@ -114,9 +138,12 @@ def inline_map_fetch(fetcher: Any, worker_id: int, close: bool | None = None) ->
     pid = os.getpid()
     costs = inline_call_costs()
     timing = [True if close is None else close]  # the next fetch times its calls closely (the first one does)
-    # The main thread's lean stretch (LEAN_STRETCH): [lean fetches left in it, 1 while one is under way]
-    lean = [0, 0] if worker_id < 0 and close is None else None
-    if lean is not None:
+    # The lean stretch (LEAN_STRETCH): [lean fetches left in it, 1 while one is under way, a worker's lean fetches
+    # since its last fetch_end]
+    lean = [0, 0, 0] if close is None else None
+    worker = worker_id >= 0
+    quiet_run = [0]  # a worker's full fetches in a row that read nothing (NOTE [ Lean fetches in workers ])
+    if lean is not None and not worker:
         LEAN_CHECK.restart()
     # A lean fetch's recorder and sub-stage lists, made once and reused (reuse_lean): a fresh pair per batch was nine
     # containers the garbage collector tracks and ~85 bytecodes, for lists a light batch leaves empty.
@@ -126,6 +153,7 @@ def inline_map_fetch(fetcher: Any, worker_id: int, close: bool | None = None) ->
     # NOTE [ Monitor sampling ] (batch.py): None under ``run`` and in the calibration (close given)
     plan = sample_plan(worker_id, _fetch.worker_count(worker_id)) if close is None else None
     made = [0]  # batches this fetcher made (its sampling count)
+    skipped_some = [False]  # batches made untimed since this fetcher's last timed one (a worker's clocks.lean_gaps)
 
     def lean_batch(possibly_batched_index: Any, w_entry: int, c_entry: int) -> Any:
         """A lean fetch of a batch (LEAN_STRETCH): its calls made as torch makes them, with no clock between them,
@@ -160,7 +188,9 @@ def inline_map_fetch(fetcher: Any, worker_id: int, close: bool | None = None) ->
             if (w_f - w_entry) - (c_f - c_entry) >= CLOSE_TIMING_FROM_OFF_NS:
                 # It left its core: envelope reads its counters; the stretch ends, the next fetch times closely.
                 timing[0] = True
-                lean[0] = lean[1] = 0  # type: ignore[index]
+                if worker:  # its counters run from its last full fetch's end, across lean[2] times between fetches
+                    clocks.lean_gaps(lean[2])  # type: ignore[index]
+                lean[0] = lean[1] = lean[2] = 0  # type: ignore[index]
                 env = envelope(batch, rec, smp, None, w_in, NO_CPU, (t0, t1, 0, NO_CPU), t1, NO_CPU, worker_id,
                                pid, n, w_in - w_entry, False, (w_entry, c_entry))
                 reuse_lean(rec, smp)
@@ -171,6 +201,21 @@ def inline_map_fetch(fetcher: Any, worker_id: int, close: bool | None = None) ->
         substages.end_batch()
         rec.calls.clear()
         events, pixels, skipped, opened = smp.events, smp.pixels, rec.skipped, rec.opened
+        if worker:  # its time since its previous fetch; the run-queue figure stays with the last full fetch's end
+            p_pid, p_wall, p_cpu, p_runq = _fetch._previous_end
+            gap_start = gap_cpu = 0
+            if p_pid == pid and 0 < p_wall <= w_in:
+                gap_start, gap_cpu = p_wall, max(0, c_entry + (w_in - w_entry) - p_cpu)
+                _fetch._previous_end = (pid, t1, c_out, p_runq)
+            if not (events or pixels or skipped or opened):  # WorkerLean: its ints, no BatchMeta (meta_of)
+                return Instrumented(batch, (w_entry, c_entry, w_in, t0, t1, n, c_out,
+                                            (w_in - w_entry) + (_perf() - t1), worker_id, pid, gap_start, gap_cpu, 0))
+            meta = lean_meta((w_entry, c_entry, w_in, t0, t1, n, c_out, 0), pid, worker_id, gap_start, gap_cpu)
+            meta.stage_events, meta.pixel_events, meta.skipped = events or (), pixels or (), skipped or ()
+            meta.opened = opened or NO_FOLDERS
+            reuse_lean(rec, smp)
+            meta.own_ns = (w_in - w_entry) + (_perf() - t1)
+            return Instrumented(batch, meta)
         if not (events or pixels or skipped or opened):
             # Nothing but its clocks: handed over as LEAN_OUT (lean_meta makes its BatchMeta when the record is
             # built), the batch itself returned as torch's fetch returns it. Why: the BatchMeta and envelope built
@@ -193,6 +238,7 @@ def inline_map_fetch(fetcher: Any, worker_id: int, close: bool | None = None) ->
             lo, hi = plan[2]()
             if not lo <= i < hi:  # not a detail batch: torch's fetch itself, no clock, no LeanOut
                 _fetch.skip_fetch()
+                skipped_some[0] = True
                 if fetcher.auto_collation:
                     dataset = fetcher.dataset
                     return fetcher.collate_fn([dataset[idx] for idx in possibly_batched_index])
@@ -201,6 +247,9 @@ def inline_map_fetch(fetcher: Any, worker_id: int, close: bool | None = None) ->
         if lean is not None and lean[0] > 0:  # a lean fetch: no counters (LEAN_STRETCH says why)
             lean[0] -= 1
             if fetcher.auto_collation:  # and its calls timed together, as one row
+                if worker:  # its own on-CPU check (between fetches a worker waits off its core: no stretch check)
+                    lean[2] += 1
+                    return lean_batch(possibly_batched_index, w_entry, _cpu())
                 check = LEAN_CHECK
                 if check.by_stretch:  # and no clock of its own: its stretch is checked at its end
                     check.lean += 1
@@ -211,7 +260,15 @@ def inline_map_fetch(fetcher: Any, worker_id: int, close: bool | None = None) ->
             rec, smp, b0, _ = begin_fetch(1, False)
         else:
             c_entry = _cpu()
-            if lean is not None and LEAN_CHECK.open:  # the lean stretch before this fetch ends here
+            if worker:  # the times between fetches since its last fetch_end (clocks.lean_gaps)
+                if skipped_some[0]:
+                    skipped_some[0] = False
+                    lean[2] = 0  # type: ignore[index]
+                    clocks.lean_gaps(0)
+                elif lean is not None and lean[2]:
+                    clocks.lean_gaps(lean[2] + 1)
+                    lean[2] = 0
+            elif lean is not None and LEAN_CHECK.open:  # the lean stretch before this fetch ends here
                 LEAN_CHECK.settle(w_entry, c_entry)
             rec, smp, b0, _ = begin_fetch(1)  # compact form (BatchMeta.compact): each call's end, then the keys
         dataset, collate_fn = fetcher.dataset, fetcher.collate_fn
@@ -275,13 +332,17 @@ def inline_map_fetch(fetcher: Any, worker_id: int, close: bool | None = None) ->
                            (w_in - w_entry) + (n + 1) * costs[0], True, (w_entry, c_entry),
                            lean is not None and b0 is not None and lean[1] == 1)
         if close is None:  # the calls' time off their core decides how the next fetch is timed
-            m = env.meta.marks
+            m = env.meta.marks  # type: ignore[union-attr]  # envelope's: a BatchMeta
             timing[0] = (m[M_END_WALL] - m[M_START_WALL]) - (m[M_END_CPU] - m[M_START_CPU]) \
                 >= CLOSE_TIMING_FROM_OFF_NS
             if lean is not None and (b0 is not None or timing[0]):  # a stretch ends; may the next one start?
-                lean[1] = 1 if not timing[0] and clocks.quiet() else 0
+                if worker:  # NOTE [ Lean fetches in workers ]: QUIET_AFTER full fetches in a row that read nothing
+                    quiet_run[0] = quiet_run[0] + 1 if m[M_RCHAR] <= 0 and m[M_READ_BYTES] <= 0 else 0
+                    lean[1] = 1 if not timing[0] and quiet_run[0] >= clocks.QUIET_AFTER else 0
+                else:
+                    lean[1] = 1 if not timing[0] and clocks.quiet() else 0
                 lean[0] = LEAN_STRETCH - 1 if lean[1] else 0
-                if lean[1]:
+                if lean[1] and not worker:
                     LEAN_CHECK.start(w_entry, c_entry)
         return env
 

@@ -34,7 +34,7 @@ from collections.abc import Generator
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import torch_hooks
-from .batch import LO_W_ENTRY, BatchMeta, Instrumented, lean_meta
+from .batch import LO_W_ENTRY, BatchMeta, Instrumented, lean_meta, meta_of
 from .steps import LoaderInfo
 
 #: Batches a relay thread may have taken ahead of the main thread (their BatchMeta kept until taken): MONAI's
@@ -192,7 +192,7 @@ class Relays:
         t0 = time.perf_counter_ns()
         data = orig(it)
         if data.__class__ is Instrumented:
-            box.keep(data.batch, data.meta)
+            box.keep(data.batch, meta_of(data))
             return data.batch
         holder = torch_hooks.lean_out_of(it)  # num_workers=0: the fetch ran in this thread, its clocks beside
         lean = holder[0] if holder is not None else None

@@ -18,7 +18,7 @@ from typing import Any, Callable
 from torch import Tensor
 
 from . import clocks, hooks, substages, torch_hooks
-from .batch import LO_N, LO_W_ENTRY, M_RUNQ, BatchMeta, Instrumented, fetch_off_core_ns, lean_meta
+from .batch import LO_N, LO_W_ENTRY, M_RUNQ, BatchMeta, Instrumented, fetch_off_core_ns, lean_meta, meta_of
 from .derived import CLOSE_TIMING_FROM_OFF_NS
 from .device_time import DeviceTime
 from .flat_steps import F_END, F_REST_END, FLAT_FOLD_EVERY, FlatSteps
@@ -122,6 +122,7 @@ class Session(Relays, LoaderTracking, FlatSteps, DeviceTime):
         # num_workers=0: steps until the next one reads the main thread's on-CPU clock around its wait (WAIT_CPU_PROBE
         # says why not every step); -1: every step does (its wait was found off the core outside the fetch).
         self._wait_cpu_probe = 0
+        self._wait_clocks = clocks.WaitClocks()  # with workers: the wait's clocks (WaitClocks says how few reads)
         self._epoch_done = False  # its last iterator raised StopIteration
         self._live_iter: Any = None  # weakref.ref to its last iterator (dead: the job dropped it)
         self._basis: dict[str, int] = {}  # samples basis -> steps counted on it
@@ -375,7 +376,7 @@ class Session(Relays, LoaderTracking, FlatSteps, DeviceTime):
                 self._wait_cpu_probe = probe - 1
             q0 = 0
         else:
-            t0, c0, q0 = clocks.sched_snapshot()
+            t0, c0, q0 = self._wait_clocks.start()
         if cuda is not None or opens:
             if cuda is not None and prev is not None and prev.measured:
                 cuda.mark(prev, "compute_end_ns")
@@ -397,7 +398,7 @@ class Session(Relays, LoaderTracking, FlatSteps, DeviceTime):
             t1 = _perf()
             q1 = 0
         else:
-            t1, c1, q1 = clocks.sched_snapshot(end=True)
+            t1, c1, q1 = self._wait_clocks.end()
         return self._after_wait(row, data, holder, t0, t1, c0, c1, q0, q1)
 
     def _note_bytes(self, li: Any, batch: Any) -> None:
@@ -435,7 +436,7 @@ class Session(Relays, LoaderTracking, FlatSteps, DeviceTime):
             cuda.mark(row, "wait_end_dev")
         meta: BatchMeta | None
         if data.__class__ is Instrumented:
-            meta = data.meta
+            meta = meta_of(data)
             batch = data.batch
         else:
             batch = data
