@@ -3,7 +3,7 @@ the main process (:class:`Instrumented`), and the lean hand-off that replaces bo
 (:class:`LeanOut`).
 
 NOTE [ The batch record is the contract ]
-    Everything the hot path measures about a batch reaches the session in one of two forms, and only through the
+    Everything the hot path measures about a batch reaches the session in one of three forms, and only through the
     names defined here:
 
     - a :class:`BatchMeta` (in an :class:`Instrumented` envelope), whose per-batch ints sit in one tuple ``marks``
@@ -12,7 +12,9 @@ NOTE [ The batch record is the contract ]
       each call's key);
     - a LeanOut (a tuple of ints, read with the ``LO_*`` indices) beside the user's own batch, for a lean fetch on its
       core that recorded nothing but its clocks; :func:`lean_meta` makes it the BatchMeta its envelope would have
-      carried.
+      carried;
+    - a WorkerLean (a LeanOut and the ``WL_*`` ints) in the envelope, for a worker's lean fetch on its core: read any
+      envelope's record with :func:`meta_of`, which makes its BatchMeta.
 
     Why tuples of ints and bytes rather than a field per figure: every object a kept batch leaves that the garbage
     collector tracks costs each young collection a visit (BatchMeta says how much). The derived views (``rows``,

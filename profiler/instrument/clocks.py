@@ -97,7 +97,7 @@ class _Thread:
     """One thread's kept-open /proc descriptors and what it last read from them (see above)."""
 
     __slots__ = ("sched", "io", "generation", "csw", "runq", "io_raw", "own_at_raw", "own", "probe", "exact",
-                 "calm", "zero_run", "quiet_left", "inblock", "gaps", "gap_max", "carried")
+                 "calm", "zero_run", "quiet_left", "inblock", "gaps", "gap_max", "carried", "end_gaps")
 
     def __init__(self) -> None:
         self.sched = _open("/proc/thread-self/schedstat")
@@ -123,6 +123,7 @@ class _Thread:
         self.gaps = 1
         self.gap_max = 0
         self.carried = 0
+        self.end_gaps = 0  # (end_gaps)
 
 
 def _state() -> _Thread:
@@ -184,7 +185,7 @@ def fetch_start() -> Counters:
             prev, prev_own = raw, own
             raw, own = _read_io(st, st.io)
             between = parse_rchar(raw) - parse_rchar(prev) - (own - prev_own)
-            if gaps == 1:
+            if gaps == 1:  # the most one time between fetches read (since forget_last_fetch: a new fetcher)
                 if between > st.gap_max:
                     st.gap_max = between
             elif gaps > 1 and between > gaps * st.gap_max:  # the stretch's fetches read: carried to this one
@@ -243,6 +244,12 @@ def lean_gaps(n: int) -> None:
     _state().gaps = n
 
 
+def end_gaps(n: int) -> None:
+    """The calling thread's next since_last_fetch_end is for a worker's lean fetch that left its core, the ``n``-th
+    lean fetch since its last fetch_end: its counters span ``n`` times between fetches."""
+    _state().end_gaps = n
+
+
 def take_carried() -> int:
     """Bytes a worker's lean stretch asked for, found at this fetch's start (fetch_start): counted as this fetch's
     (as the main thread's stretch's bytes land on its probe); 0 once taken."""
@@ -266,9 +273,9 @@ def since_last_fetch_end() -> Counters:
     """The counters as the calling thread's last :func:`fetch_end` left them, as a start for a fetch that read none of
     its own at its start (a lean one that turned out to leave its core: inline_fetch.inline_map_fetch)."""
     st = _state()
-    own, gaps = st.own_at_raw, st.gaps
-    if gaps != 1:  # a worker's lean stretch (lean_gaps): the index queue's bytes in its gaps are not the fetch's
-        st.gaps = 1
+    own, gaps = st.own_at_raw, st.end_gaps
+    if gaps:  # a worker's lean fetches (end_gaps): the index queue's bytes in their gaps are not the fetch's
+        st.end_gaps = 0
         own -= gaps * st.gap_max  # (at most: envelope counts no fewer than 0 bytes)
     return st.runq, st.inblock * 512, st.io_raw, own, st.csw
 
@@ -283,6 +290,7 @@ def forget_last_fetch() -> None:
         st.exact = False
         st.calm = 0
         st.zero_run = 0
+        st.gaps, st.gap_max, st.carried, st.end_gaps = 1, 0, 0, 0  # a new fetcher's times between fetches: afresh
 
 
 def runq_now() -> int:

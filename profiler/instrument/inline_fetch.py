@@ -19,6 +19,10 @@ NOTE [ Lean fetches in workers ]
       so no stretch-wide check can hold;
     - one on its core sends a WorkerLean (batch.py: its ints, no BatchMeta; the main side makes the BatchMeta) in
       its envelope;
+    - a lean fetch that left its core but read nothing (a preemption: workers share the cores with the job) does
+      not end its stretch, as the main thread's does: its counters are read and its record is whole, and the per-call
+      detail a closely timed fetch after it would give says nothing about a wait for a core (on the light benchmark
+      with two jobs on two cores a third of the workers' fetches left their core so);
     - a worker reads its index queue (a pipe) between fetches, which rchar counts, so its thread reads rchar at both
       ends of every full fetch (clocks.fetch_start's exact mode). The bytes one time between fetches read (at most,
       as seen so far: the queue's message) are known (``gap_max``); at the stretch's next full fetch, bytes beyond
@@ -78,6 +82,12 @@ LEAN_STRETCH = clocks.PROBE_EVERY
 #: The main thread's check that its lean fetches stayed on their core, once per stretch (lean_check.py says why).
 LEAN_CHECK = StretchCheck(CLOSE_TIMING_FROM_OFF_NS, LEAN_STRETCH - 1)
 _inline_costs: tuple[int, int] | None = None
+# A worker's fetch that asked for this many bytes or fewer, none from the device, counts as reading nothing for its
+# lean stretches (NOTE [ Lean fetches in workers ]; its bytes are counted all the same). Why not 0: the index queue's
+# messages vary in size (a pickled index takes 2, 3 or 5 bytes by its value), so a stretch's next full fetch finds a
+# few to tens of bytes per time between fetches beyond the most seen before (on the light benchmark, 2-960 bytes over
+# a 16-fetch stretch), and ending the stretch for them cost 16 full fetches each time.
+WORKER_QUIET_RCHAR = 1024
 
 
 def inline_call_costs() -> tuple[int, int]:
@@ -187,13 +197,19 @@ def inline_map_fetch(fetcher: Any, worker_id: int, close: bool | None = None) ->
             w_f = _perf()
             if (w_f - w_entry) - (c_f - c_entry) >= CLOSE_TIMING_FROM_OFF_NS:
                 # It left its core: envelope reads its counters; the stretch ends, the next fetch times closely.
-                timing[0] = True
                 if worker:  # its counters run from its last full fetch's end, across lean[2] times between fetches
-                    clocks.lean_gaps(lean[2])  # type: ignore[index]
-                lean[0] = lean[1] = lean[2] = 0  # type: ignore[index]
+                    clocks.end_gaps(lean[2])  # type: ignore[index]
+                    lean[2] = 0  # type: ignore[index]
                 env = envelope(batch, rec, smp, None, w_in, NO_CPU, (t0, t1, 0, NO_CPU), t1, NO_CPU, worker_id,
                                pid, n, w_in - w_entry, False, (w_entry, c_entry))
                 reuse_lean(rec, smp)
+                if worker:
+                    m = env.meta.marks  # type: ignore[union-attr]  # envelope's: a BatchMeta
+                    if m[M_RCHAR] <= WORKER_QUIET_RCHAR and m[M_READ_BYTES] <= 0:
+                        return env  # a worker's that read nothing (it waited for a core): its stretch goes on
+                    quiet_run[0] = 0
+                timing[0] = True
+                lean[0] = lean[1] = lean[2] = 0  # type: ignore[index]
                 return env
             c_out = c_f - (w_f - t1)
         # On its core throughout: no counters, its on-CPU clocks by derive_cpu's rule, the main thread's marks.
@@ -337,7 +353,8 @@ def inline_map_fetch(fetcher: Any, worker_id: int, close: bool | None = None) ->
                 >= CLOSE_TIMING_FROM_OFF_NS
             if lean is not None and (b0 is not None or timing[0]):  # a stretch ends; may the next one start?
                 if worker:  # NOTE [ Lean fetches in workers ]: QUIET_AFTER full fetches in a row that read nothing
-                    quiet_run[0] = quiet_run[0] + 1 if m[M_RCHAR] <= 0 and m[M_READ_BYTES] <= 0 else 0
+                    quiet_run[0] = quiet_run[0] + 1 if m[M_RCHAR] <= WORKER_QUIET_RCHAR and m[M_READ_BYTES] <= 0 \
+                        else 0
                     lean[1] = 1 if not timing[0] and quiet_run[0] >= clocks.QUIET_AFTER else 0
                 else:
                     lean[1] = 1 if not timing[0] and clocks.quiet() else 0
