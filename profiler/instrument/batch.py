@@ -55,10 +55,6 @@ MARKS = ("start_wall", "start_cpu",  # when the fetch began: wall, the thread's 
 (M_START_WALL, M_START_CPU, M_END_WALL, M_END_CPU, M_RUNQ, M_RCHAR, M_READ_BYTES, M_COLLATE_START, M_COLLATE_END,
  M_COLLATE_CPU, M_IO_RCHAR, M_IO_READ_BYTES, M_GAP_START, M_GAP_END, M_GAP_CPU, M_GAP_RUNQ) = range(len(MARKS))
 NO_GAP = (0, 0, 0, 0)
-# The gap_runq mark of a worker's lean fetch: its time since its previous fetch has no run-queue figure of its own; the
-# next full fetch's holds the whole stretch's, shared out over the stretch's gaps when the record is built
-# (collect.spread_stretch_runq; NOTE [ Lean fetches in workers ], inline_fetch.py).
-STRETCH_RUNQ = -1
 # A fetch with no timed collate: its (wall start, wall end, on-CPU ns, on-CPU clock at its start).
 NO_COLLATE = (0, 0, 0, 0)
 # BatchMeta.io of a batch fetched in the main process (num_workers=0): /proc/self/io is not read there. Why: that
@@ -337,16 +333,16 @@ LO_W_ENTRY, LO_C_ENTRY, LO_W_IN, LO_T0, LO_T1, LO_N, LO_C_OUT, LO_OWN_NS = range
 LeanOut = tuple[int, int, int, int, int, int, int, int]
 
 
-def lean_meta(out: LeanOut, pid: int, worker_id: int = -1, gap_start: int = 0, gap_cpu: int = 0) -> BatchMeta:
+def lean_meta(out: LeanOut, pid: int, worker_id: int = -1, gap_start: int = 0, gap_cpu: int = 0,
+              gap_runq: int = 0) -> BatchMeta:
     """The BatchMeta of a LEAN_OUT fetch: what the envelope of a lean fetch on its core holds (one row of all its
     calls, index -1; the collate's on-CPU time its wall time; no counters). A worker's (WorkerLean) has its worker id
-    and its time since its previous fetch (``gap_start`` 0: none known; no run-queue figure: NOTE [ Lean fetches in
-    workers ], inline_fetch.py)."""
+    and its time since its previous fetch (``gap_start`` 0: none known)."""
     w_entry, c_entry, w_in, t0, t1, n, c_out, own_ns = out
     span = t1 - t0
     meta = BatchMeta(worker_id, pid, _PACK_LEAN.pack(w_in, t0, NO_CPU, -1, n),
                      (w_in, c_entry + (w_in - w_entry), t0, c_out - span, 0, 0, 0, t0, t1, span, -1, -1,
-                      gap_start, w_in if gap_start else 0, gap_cpu, STRETCH_RUNQ if gap_start else 0),
+                      gap_start, w_in if gap_start else 0, gap_cpu, gap_runq),
                      opened=NO_FOLDERS, n_items=n)
     meta.own_ns = own_ns
     return meta
@@ -354,11 +350,13 @@ def lean_meta(out: LeanOut, pid: int, worker_id: int = -1, gap_start: int = 0, g
 
 # A worker's lean fetch on its core (NOTE [ Lean fetches in workers ], inline_fetch.py) sends these ints in its
 # envelope instead of a BatchMeta: a LeanOut, then the worker's id and pid, its time since its previous fetch (wall
-# start, 0: none known; on-CPU ns) and when the queue's feeder thread began pickling it (Instrumented.__reduce__).
+# start, 0: none known; on-CPU ns; run-queue ns) and when the queue's feeder thread began pickling it
+# (Instrumented.__reduce__).
 # Why a tuple: ~0.5 µs to pickle and unpickle where a BatchMeta was ~5 µs, and the BatchMeta is made in the main
 # process only for a batch the record keeps (meta_of).
-WORKER_LEAN_FIELDS = LEAN_OUT_FIELDS + ("worker_id", "pid", "gap_start", "gap_cpu", "sent_ns")
-WL_WORKER_ID, WL_PID, WL_GAP_START, WL_GAP_CPU, WL_SENT_NS = range(len(LEAN_OUT_FIELDS), len(WORKER_LEAN_FIELDS))
+WORKER_LEAN_FIELDS = LEAN_OUT_FIELDS + ("worker_id", "pid", "gap_start", "gap_cpu", "gap_runq", "sent_ns")
+WL_WORKER_ID, WL_PID, WL_GAP_START, WL_GAP_CPU, WL_GAP_RUNQ, WL_SENT_NS = range(len(LEAN_OUT_FIELDS),
+                                                                              len(WORKER_LEAN_FIELDS))
 WorkerLean = tuple[int, ...]
 
 
@@ -369,7 +367,7 @@ def meta_of(env: "Instrumented") -> BatchMeta:
         return m  # type: ignore[return-value]
     w = m  # WorkerLean
     meta = lean_meta(w[:len(LEAN_OUT_FIELDS)], w[WL_PID], w[WL_WORKER_ID], w[WL_GAP_START],  # type: ignore[arg-type]
-                     w[WL_GAP_CPU])
+                     w[WL_GAP_CPU], w[WL_GAP_RUNQ])
     meta.sent_ns = w[WL_SENT_NS]
     return meta
 

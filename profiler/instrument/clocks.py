@@ -238,6 +238,19 @@ def fetch_end(probe: bool = False) -> Counters:
     return runq, ru.ru_inblock * 512, raw, own, csw
 
 
+def runq_read() -> int:
+    """The calling thread's run-queue wait (ns, cumulative), read from schedstat now (a worker's lean fetch reads it
+    at its start: its time since the previous fetch then has its own run-queue figure); 0 where unreadable."""
+    st = _state()
+    if st.sched is None:
+        return 0
+    buf = os.pread(st.sched, 128, 0)
+    st.own += len(buf)  # this thread's rchar counts it: the profiler's own read
+    st.runq = runq = int(buf.split()[1])
+    st.csw = -1  # (_runq's cache: its next reading reads again)
+    return runq
+
+
 def lean_gaps(n: int) -> None:
     """The calling thread's next fetch_start follows ``n`` times between fetches since its last fetch_end: ``n - 1``
     lean fetches in between (a worker's lean stretch), or 0: fetches skipped (the monitor's), an unknown number."""
@@ -374,22 +387,12 @@ class WaitClocks:
         self.wall = self.cpu = self.runq = 0
         self.off = self.OFF_LIMIT_NS  # time off the core not yet read into ``runq`` (the limit: read first)
 
-    def _read(self) -> int:
-        st = _state()
-        if st.sched is None:
-            return 0
-        buf = os.pread(st.sched, 128, 0)
-        st.own += len(buf)
-        st.runq = runq = int(buf.split()[1])
-        st.csw = -1  # (clocks._runq's cache: its next reading reads again)
-        return runq
-
     def start(self) -> tuple[int, int, int]:
         wall = time.perf_counter_ns()
         cpu = time.thread_time_ns()
         off = self.off + (wall - self.wall) - (cpu - self.cpu)
         if off >= self.OFF_LIMIT_NS:
-            self.runq, off = self._read(), 0
+            self.runq, off = runq_read(), 0
         self.wall, self.cpu, self.off = wall, cpu, off
         return wall, cpu, self.runq
 
@@ -398,7 +401,7 @@ class WaitClocks:
         wall = time.perf_counter_ns()
         off = self.off + (wall - self.wall) - (cpu - self.cpu)
         if off >= self.OFF_LIMIT_NS:
-            self.runq, off = self._read(), 0
+            self.runq, off = runq_read(), 0
         self.wall, self.cpu, self.off = wall, cpu, off
         return wall, cpu, self.runq
 

@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 
-from .batch import STRETCH_RUNQ
 from .session import Session
 
 
@@ -40,39 +39,6 @@ def samples_per_call(items: np.ndarray, held: int, returned: int) -> np.ndarray:
     if rest > 0:  # largest remainders first, so the shares sum exactly to the batch's count
         out[np.argsort(out - exact)[:rest]] += 1
     return out
-
-
-def spread_stretch_runq(batches: dict[str, list]) -> None:
-    """A worker's lean fetches (NOTE [ Lean fetches in workers ], inline_fetch.py) record their time since the
-    previous fetch without its run-queue wait (STRETCH_RUNQ); the next full fetch's gap holds the wait of the whole
-    stretch since the last full fetch (the lean fetches themselves were on their core). Shared out here over the
-    stretch's gaps in proportion to each one's time off its core (wall less on-CPU), none given more than that: the
-    worker's total is exact, its place within the stretch an estimate. A stretch whose full fetch the window does not
-    hold keeps 0 (unknown). ``batches`` holds ns, before conversion."""
-    runq = batches["gap_runq"]
-    if not any(r == STRETCH_RUNQ for r in runq):
-        return
-    starts, ends, cpus = batches["gap_start"], batches["gap_end"], batches["gap_cpu"]
-    by_pid: dict[int, list[int]] = {}
-    for i, pid in enumerate(batches["pid"]):
-        by_pid.setdefault(pid, []).append(i)
-    for rows in by_pid.values():
-        rows.sort(key=lambda i: batches["collate_start"][i])  # a worker's fetches in the order it made them
-        stretch: list[int] = []
-        for i in rows:
-            if runq[i] == STRETCH_RUNQ:
-                stretch.append(i)
-                continue
-            if stretch:
-                group = stretch + [i]
-                off = [max(0, ends[j] - starts[j] - cpus[j]) for j in group]
-                total, room = runq[i], sum(off)
-                if room > 0:
-                    for j, o in zip(group, off):
-                        runq[j] = min(o, total * o // room)
-                stretch = []
-        for j in stretch:
-            runq[j] = 0
 
 
 def timeline(s: Session) -> dict[str, Any]:
@@ -143,7 +109,6 @@ def timeline(s: Session) -> dict[str, Any]:
     for col in ("cpu", "runq"):
         spans[col] = _dur(np.concatenate(spans[col]) if spans[col] else [])
     spans["stages"] = {k: _dur(np.concatenate(v)) for k, v in sorted(stage_parts.items())}
-    spread_stretch_runq(batches)
     for col in ("collate_start", "collate_end", "sent", "received", "gap_start", "gap_end"):
         batches[col] = _sec(batches[col], t0)
     for col in ("collate_cpu", "collate_runq", "gap_cpu", "gap_runq"):

@@ -30,8 +30,9 @@ NOTE [ Lean fetches in workers ]
       from the device since the last full fetch land on it too: the totals stay exact but for the variation in the
       queue's message sizes (a few bytes per batch). A lean fetch that left its core reads its counters from the last
       full fetch's end, the queue's bytes of the stretch taken out the same way;
-    - its time since its previous fetch has no run-queue figure of its own: the next full fetch's holds the whole
-      stretch's, shared out over the stretch when the record is built (collect.spread_stretch_runq).
+    - it reads its run-queue wait at its start (one schedstat read: clocks.runq_read), so its time since its previous
+      fetch keeps its own run-queue figure, as a full fetch's does (a first version shared a stretch's wait over its
+      gaps when the record was built; beside other load that moved a transfer-bound job's verdict to cpu).
 """
 from __future__ import annotations
 
@@ -174,6 +175,7 @@ def inline_map_fetch(fetcher: Any, worker_id: int, close: bool | None = None) ->
         rec = proxies._current = lean_rec  # no row is recorded before the calls end: stages are row 0
         smp = substages._local.sample = lean_smp
         dataset, collate_fn = fetcher.dataset, fetcher.collate_fn
+        q_entry = clocks.runq_read() if worker else 0  # NOTE [ Lean fetches in workers ]
         w_in = _perf()
         try:
             data = [dataset[idx] for idx in possibly_batched_index]
@@ -217,16 +219,18 @@ def inline_map_fetch(fetcher: Any, worker_id: int, close: bool | None = None) ->
         substages.end_batch()
         rec.calls.clear()
         events, pixels, skipped, opened = smp.events, smp.pixels, rec.skipped, rec.opened
-        if worker:  # its time since its previous fetch; the run-queue figure stays with the last full fetch's end
+        if worker:  # its time since its previous fetch (on its core to its end: its run-queue figure is its start's)
             p_pid, p_wall, p_cpu, p_runq = _fetch._previous_end
-            gap_start = gap_cpu = 0
+            gap_start = gap_cpu = gap_runq = 0
             if p_pid == pid and 0 < p_wall <= w_in:
                 gap_start, gap_cpu = p_wall, max(0, c_entry + (w_in - w_entry) - p_cpu)
-                _fetch._previous_end = (pid, t1, c_out, p_runq)
+                gap_runq = max(0, q_entry - p_runq)
+            _fetch._previous_end = (pid, t1, c_out, q_entry)
             if not (events or pixels or skipped or opened):  # WorkerLean: its ints, no BatchMeta (meta_of)
-                return Instrumented(batch, (w_entry, c_entry, w_in, t0, t1, n, c_out,
-                                            (w_in - w_entry) + (_perf() - t1), worker_id, pid, gap_start, gap_cpu, 0))
-            meta = lean_meta((w_entry, c_entry, w_in, t0, t1, n, c_out, 0), pid, worker_id, gap_start, gap_cpu)
+                return Instrumented(batch, (w_entry, c_entry, w_in, t0, t1, n, c_out, (w_in - w_entry) + (_perf() - t1),
+                                            worker_id, pid, gap_start, gap_cpu, gap_runq, 0))
+            meta = lean_meta((w_entry, c_entry, w_in, t0, t1, n, c_out, 0), pid, worker_id, gap_start, gap_cpu,
+                             gap_runq)
             meta.stage_events, meta.pixel_events, meta.skipped = events or (), pixels or (), skipped or ()
             meta.opened = opened or NO_FOLDERS
             reuse_lean(rec, smp)
