@@ -389,16 +389,14 @@ class WaitClocks:
 
     def start(self) -> tuple[int, int, int]:
         wall = time.perf_counter_ns()
-        cpu = time.thread_time_ns()
-        off = self.off + (wall - self.wall) - (cpu - self.cpu)
-        if off >= self.OFF_LIMIT_NS:
-            self.runq, off = runq_read(), 0
-        self.wall, self.cpu, self.off = wall, cpu, off
-        return wall, cpu, self.runq
+        return self._reading(wall, time.thread_time_ns())
 
     def end(self) -> tuple[int, int, int]:
         cpu = time.thread_time_ns()
-        wall = time.perf_counter_ns()
+        return self._reading(time.perf_counter_ns(), cpu)
+
+    def _reading(self, wall: int, cpu: int) -> tuple[int, int, int]:
+        """The clocks read now; schedstat too if the time off the core since its last reading reached the limit."""
         off = self.off + (wall - self.wall) - (cpu - self.cpu)
         if off >= self.OFF_LIMIT_NS:
             self.runq, off = runq_read(), 0
