@@ -239,7 +239,7 @@ def child(role: str, start_at: float, stop_at: float, workers: int) -> int:
 def concurrent(workers: int, rounds: int, seconds: float, window: int | None, apart: bool = False) -> float:
     """Concurrent pairs (module docstring) for one ``workers`` setting: the median over rounds of the paired %, each
     with the cuts its interval missed."""
-    from paired_processes import run_pairs, summary
+    from paired_processes import run_pairs, split_difference, summary
 
     mine = sorted(os.sched_getaffinity(0))
     cpus = ("0" if workers == 0 else ",".join(str(c) for c in mine)) if not apart or len(mine) < 2 \
@@ -263,6 +263,8 @@ def concurrent(workers: int, rounds: int, seconds: float, window: int | None, ap
           f"cuts an interval missed (median {statistics.median(cut_pct):.3f} %): {total:+.2f} %; steps in gaps "
           f"{statistics.median(g['monitored']['gapped'] for g in got) * 100:.0f} %; load {os.getloadavg()[0]:.1f}",
           flush=True)
+    print(f"workers={workers}: where (monitored less plain, median over rounds): "
+          f"{split_difference(got, ('plain', 'monitored'))}", flush=True)
     return total
 
 

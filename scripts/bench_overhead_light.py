@@ -211,18 +211,20 @@ def child(role: str, start_at: float, stop_at: float, workers: int) -> int:
 
 
 def concurrent(workers_list: list[int], rounds: int, seconds: float, apart: bool = False) -> int:
-    from paired_processes import run_pairs, summary
+    from paired_processes import run_pairs, split_difference, summary
 
     medians: dict[int, float] = {}
     for workers in workers_list:
         mine = sorted(os.sched_getaffinity(0))
         cpus = ("0" if workers == 0 else ",".join(str(c) for c in mine)) if not apart or len(mine) < 2 \
             else f"{mine[0]}/{mine[1]}"  # apart: each tree on its own core (paired_processes.py says why)
-        pct, _ = run_pairs(__file__, ["--workers", str(workers)], ("plain", "profiled"), rounds, seconds, cpus,
+        pct, got = run_pairs(__file__, ["--workers", str(workers)], ("plain", "profiled"), rounds, seconds, cpus,
                            log=lambda s, w=workers: print(f"workers={w} {s}", flush=True))
         medians[workers] = statistics.median(pct)
         print(f"workers={workers}: run's cost, concurrent pairs, {summary(pct)} of the plain loop's CPU per batch; "
               f"load average {_load()}", flush=True)
+        print(f"workers={workers}: where (profiled less plain, median over rounds): "
+              f"{split_difference(got, ('plain', 'profiled'))}", flush=True)
     for workers in sorted(medians, key=lambda w: (w == max(medians), w)):
         print(f"overhead_pct_workers{workers}: {medians[workers]:.2f}")
     return 0
