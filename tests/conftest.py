@@ -149,6 +149,10 @@ _RERUN_ON_LOAD = frozenset({
     "test_next_jobs_analysis.py::test_cv2_albumentations_monai_are_named_and_ram_counts_workers_at_once",
     "test_attach_memory.py::test_exited_workers_are_folded_and_forgotten_during_the_window",
     "test_hardening4.py::test_a_job_whose_argv_holds_pyspy_separators_is_sampled_right",
+    # A gap opens where the monitor's next event is MONITOR_GAP_MIN_S away at the job's own rate: 50-step windows put
+    # it a dozen light steps (~1 ms) away, but a process descheduled for a few hundred ms (seen with pytest -n 4 on
+    # 2 cores) has that rate for a moment, and one gap opened, rightly.
+    "test_monitor_gaps.py::test_short_windows_keep_the_hook_on_every_step",
 })
 
 
