@@ -91,7 +91,7 @@ table{{border-collapse:collapse;font-size:12px}}tr:nth-child(even){{background:#
 ul.cards{{display:flex;flex-wrap:wrap;gap:10px;margin:8px 0;padding:0;list-style:none}}
 ul.cards li{{border:1px solid #ccc;border-radius:6px;padding:4px 12px;min-width:150px;flex:1 1 150px}}
 ul.cards b{{display:block;font-size:1.3em}}ul.cards span{{color:#555;font-size:.85em}}
-img{{max-height:470px;width:auto}}</style></head><body>
+img{{max-height:min(470px,60vh);width:auto}}</style></head><body>
 <h1 id="headline">{e(headline(rec))}</h1>
 <p>{e(str(rec.job.get('target', '')))} — {rec.steps_total:,} steps, {rec.windows_total:,} windows ({len(rec.windows)}
 kept), status: {e(rec.status)}</p>

@@ -52,7 +52,7 @@ def write_sweep_html(doc: dict[str, Any], path: str | Path, png: str | Path | No
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>profiler sweep</title>
 <style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:70em}}table{{border-collapse:collapse}}
 td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}td:first-child{{text-align:left}}
-h1{{font-size:1.5em}}img{{max-width:100%;height:auto;max-height:470px;width:auto}}
+h1{{font-size:1.5em}}img{{max-width:100%;height:auto;max-height:min(470px,60vh);width:auto}}
 ul.cards{{display:flex;flex-wrap:wrap;gap:10px;margin:8px 0;padding:0;list-style:none}}
 ul.cards li{{border:1px solid #ccc;border-radius:6px;padding:4px 12px;min-width:150px;flex:1 1 150px}}
 ul.cards b{{display:block;font-size:1.3em}}ul.cards span{{color:#555;font-size:.85em}}</style></head><body>
