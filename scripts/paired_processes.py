@@ -44,26 +44,6 @@ from typing import Callable
 SETUP_S = 12.0  # from the children's start to the measured interval: imports, data, the profiler's start, first steps
 
 
-def tree_cpu_ns(pid: int | None = None) -> int:
-    """On-CPU ns of every thread of ``pid`` (default: this process) and of all its descendants, alive now."""
-    pid = os.getpid() if pid is None else pid
-    total = 0
-    kids: list[str] = []
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return 0
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
-                total += int(f.read().split()[0])
-            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
-                kids += f.read().split()
-        except (OSError, ValueError, IndexError):
-            continue  # a thread that ended meanwhile
-    return total + sum(tree_cpu_ns(int(k)) for k in kids)
-
-
 # Where a tree's on-CPU time goes, by kind of thread (tree_split_ns): the loop's own thread, the process's other
 # threads (the profiler's sampler, the queues' feeder threads), the children's main threads (DataLoader workers'
 # fetches) and the children's other threads (their feeder and fd-sharing threads). Why: the difference between two
@@ -73,7 +53,8 @@ SPLIT_KINDS = ("main", "threads", "workers", "worker_threads")
 
 
 def tree_split_ns(pid: int | None = None) -> dict[str, int]:
-    """:func:`tree_cpu_ns` of this process (or ``pid``) split by SPLIT_KINDS (children's descendants in theirs)."""
+    """On-CPU ns of every thread of this process (or ``pid``) and of its descendants, alive now, split by SPLIT_KINDS
+    (the children's descendants counted in the children's kinds)."""
     pid = os.getpid() if pid is None else pid
     out = dict.fromkeys(SPLIT_KINDS, 0)
 
@@ -109,7 +90,6 @@ class Interval:
     done: bool = False
     split_ns: dict[str, int] | None = None
     _n0: int = 0
-    _c0: int = 0
     _s0: dict[str, int] | None = None
 
     def step(self, n: int, start_at: float, stop_at: float) -> bool:
@@ -117,12 +97,12 @@ class Interval:
         now = time.time()
         if not self.started:
             if now >= start_at:
-                self.started, self._n0, self._c0, self._s0 = True, n, tree_cpu_ns(), tree_split_ns()
+                self.started, self._n0, self._s0 = True, n, tree_split_ns()  # one walk of the tree per edge
             return False
         if now >= stop_at:
-            self.cpu_ns, self.steps, self.done = tree_cpu_ns() - self._c0, n - self._n0, True
             s1, s0 = tree_split_ns(), self._s0 or {}
             self.split_ns = {k: s1[k] - s0.get(k, 0) for k in SPLIT_KINDS}
+            self.cpu_ns, self.steps, self.done = sum(self.split_ns.values()), n - self._n0, True
             return True
         return False
 
