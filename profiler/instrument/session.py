@@ -18,7 +18,18 @@ from typing import Any, Callable
 from torch import Tensor
 
 from . import clocks, hooks, substages, torch_hooks
-from .batch import LO_N, LO_W_ENTRY, M_RUNQ, BatchMeta, Instrumented, fetch_off_core_ns, lean_meta, meta_of
+from .batch import (
+    LO_N,
+    LO_W_ENTRY,
+    M_RUNQ,
+    WL_PID,
+    WL_WORKER_ID,
+    BatchMeta,
+    Instrumented,
+    fetch_off_core_ns,
+    lean_meta,
+    meta_of,
+)
 from .derived import CLOSE_TIMING_FROM_OFF_NS
 from .device_time import DeviceTime
 from .flat_steps import F_END, F_REST_END, FLAT_FOLD_EVERY, FlatSteps
@@ -26,6 +37,7 @@ from .gaps import Gaps
 from .inline_fetch import LEAN_CHECK, inline_call_costs
 from .lean_check import unchecked_since
 from .loaders import (
+    BASIS_BATCH,
     BASIS_CALLS,
     BASIS_STEP,
     BATCH_BYTES_OF,
@@ -72,6 +84,19 @@ WAIT_CPU_CALM = WAIT_CPU_PROBE
 # Distinct folders the record names as where the data was read from (the most-opened are kept).
 MAX_FOLDERS = 256
 _NOT_INTHREAD: Any = object()  # Session._inthread's answer for an iterator with workers (or not profiled)
+
+# NOTE [ Worker tail steps ]
+#     Beyond the detail (DETAIL_STEPS) a step keeps only the tail's totals (Tail), and with workers, once the window is
+#     open on host clocks, a step whose batch came from a worker's lean fetch (its envelope holds a WorkerLean, no
+#     sub-stage, no file opened, no sample skipped) needs nothing of its batch's record but the worker's pid: its
+#     BatchMeta (batch.meta_of, ~40 % of the main side's per-step Python) and its StepRow were made only to be folded
+#     into the totals and dropped. Such a step is kept as one list, WT_FIELDS, and folded when it ends
+#     (Session._end_step, Tail.add_step: the figures Tail.add reads from the row it would have had). Every other
+#     step (detail, a full fetch's envelope, the window's last, CUDA, the monitor's) goes the general way; a step
+#     whose h2d stage begins (the built-in pipeline) is made a row then (begin_main_stage).
+WT_FIELDS = ("step", "epoch", "worker_id", "pid", "samples", "wait_start", "wait_end", "main_cpu", "main_runq",
+             "own_rest")
+WT_STEP, WT_EPOCH, WT_WORKER, WT_PID, WT_N, WT_W0, WT_W1, WT_CPU, WT_RUNQ, WT_REST = range(len(WT_FIELDS))
 
 
 class WindowClosed(BaseException):
@@ -137,6 +162,7 @@ class Session(Relays, LoaderTracking, FlatSteps, DeviceTime):
         self._rows_unsorted = False  # rows appended out of step order (_materialize)
         self._open_flat: list[Any] | None = None
         self._fast = False
+        self._open_wt: list[int] | None = None  # the open worker tail step (NOTE [ Worker tail steps ]), WT_FIELDS
         # NOTE [ Monitor sampling ] (batch.py): set by the monitor before the job starts (None: every step recorded,
         # ``run``); per epoch, the detail range the profiled loader's fetchers follow (batch.DETAIL_RANGE, [lo, hi)
         # of the epoch's batches); the open light step (a step outside the detail: its wait's ends and samples;
@@ -214,6 +240,11 @@ class Session(Relays, LoaderTracking, FlatSteps, DeviceTime):
             self._materialize_open()
             if self._open_row is not None:
                 self._open_row.own_rest_ns += time.perf_counter_ns() - t
+        wt = self._open_wt
+        if wt is not None:  # a worker tail step (NOTE [ Worker tail steps ]): its row, for the stage's marks
+            self._open_wt = None
+            self._open_row = StepRow(wt[WT_STEP], wt[WT_EPOCH], wt[WT_WORKER], wt[WT_PID], wt[WT_N], wt[WT_W0],
+                                     wt[WT_W1], wt[WT_CPU], wt[WT_RUNQ], True, tail=True, own_rest_ns=wt[WT_REST])
         if self._open_row is None:
             return None
         row = self._open_row
@@ -279,7 +310,7 @@ class Session(Relays, LoaderTracking, FlatSteps, DeviceTime):
                 if not tail.first_ns:
                     tail.first_ns = w0
                 self._measured_done += 1
-            elif self._open_flat is not None or self._open_row is not None:
+            elif self._open_flat is not None or self._open_row is not None or self._open_wt is not None:
                 self._end_step(t0)
             self._n_steps = step + 1
             self._epoch_batches += 1
@@ -320,7 +351,7 @@ class Session(Relays, LoaderTracking, FlatSteps, DeviceTime):
                 f[F_END] = t0
                 self._open_flat = None
                 self._measured_done += 1
-            elif self._open_row is not None or self._lw1:
+            elif self._open_row is not None or self._lw1 or self._open_wt is not None:
                 self._end_step(t0)
             self._n_steps = step + 1
             self._epoch_batches += 1
@@ -348,7 +379,60 @@ class Session(Relays, LoaderTracking, FlatSteps, DeviceTime):
         inthread = holder is not _NOT_INTHREAD
         cuda = self.cuda
         prev = self._open_row
-        if self._measured_done + (self._open_flat is not None or (prev is not None and prev.measured)) >= self.steps:
+        if self._fast and holder is _NOT_INTHREAD and step - self.warmup >= self.detail_steps \
+                and self._measured_done + 1 < self.steps and self.sampling is None:
+            # With workers, beyond the detail (NOTE [ Worker tail steps ]): a lean fetch's step is kept as WT_FIELDS.
+            t0, c0, q0 = self._wait_clocks.start()
+            try:
+                data = orig(it)
+            except BaseException as e:
+                self._wait_raised(e, t0)
+                raise
+            t1, c1, q1 = self._wait_clocks.end()
+            wl = data.meta if data.__class__ is Instrumented else None
+            if wl.__class__ is not tuple:  # a full fetch's record, or none: a row, the general way
+                row = StepRow(step, len(self.epochs) - 1, -1, self._pid, 0, t0, 0, 0, 0, True, tail=True)
+                return self._after_wait(row, data, holder, t0, t1, c0, c1, q0, q1)
+            if self._open_row is not None or self._open_wt is not None or self._open_flat is not None or self._lw1:
+                self._end_step(t0)
+            self._n_steps = step + 1
+            self._epoch_batches += 1
+            self._last_next_ns = t1
+            batch = data.batch
+            k = 0
+            if batch.__class__ is list and len(batch) == 2:  # default_collate's (x, y): count_samples' first answer,
+                x, y = batch  # written out, as on the monitor's light steps
+                if x.__class__ is Tensor and y.__class__ is Tensor:
+                    sx, sy = x.shape, y.shape
+                    if sx and sy and sx[0] == sy[0]:
+                        k = sx[0]
+            li = self.loader
+            if k < 1 or li.batch_size == 2:  # type: ignore[union-attr]
+                n = count_samples(batch, li.batch_size)  # type: ignore[union-attr]
+                k, basis = n if n is not None else (wl[LO_N], BASIS_CALLS) if wl[LO_N] else (1, BASIS_STEP)
+            else:
+                basis = BASIS_BATCH
+            counted = self._basis
+            counted[basis] = counted.get(basis, 0) + 1
+            if self._bytes_of is not li or len(self._bytes) < BATCH_BYTES_OF:
+                self._note_bytes(li, batch)
+            pid = wl[WL_PID]
+            if pid not in self._pids:
+                self._pids.add(pid)
+                if self.on_first_pid is not None:
+                    self.on_first_pid(pid, wl[WL_WORKER_ID])
+            epochs = self.epochs
+            epoch = epochs[-1]
+            if not epoch.first_batch_ns:
+                epoch.first_batch_ns = t1
+            wt = [step, len(epochs) - 1, wl[WL_WORKER_ID], pid, k, t0, t1, c1 - c0, q1 - q0, 0]  # WT_FIELDS
+            self._open_wt = wt
+            if self.on_step is not None:
+                self.on_step(True, t0, t1, k)
+            wt[WT_REST] = _perf() - t1  # its bookkeeping after the batch was in hand (own_rest_ns)
+            return batch
+        if self._measured_done + (self._open_flat is not None or self._open_wt is not None
+                                  or (prev is not None and prev.measured)) >= self.steps:
             t_end = _perf()  # the last measured step ends
             if cuda is not None and prev is not None and prev.measured:
                 cuda.mark(prev, "compute_end_ns")
@@ -543,6 +627,13 @@ class Session(Relays, LoaderTracking, FlatSteps, DeviceTime):
                 tail.first_ns = w0
             if t_ns > tail.last_ns:  # (not its histograms: a window reads totals, and they are run's figures)
                 tail.last_ns = t_ns
+            self._measured_done += 1
+            return
+        wt = self._open_wt
+        if wt is not None:  # a worker tail step (NOTE [ Worker tail steps ]): into the totals, as its row would go
+            self._open_wt = None
+            w0, w1 = wt[WT_W0], wt[WT_W1]
+            self.tail.add_step(w0, w1, w1, w1, t_ns, wt[WT_N], w1 - w0, wt[WT_RUNQ], 0, wt[WT_REST])
             self._measured_done += 1
             return
         f = self._open_flat

@@ -38,23 +38,31 @@ class Tail:
     hist: dict[str, list[int]] = field(default_factory=lambda: {k: [0] * HIST_BINS for k in ("wait", "compute")})
 
     def add(self, r: "StepRow") -> None:
-        # Once per step of a long run, on the main thread: plain arithmetic, no loops or temporaries.
-        wait, compute = r.wait_end_ns - r.wait_start_ns, r.compute_end_ns - r.h2d_end_ns
+        """An ended step's row into the totals."""
+        self.add_step(r.wait_start_ns, r.wait_end_ns, r.h2d_start_ns, r.h2d_end_ns, r.compute_end_ns, r.n_samples,
+                      r.idle_ns, r.main_runq_ns, r.own_wait_ns, r.own_rest_ns)
+
+    def add_step(self, w0: int, w1: int, h0: int, h1: int, end: int, n: int, idle: int, runq: int, own_wait: int,
+                 own_rest: int) -> None:
+        """An ended step into the totals, from its figures (StepRow's fields of the same names: its wait's ends, its
+        h2d stage's, its end, samples, idle, run-queue and own ns). Once per step of a long run, on the main thread
+        (a worker tail step, session.py, calls it without a row): plain arithmetic, no loops or temporaries."""
+        wait, compute = w1 - w0, end - h1
         compute = compute if compute > 0 else 0
-        h2d = r.h2d_end_ns - r.h2d_start_ns
+        h2d = h1 - h0
         self.steps += 1
-        self.samples += r.n_samples
+        self.samples += n
         self.wait_ns += wait
-        self.idle_ns += r.idle_ns
+        self.idle_ns += idle
         self.h2d_ns += h2d if h2d > 0 else 0
         self.compute_ns += compute
-        self.main_runq_ns += r.main_runq_ns
-        self.own_wait_ns += r.own_wait_ns
-        self.own_rest_ns += r.own_rest_ns
-        if not self.first_ns or r.wait_start_ns < self.first_ns:  # flat steps are folded after later ones
-            self.first_ns = r.wait_start_ns
-        if r.compute_end_ns > self.last_ns:
-            self.last_ns = r.compute_end_ns
+        self.main_runq_ns += runq
+        self.own_wait_ns += own_wait
+        self.own_rest_ns += own_rest
+        if not self.first_ns or w0 < self.first_ns:  # flat steps are folded after later ones
+            self.first_ns = w0
+        if end > self.last_ns:
+            self.last_ns = end
         hist = self.hist
         hist["wait"][min(HIST_BINS - 1, (wait // 1000 if wait > 0 else 0).bit_length())] += 1
         hist["compute"][min(HIST_BINS - 1, (compute // 1000).bit_length())] += 1

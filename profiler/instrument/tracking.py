@@ -75,6 +75,7 @@ class LoaderTracking:
     _flat_done: int
     _rows_unsorted: bool
     _open_flat: list[Any] | None
+    _open_wt: list[int] | None
     _fast: bool
     _basis: dict[str, int]
     sampling: tuple[int, int] | None
@@ -221,7 +222,7 @@ class LoaderTracking:
         del self._other_entry[loader]
         self.rows, self.metas, self.tail, self.tail_skipped, self.read_from = [], [], Tail(), [], {}
         self._n_steps = self._measured_done = 0
-        self._open_row, self.cuda, self.window_start_ns, self._lw1 = None, None, 0, 0
+        self._open_row, self.cuda, self.window_start_ns, self._lw1, self._open_wt = None, None, 0, 0, None
         self._flat, self._flat_done, self._rows_unsorted, self._open_flat, self._fast = [], 0, False, None, False
         self._basis = {}
         self.restarts += 1

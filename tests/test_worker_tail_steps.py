@@ -1,0 +1,109 @@
+"""Worker tail steps (NOTE [ Worker tail steps ], session.py): beyond the detail, a step whose batch came from a
+worker's lean fetch is folded into the tail's totals without a StepRow or a BatchMeta, and the record says what the
+same loop recorded row by row says: the same steps and samples in the tail, every tail step in its histograms, the
+steps joined end to end, an h2d stage timed, the window's last step and an interruption handled. Real DataLoaders
+with two forked workers over in-memory tensors; the path is switched off for the comparison the way flat steps are
+(``Session._fast`` kept False), nothing else."""
+from __future__ import annotations
+
+import multiprocessing
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import profiler
+from profiler.instrument import session as session_mod
+from profiler.record import load
+
+pytestmark = [pytest.mark.xdist_group("flat_steps"),
+              pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="needs fork")]
+
+# One epoch of 400 batches of 8 over two workers: each worker's first QUIET_AFTER (16) fetches are full, the rest
+# mostly lean (a worker's fetch preempted on a loaded machine sends its full record: the general way, also correct)
+N, BATCH, DETAIL, STEPS = 3200, 8, 20, 300
+WEIGHT = torch.randn(16, 16)
+
+
+def _loader() -> DataLoader:
+    g = torch.Generator().manual_seed(0)
+    return DataLoader(TensorDataset(torch.randn(N, 16, generator=g), torch.arange(N)), batch_size=BATCH,
+                      num_workers=2, multiprocessing_context="fork")
+
+
+def _record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fast: bool, h2d: bool = False,
+            stop_at: int | None = None) -> tuple[Any, int]:
+    """The record of a light loop with workers, DETAIL detail steps, and how many tail steps went the worker tail
+    way (``fast`` False: none, every step made a row)."""
+    monkeypatch.setattr(session_mod, "DETAIL_STEPS", DETAIL)
+    taken = [0]
+    end_step, open_window = session_mod.Session._end_step, session_mod.Session._open_window
+
+    def counting(self: Any, t_ns: int) -> None:
+        taken[0] += self._open_wt is not None
+        end_step(self, t_ns)
+
+    def window(self: Any, t0_ns: int) -> None:
+        open_window(self, t0_ns)
+        self._fast = self._fast and fast
+
+    monkeypatch.setattr(session_mod.Session, "_end_step", counting)
+    monkeypatch.setattr(session_mod.Session, "_open_window", window)
+    with profiler.profile(out=str(tmp_path / ("fast" if fast else "rows") / str(h2d)), warmup=3, steps=STEPS,
+                          plots=False, quiet=True) as run:
+        for n, (x, _y) in enumerate(_loader()):
+            if n == stop_at:
+                raise KeyboardInterrupt
+            if h2d:
+                with profiler.stage("h2d"):
+                    x = x.clone()
+            for _ in range(3):
+                x = x @ WEIGHT
+    monkeypatch.undo()
+    assert run.record is not None
+    return run.record, taken[0]
+
+
+def _tail_invariants(rec: Any, steps: int) -> dict[str, Any]:
+    s, tail = rec.timeline["steps"], rec.timeline["tail"]
+    assert tail["steps"] == steps - DETAIL and tail["detail_steps"] == DETAIL
+    assert len(s["step"]) == 3 + DETAIL and s["step"] == list(range(3 + DETAIL))  # warm-up and detail only
+    assert sum(tail["hist_us_log2"]["wait"]) == sum(tail["hist_us_log2"]["compute"]) == tail["steps"]
+    assert tail["idle_s"] == tail["wait_s"] > 0 and tail["compute_s"] > 0 and tail["main_runq_s"] >= 0
+    assert tail["profiler_rest_s"] > 0  # each step's bookkeeping, taken as the profiler's
+    assert tail["start_s"] == s["compute_end"][-1] < tail["end_s"]  # the first tail step began where the last
+    # detail step ended
+    assert rec.window["samples"] == sum(s["samples"][3:]) + tail["samples"]
+    return {"steps": tail["steps"], "samples": tail["samples"], "basis": rec.job["loader"]["samples_basis"],
+            "window": rec.window["steps"], "pids": sorted(set(rec.timeline["batches"]["pid"]))}
+
+
+def test_worker_tail_steps_record_what_rows_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fast, taken = _record(tmp_path, monkeypatch, fast=True)
+    rows, none_taken = _record(tmp_path, monkeypatch, fast=False)
+    assert taken > 0 and none_taken == 0  # the comparison is between the two paths
+    a, b = _tail_invariants(fast, STEPS), _tail_invariants(rows, STEPS)
+    assert a.pop("pids") != b.pop("pids")  # (each run's own workers)
+    assert a == b and a["samples"] == (STEPS - DETAIL) * BATCH and a["basis"] == "batch" and a["window"] == STEPS
+    assert not fast.partial
+    # the sampler was told of both workers (on_first_pid) as they first sent a batch
+    assert len({p["pid"] for p in fast.samples["processes"] if p.get("role") == "worker"}) == 2
+
+
+def test_an_h2d_stage_in_worker_tail_steps_is_timed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rec, taken = _record(tmp_path, monkeypatch, fast=True, h2d=True)
+    assert taken == 0  # each step made a row by its stage, as the step it is
+    _tail_invariants(rec, STEPS)
+    assert rec.timeline["tail"]["h2d_s"] > 0
+
+
+def test_a_run_interrupted_among_worker_tail_steps_keeps_them(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(KeyboardInterrupt):
+        _record(tmp_path, monkeypatch, fast=True, stop_at=200)
+    rec = load(tmp_path / "fast" / "False" / "run.json")
+    assert rec.partial
+    # warm-up 3, detail 20; the step under way when it was interrupted ended then, into the tail too
+    assert _tail_invariants(rec, 198)["steps"] == 178
