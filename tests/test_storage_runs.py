@@ -42,11 +42,10 @@ def test_cold_reads_come_from_the_device_warm_from_page_cache(disk_jpegs):
     assert cold.storage["bytes_from_device"] >= 0.8 * read_files_bytes
     assert warm.storage["bytes_from_device"] < 0.2 * read_files_bytes
     assert cold.storage["page_cache_hit_fraction"] < warm.storage["page_cache_hit_fraction"]
-    # and the differential shows in the timing: more read time. (Not asserted: that more of the *idle* is blamed on
-    # io. On a fast device the cold reads add a few ms per run, and how much of them the loop waits for depends on
-    # how far ahead the two workers are, which a loaded machine decides; the planted io tests, with a 1 MB/s
-    # throttle, make that cause strong enough to assert.)
-    assert cold.stages["read"]["total_s"] > warm.stages["read"]["total_s"]
+    # (Not asserted: that the cold run's reads took longer, or that more of its idle is blamed on io. On a fast
+    # device the cold reads add a few ms per run, less than a loaded machine moves the read stage's total: in one
+    # full suite run, 2026-12-07, beside the other tests, cold read 35.0 ms against warm 37.3 ms. Timing claims are
+    # the benchmarks'; the planted io tests, with a 1 MB/s throttle, make the cause strong enough to assert.)
     # the files read during the cold run are in the page cache afterwards
     assert cold.storage["residency_end"]["fraction"] > cold.storage["residency_start"]["fraction"]
 
