@@ -442,7 +442,9 @@ with profiler.profile(out=OUT, monitor=True, window=window, detail=DETAIL, quiet
         for x in loader:
             pass
 m = mon._mon
-assert batch.SAMPLING == [0] and batch.sample_plan(-1, 0) is None and batch.sample_plan(0, WORKERS) is None
+assert batch.SAMPLING == [0] and batch.sample_plan(-1, 0) is None
+plan = batch.sample_plan(0, WORKERS)  # a forked worker's fetcher: every batch (NOTE [ Worker detail under run ])
+assert (plan is None) == (WORKERS == 0) and (plan is None or plan[2]() == (0, batch.NO_RANGE)), plan
 print(json.dumps({"chunks_set": m.chunks_set, "recent": m.recent, "per_chunk": m.per_chunk}))
 """
 

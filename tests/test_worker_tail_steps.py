@@ -27,22 +27,26 @@ N, BATCH, DETAIL, STEPS = 3200, 8, 20, 300
 WEIGHT = torch.randn(16, 16)
 
 
-def _loader() -> DataLoader:
+def _loader(n: int = N) -> DataLoader:
     g = torch.Generator().manual_seed(0)
-    return DataLoader(TensorDataset(torch.randn(N, 16, generator=g), torch.arange(N)), batch_size=BATCH,
+    return DataLoader(TensorDataset(torch.randn(n, 16, generator=g), torch.arange(n)), batch_size=BATCH,
                       num_workers=2, multiprocessing_context="fork")
 
 
 def _record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fast: bool, h2d: bool = False,
-            stop_at: int | None = None) -> tuple[Any, int]:
+            stop_at: int | None = None, untimed: list[int] | None = None, epochs: int = 1,
+            n: int = N) -> tuple[Any, int]:
     """The record of a light loop with workers, DETAIL detail steps, and how many tail steps went the worker tail
-    way (``fast`` False: none, every step made a row)."""
+    way (``fast`` False: none, every step made a row); ``untimed`` counts those whose batch came with no record."""
     monkeypatch.setattr(session_mod, "DETAIL_STEPS", DETAIL)
     taken = [0]
     end_step, open_window = session_mod.Session._end_step, session_mod.Session._open_window
 
     def counting(self: Any, t_ns: int) -> None:
-        taken[0] += self._open_wt is not None
+        wt = self._open_wt
+        taken[0] += wt is not None
+        if untimed is not None and wt is not None and wt[session_mod.WT_WORKER] < 0:
+            untimed[0] += 1
         end_step(self, t_ns)
 
     def window(self: Any, t0_ns: int) -> None:
@@ -53,8 +57,8 @@ def _record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fast: bool, h2d: bo
     monkeypatch.setattr(session_mod.Session, "_open_window", window)
     with profiler.profile(out=str(tmp_path / ("fast" if fast else "rows") / str(h2d)), warmup=3, steps=STEPS,
                           plots=False, quiet=True) as run:
-        for n, (x, _y) in enumerate(_loader()):
-            if n == stop_at:
+        for i, (x, _y) in enumerate(x for _ in range(epochs) for x in _loader(n)):
+            if i == stop_at:
                 raise KeyboardInterrupt
             if h2d:
                 with profiler.stage("h2d"):
@@ -81,9 +85,13 @@ def _tail_invariants(rec: Any, steps: int) -> dict[str, Any]:
 
 
 def test_worker_tail_steps_record_what_rows_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    fast, taken = _record(tmp_path, monkeypatch, fast=True)
+    untimed = [0]
+    fast, taken = _record(tmp_path, monkeypatch, fast=True, untimed=untimed)
     rows, none_taken = _record(tmp_path, monkeypatch, fast=False)
     assert taken > 0 and none_taken == 0  # the comparison is between the two paths
+    # beyond the detail and the batches already asked for, the workers made their batches untimed (NOTE [ Worker
+    # detail under run ], batch.py): all but each one's first of the epoch
+    assert untimed[0] >= STEPS - DETAIL - 2 * 2 * 2 - 2
     a, b = _tail_invariants(fast, STEPS), _tail_invariants(rows, STEPS)
     assert a.pop("pids") != b.pop("pids")  # (each run's own workers)
     assert a == b and a["samples"] == (STEPS - DETAIL) * BATCH and a["basis"] == "batch" and a["window"] == STEPS
@@ -107,3 +115,16 @@ def test_a_run_interrupted_among_worker_tail_steps_keeps_them(tmp_path: Path,
     assert rec.partial
     # warm-up 3, detail 20; the step under way when it was interrupted ended then, into the tail too
     assert _tail_invariants(rec, 198)["steps"] == 178
+
+
+def test_workers_of_a_later_epoch_beyond_the_detail_are_still_named(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each epoch makes new workers (not persistent); the second epoch's begin beyond the detail, where the workers
+    make all but their first batch untimed: that first batch still names each one (on_first_pid: the sampler labels
+    it a worker), and every step is counted."""
+    untimed = [0]
+    rec, _ = _record(tmp_path, monkeypatch, fast=True, untimed=untimed, epochs=2, n=120 * BATCH)
+    assert untimed[0] > 0 and rec.window["steps"] == 2 * 120 - 3 and rec.timeline["tail"]["steps"] == 237 - DETAIL
+    assert rec.window["samples"] == 237 * BATCH
+    workers = [p for p in rec.samples["processes"] if p.get("role") == "worker"]
+    assert len({p["pid"] for p in workers}) == 4

@@ -412,16 +412,47 @@ _WORD = struct.Struct("=Q")
 _shared: Any = None  # the mmap the forked workers read the range from (made once, before any worker forks)
 
 
-def set_sampling(on: bool) -> None:
-    """Sample the fetchers made from now on (this process and the workers it forks): detail only the batches of the
-    detail range (empty until set_detail_range); off: every batch (``run``'s way)."""
+def _make_shared() -> None:
     global _shared
-    if on and _shared is None:
+    if _shared is None:
         import mmap
 
         _shared = mmap.mmap(-1, _WORD.size)  # MAP_SHARED: a forked worker sees the main process's writes
+        _WORD.pack_into(_shared, 0, NO_RANGE)  # (0, NO_RANGE): every batch (a worker's fetchers under ``run``)
+
+
+def set_sampling(on: bool) -> None:
+    """Sample the fetchers made from now on (this process and the workers it forks): detail only the batches of the
+    detail range (empty until set_detail_range); off: every batch (``run``'s way)."""
+    if on:
+        _make_shared()
     SAMPLING[0] = 1 if on else 0
     set_detail_range(NO_RANGE, NO_RANGE)
+    if not on:
+        set_worker_detail(True)
+
+
+# NOTE [ Worker detail under run ]
+#     ``run`` keeps its first DETAIL_STEPS measured steps in detail and folds every later one into the tail's totals
+#     (steps.Tail), which hold only what the main side measures: a worker's record of a tail step's batch was made,
+#     sent and dropped. So once the detail is over, a worker's fetches go untimed (the user's dataset and collate_fn,
+#     as a monitor's fetcher makes a batch outside its detail range: NOTE [ Monitor sampling ]), but for each worker's
+#     first batch of an epoch, which still tells the main side the worker's pid (the sampler labels it). How the
+#     workers know: the shared word of the monitor's detail range, which a forked worker's fetcher reads per batch
+#     while SAMPLING is off too: (0, NO_RANGE), every batch, from the session's start; (0, W) from its first tail
+#     step (Session._enter_tail), each worker's c = 0 batch; every batch again when the session stops. Why: the
+#     workers' instrumentation was ~1.5-3.5 % of the light loop's CPU per step with workers=2 (workers uninstrumented:
+#     -3.51 %, docs/performance.md), all of it spent on records the tail drops. A worker made by spawn (no shared
+#     word) and the main thread's fetcher (``num_workers=0``, whose tail steps are kept flat) detail every batch.
+def set_worker_detail(every: bool, workers: int = 0) -> None:
+    """Under ``run`` (SAMPLING off): the forked workers' fetchers detail every batch (``every``) or each worker's
+    first batch of an epoch only (``workers``: the loader's num_workers). NOTE [ Worker detail under run ]."""
+    if SAMPLING[0]:
+        return  # the monitor's range
+    if every:
+        _make_shared()
+    if _shared is not None:
+        _WORD.pack_into(_shared, 0, NO_RANGE if every else min(max(workers, 1), NO_RANGE))  # lo 0
 
 
 def set_detail_range(lo: int, hi: int) -> None:
@@ -451,8 +482,9 @@ def sample_plan(worker_id: int, workers: int) -> tuple[int, int, Any] | None:
     """A fetcher's (W, w, range reader) when the loader has ``workers`` workers (0: the main thread's fetcher,
     ``worker_id`` -1), or None: not sampled. Its c-th batch is the epoch's c·W+w-th; the reader returns the detail
     range (lo, hi). NOTE [ Monitor sampling ]."""
-    if not SAMPLING[0]:
-        return None
+    if not SAMPLING[0]:  # ``run``: a forked worker's fetcher follows set_worker_detail (NOTE [ Worker detail under
+        # run ]); the main thread's fetcher details every batch
+        return (workers, worker_id, _shared_range) if worker_id >= 0 and workers >= 1 and _shared is not None else None
     if worker_id < 0 or workers < 1:
         return 1, 0, _main_range
     if _shared is None:  # sampling on without its mapping: cannot happen (set_sampling makes it); detail all

@@ -29,6 +29,7 @@ from .batch import (
     fetch_off_core_ns,
     lean_meta,
     meta_of,
+    set_worker_detail,
 )
 from .derived import CLOSE_TIMING_FROM_OFF_NS
 from .device_time import DeviceTime
@@ -163,6 +164,7 @@ class Session(Relays, LoaderTracking, FlatSteps, DeviceTime):
         self._open_flat: list[Any] | None = None
         self._fast = False
         self._open_wt: list[int] | None = None  # the open worker tail step (NOTE [ Worker tail steps ]), WT_FIELDS
+        self._tail_entered = False  # a step beyond the detail was taken (_enter_tail)
         # NOTE [ Monitor sampling ] (batch.py): set by the monitor before the job starts (None: every step recorded,
         # ``run``); per epoch, the detail range the profiled loader's fetchers follow (batch.DETAIL_RANGE, [lo, hi)
         # of the epoch's batches); the open light step (a step outside the detail: its wait's ends and samples;
@@ -199,10 +201,21 @@ class Session(Relays, LoaderTracking, FlatSteps, DeviceTime):
         self.accounting = clocks.accounting()
         self.accounting["own_per_call_ns"] = call_cost_ns()
         self.accounting["own_per_inline_call_ns"] = list(inline_call_costs())
+        set_worker_detail(True)  # before the job's workers fork (NOTE [ Worker detail under run ], batch.py)
         hooks.install(self._on_next, self._on_iter, self._on_relay)
         substages.main_hook = self
         torch_hooks.watch_loader_creation(self._loader_created)
         return self
+
+    def _enter_tail(self) -> None:
+        """The first step beyond the detail: from now on the forked workers detail only each one's first batch of an
+        epoch (NOTE [ Worker detail under run ], batch.py), where ``run`` keeps only the tail's totals and the
+        batches count themselves (a batch counted by its dataset calls needs its fetch's record)."""
+        self._tail_entered = True
+        li = self.loader
+        if self.sampling is None and li is not None and li.num_workers > 0 and self._basis \
+                and all(k == BASIS_BATCH for k in self._basis):
+            set_worker_detail(False, li.num_workers)
 
     def stop(self) -> None:
         """End profiling: the open step ends now, the window closes if it has not, the hooks come out."""
@@ -211,6 +224,7 @@ class Session(Relays, LoaderTracking, FlatSteps, DeviceTime):
         if not self.closed:
             self._close(time.perf_counter_ns())
         hooks.uninstall()
+        set_worker_detail(True)  # persistent workers go on as they were (their envelopes unwrapped)
         substages.main_hook = None
         torch_hooks.watch_loader_creation(None)
         self._settle_basis()
@@ -389,16 +403,19 @@ class Session(Relays, LoaderTracking, FlatSteps, DeviceTime):
                 self._wait_raised(e, t0)
                 raise
             t1, c1, q1 = self._wait_clocks.end()
-            wl = data.meta if data.__class__ is Instrumented else None
-            if wl.__class__ is not tuple:  # a full fetch's record, or none: a row, the general way
-                row = StepRow(step, len(self.epochs) - 1, -1, self._pid, 0, t0, 0, 0, 0, True, tail=True)
-                return self._after_wait(row, data, holder, t0, t1, c0, c1, q0, q1)
+            if data.__class__ is Instrumented:
+                wl = data.meta
+                if wl.__class__ is not tuple:  # a full fetch's record: a row, the general way
+                    row = StepRow(step, len(self.epochs) - 1, -1, self._pid, 0, t0, 0, 0, 0, True, tail=True)
+                    return self._after_wait(row, data, holder, t0, t1, c0, c1, q0, q1)
+                batch = data.batch
+            else:  # made untimed (NOTE [ Worker detail under run ], batch.py): no record at all
+                wl, batch = None, data
             if self._open_row is not None or self._open_wt is not None or self._open_flat is not None or self._lw1:
                 self._end_step(t0)
             self._n_steps = step + 1
             self._epoch_batches += 1
             self._last_next_ns = t1
-            batch = data.batch
             k = 0
             if batch.__class__ is list and len(batch) == 2:  # default_collate's (x, y): count_samples' first answer,
                 x, y = batch  # written out, as on the monitor's light steps
@@ -409,23 +426,28 @@ class Session(Relays, LoaderTracking, FlatSteps, DeviceTime):
             li = self.loader
             if k < 1 or li.batch_size == 2:  # type: ignore[union-attr]
                 n = count_samples(batch, li.batch_size)  # type: ignore[union-attr]
-                k, basis = n if n is not None else (wl[LO_N], BASIS_CALLS) if wl[LO_N] else (1, BASIS_STEP)
+                k, basis = n if n is not None else (wl[LO_N], BASIS_CALLS) if wl is not None and wl[LO_N] else \
+                    (1, BASIS_STEP)
             else:
                 basis = BASIS_BATCH
             counted = self._basis
             counted[basis] = counted.get(basis, 0) + 1
+            if not self._tail_entered:
+                self._enter_tail()
             if self._bytes_of is not li or len(self._bytes) < BATCH_BYTES_OF:
                 self._note_bytes(li, batch)
-            pid = wl[WL_PID]
-            if pid not in self._pids:
-                self._pids.add(pid)
-                if self.on_first_pid is not None:
-                    self.on_first_pid(pid, wl[WL_WORKER_ID])
+            wid, pid = -1, self._pid
+            if wl is not None:
+                wid, pid = wl[WL_WORKER_ID], wl[WL_PID]
+                if pid not in self._pids:
+                    self._pids.add(pid)
+                    if self.on_first_pid is not None:
+                        self.on_first_pid(pid, wid)
             epochs = self.epochs
             epoch = epochs[-1]
             if not epoch.first_batch_ns:
                 epoch.first_batch_ns = t1
-            wt = [step, len(epochs) - 1, wl[WL_WORKER_ID], pid, k, t0, t1, c1 - c0, q1 - q0, 0]  # WT_FIELDS
+            wt = [step, len(epochs) - 1, wid, pid, k, t0, t1, c1 - c0, q1 - q0, 0]  # WT_FIELDS
             self._open_wt = wt
             if self.on_step is not None:
                 self.on_step(True, t0, t1, k)
@@ -538,6 +560,8 @@ class Session(Relays, LoaderTracking, FlatSteps, DeviceTime):
             row.n_samples, basis = 1, BASIS_STEP
         counted = self._basis
         counted[basis] = counted.get(basis, 0) + 1
+        if row.tail and not self._tail_entered:
+            self._enter_tail()
         if li is not None and (self._bytes_of is not li or len(self._bytes) < BATCH_BYTES_OF):
             self._note_bytes(li, batch)
         if meta is not None:

@@ -20,7 +20,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import torch_hooks
-from .batch import DETAIL_RANGE, NO_RANGE, SAMPLING, BatchMeta, set_detail_range
+from .batch import DETAIL_RANGE, NO_RANGE, SAMPLING, BatchMeta, set_detail_range, set_worker_detail
 from .gaps import Gaps
 from .loaders import LoaderSelector, call_sites, count_samples, epoch_length
 from .steps import (
@@ -76,6 +76,7 @@ class LoaderTracking:
     _rows_unsorted: bool
     _open_flat: list[Any] | None
     _open_wt: list[int] | None
+    _tail_entered: bool
     _fast: bool
     _basis: dict[str, int]
     sampling: tuple[int, int] | None
@@ -223,6 +224,8 @@ class LoaderTracking:
         self.rows, self.metas, self.tail, self.tail_skipped, self.read_from = [], [], Tail(), [], {}
         self._n_steps = self._measured_done = 0
         self._open_row, self.cuda, self.window_start_ns, self._lw1, self._open_wt = None, None, 0, 0, None
+        self._tail_entered = False
+        set_worker_detail(True)  # the new loader's detail: every batch again
         self._flat, self._flat_done, self._rows_unsorted, self._open_flat, self._fast = [], 0, False, None, False
         self._basis = {}
         self.restarts += 1
