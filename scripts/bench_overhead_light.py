@@ -27,9 +27,13 @@ both loops alike: the plain loop's CPU per batch on this VM has ranged 310-620 �
 ``--concurrent``: the cost by *concurrent pairs* instead (scripts/paired_processes.py says why and how: the plain and
 the profiled loop in two processes at the same time on the same CPUs — workers=0: one core, workers>0: all — over
 the same ``--seconds`` of wall clock, roles swapped every round; the VM's drift over seconds, larger than the cost,
-then hits both alike). The profiled loop is inside ``profile()``'s measured window the whole interval. Lines
-``workers=W round R: ...``, then per setting ``overhead_pct_workers<W>: P`` (median over rounds of the process
-tree's extra on-CPU time per batch, % of the plain loop's), the last line the largest ``--workers`` setting's.
+then hits both alike). The profiled loop is inside ``profile()``'s measured window the whole interval, past its first
+2,000 steps (the detail, made in the 12-s set-up): the steady state of a long window, whose steps keep the tail's
+totals (with workers, their batches made untimed: NOTE [ Worker detail under run ], profiler/instrument/batch.py).
+``--detail`` keeps every step in detail instead, as every step of a default window (30-200 steps) is: the last line
+is then ``detail_overhead_pct_workers<W>``. Lines ``workers=W round R: ...``, then per setting
+``overhead_pct_workers<W>: P`` (median over rounds of the process tree's extra on-CPU time per batch, % of the plain
+loop's), the last line the largest ``--workers`` setting's.
 
 ``--batches`` sets how long a loop runs: a short one (600) counts the profiler's one-off start (its sampler's first
 ticks, the first collections of what it imported) per batch too, a long one (2000) is the steady state.
@@ -189,6 +193,10 @@ def child(role: str, start_at: float, stop_at: float, workers: int) -> int:
     sampler = RandomSampler(ds, num_samples=len(ds) * 1000, generator=torch.Generator().manual_seed(1))
     loader = DataLoader(ds, batch_size=BATCH, sampler=sampler, num_workers=workers)
     tmp = tempfile.mkdtemp(prefix="bench-light-")
+    if "--detail" in sys.argv:  # every step of the window in detail, as a run's first DETAIL_STEPS are
+        from profiler.instrument import session
+
+        session.DETAIL_STEPS = 1 << 40
     ctx: Any = profiler.profile(out=os.path.join(tmp, "p"), warmup=20, steps=10_000_000, plots=False, quiet=True) \
         if role == "profiled" else None
     if ctx is not None:
@@ -210,7 +218,8 @@ def child(role: str, start_at: float, stop_at: float, workers: int) -> int:
     return 0
 
 
-def concurrent(workers_list: list[int], rounds: int, seconds: float, apart: bool = False) -> int:
+def concurrent(workers_list: list[int], rounds: int, seconds: float, apart: bool = False, detail: bool = False
+               ) -> int:
     from paired_processes import run_pairs, split_difference, summary
 
     medians: dict[int, float] = {}
@@ -218,7 +227,8 @@ def concurrent(workers_list: list[int], rounds: int, seconds: float, apart: bool
         mine = sorted(os.sched_getaffinity(0))
         cpus = ("0" if workers == 0 else ",".join(str(c) for c in mine)) if not apart or len(mine) < 2 \
             else f"{mine[0]}/{mine[1]}"  # apart: each tree on its own core (paired_processes.py says why)
-        pct, got = run_pairs(__file__, ["--workers", str(workers)], ("plain", "profiled"), rounds, seconds, cpus,
+        pct, got = run_pairs(__file__, ["--workers", str(workers)] + (["--detail"] if detail else []),
+                             ("plain", "profiled"), rounds, seconds, cpus,
                            log=lambda s, w=workers: print(f"workers={w} {s}", flush=True))
         medians[workers] = statistics.median(pct)
         print(f"workers={workers}: run's cost, concurrent pairs, {summary(pct)} of the plain loop's CPU per batch; "
@@ -226,7 +236,7 @@ def concurrent(workers_list: list[int], rounds: int, seconds: float, apart: bool
         print(f"workers={workers}: where (profiled less plain, median over rounds): "
               f"{split_difference(got, ('plain', 'profiled'))}", flush=True)
     for workers in sorted(medians, key=lambda w: (w == max(medians), w)):
-        print(f"overhead_pct_workers{workers}: {medians[workers]:.2f}")
+        print(f"{'detail_' if detail else ''}overhead_pct_workers{workers}: {medians[workers]:.2f}")
     return 0
 
 
@@ -245,9 +255,13 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=10.0, help="--concurrent: the measured interval per round")
     p.add_argument("--apart", action="store_true", help="concurrent pairs each on its own core (default: both on "
                                                         "the same CPUs; scripts/paired_processes.py says why)")
+    p.add_argument("--detail", action="store_true",
+                   help="--concurrent: every step of the window kept in detail, as a run's first 2,000 are (default: "
+                        "the interval lies beyond them, in the tail's totals, as a long window's steps do); the last "
+                        "line is then detail_overhead_pct_workersN")
     a = p.parse_args()
     if a.concurrent:
-        return concurrent([int(w) for w in a.workers.split(",")], a.rounds, a.seconds, a.apart)
+        return concurrent([int(w) for w in a.workers.split(",")], a.rounds, a.seconds, a.apart, a.detail)
     torch.set_num_threads(1)  # the tiny model on one thread, as a light job on a shared machine would be
     ds, model, opt = _make()
     per_worker_setting: dict[int, float] = {}
