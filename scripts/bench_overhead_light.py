@@ -30,8 +30,9 @@ the same ``--seconds`` of wall clock, roles swapped every round; the VM's drift 
 then hits both alike). The profiled loop is inside ``profile()``'s measured window the whole interval, past its first
 2,000 steps (the detail, made in the 12-s set-up): the steady state of a long window, whose steps keep the tail's
 totals (with workers, their batches made untimed: NOTE [ Worker detail under run ], profiler/instrument/batch.py).
-``--detail`` keeps every step in detail instead, as every step of a default window (30-200 steps) is: the last line
-is then ``detail_overhead_pct_workers<W>``. Lines ``workers=W round R: ...``, then per setting
+``--detail`` keeps every step in detail instead, as every step of a default window (30-200 steps) is (letting the kept
+records go every KEEP_AT_MOST steps, as a window holds at most 2,000): the last line is then
+``detail_overhead_pct_workers<W>``. Lines ``workers=W round R: ...``, then per setting
 ``overhead_pct_workers<W>: P`` (median over rounds of the process tree's extra on-CPU time per batch, % of the plain
 loop's), the last line the largest ``--workers`` setting's.
 
@@ -179,6 +180,13 @@ def _median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
+# --detail: the profiled child lets its kept rows and batch records go every this many steps. Why: a window keeps at
+# most DETAIL_STEPS (2,000) in detail, but the child's ~20 s hold ~10,000 steps; kept, they grew the heap until a full
+# garbage collection walked it (one of ~140 ms per ~8,000 steps measured, ~17 µs a step) — a cost a real window never
+# reaches (the collector's full pass waits for its long-lived objects to grow by a quarter: ~80,000 objects here).
+KEEP_AT_MOST = 1500
+
+
 def child(role: str, start_at: float, stop_at: float, workers: int) -> int:
     """One side of a concurrent pair: the light loop, epoch after epoch, plain or inside ``profile()``'s window (a
     window longer than the interval), until the interval is over; the last line is its report."""
@@ -193,7 +201,8 @@ def child(role: str, start_at: float, stop_at: float, workers: int) -> int:
     sampler = RandomSampler(ds, num_samples=len(ds) * 1000, generator=torch.Generator().manual_seed(1))
     loader = DataLoader(ds, batch_size=BATCH, sampler=sampler, num_workers=workers)
     tmp = tempfile.mkdtemp(prefix="bench-light-")
-    if "--detail" in sys.argv:  # every step of the window in detail, as a run's first DETAIL_STEPS are
+    detail = "--detail" in sys.argv  # every step of the window in detail, as a run's first DETAIL_STEPS are
+    if detail:
         from profiler.instrument import session
 
         session.DETAIL_STEPS = 1 << 40
@@ -203,6 +212,7 @@ def child(role: str, start_at: float, stop_at: float, workers: int) -> int:
         ctx.__enter__()
     iv = Interval()
     n = 0
+    kept = ctx._run.session if ctx is not None and detail else None
     while not iv.done:
         for x, y in loader:
             loss = torch.nn.functional.cross_entropy(model(x), y)
@@ -210,6 +220,9 @@ def child(role: str, start_at: float, stop_at: float, workers: int) -> int:
             loss.backward()
             opt.step()
             n += 1
+            if kept is not None and n % KEEP_AT_MOST == 0:  # (--detail) the kept rows let go: see KEEP_AT_MOST
+                kept.rows.clear()
+                kept.metas.clear()
             if iv.step(n, start_at, stop_at):
                 break
     report(iv)
