@@ -128,3 +128,20 @@ def test_workers_of_a_later_epoch_beyond_the_detail_are_still_named(tmp_path: Pa
     assert rec.window["samples"] == 237 * BATCH
     workers = [p for p in rec.samples["processes"] if p.get("role") == "worker"]
     assert len({p["pid"] for p in workers}) == 4
+
+
+def test_a_session_that_keeps_every_batch_timed_gets_no_untimed_batch(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """``untimed_tail`` False (the monitor's: its detail chunks come back after the first tail step): the workers
+    keep recording every batch beyond the detail, and the tail's totals are the same."""
+    init = session_mod.Session.__init__
+
+    def keeping(self: Any, *a: Any, **k: Any) -> None:
+        init(self, *a, **k)
+        self.untimed_tail = False
+
+    monkeypatch.setattr(session_mod.Session, "__init__", keeping)
+    untimed = [0]
+    rec, taken = _record(tmp_path, monkeypatch, fast=True, untimed=untimed)
+    assert taken > 0 and untimed[0] == 0
+    assert _tail_invariants(rec, STEPS)["samples"] == (STEPS - DETAIL) * BATCH

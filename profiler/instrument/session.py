@@ -165,6 +165,9 @@ class Session(Relays, LoaderTracking, FlatSteps, DeviceTime):
         self._fast = False
         self._open_wt: list[int] | None = None  # the open worker tail step (NOTE [ Worker tail steps ]), WT_FIELDS
         self._tail_entered = False  # a step beyond the detail was taken (_enter_tail)
+        # ... and from then on the forked workers may make their batches untimed (``run``'s tail: NOTE [ Worker detail
+        # under run ], batch.py); the monitor, whose detail comes back chunk after chunk, sets it False
+        self.untimed_tail = True
         # NOTE [ Monitor sampling ] (batch.py): set by the monitor before the job starts (None: every step recorded,
         # ``run``); per epoch, the detail range the profiled loader's fetchers follow (batch.DETAIL_RANGE, [lo, hi)
         # of the epoch's batches); the open light step (a step outside the detail: its wait's ends and samples;
@@ -213,7 +216,7 @@ class Session(Relays, LoaderTracking, FlatSteps, DeviceTime):
         batches count themselves (a batch counted by its dataset calls needs its fetch's record)."""
         self._tail_entered = True
         li = self.loader
-        if self.sampling is None and li is not None and li.num_workers > 0 and self._basis \
+        if self.untimed_tail and self.sampling is None and li is not None and li.num_workers > 0 and self._basis \
                 and all(k == BASIS_BATCH for k in self._basis):
             set_worker_detail(False, li.num_workers)
 

@@ -131,6 +131,7 @@ class Monitor:
                 session.due_step, session.due_ns = due_step, due_ns
 
         session.on_step = on_step
+        session.untimed_tail = False  # its detail chunks come back after the Session's first tail step
         if self.sample:
             # NOTE [ Monitor sampling ] (instrument/batch.py): the fetchers make only the batches of the detail
             # range in detail, and the Session keeps exactly those as rows (every row it makes is detail: its own
