@@ -137,9 +137,10 @@ def _ignore_here(signum: int, frame: object) -> None:
 # full run); the torchdata StatefulDataLoader job (6 measured steps of a cpu-bound loader), whose verdict one full
 # run (2026-12-07, beside the other xdist worker and a test run by hand) read as transfer: its main process waited
 # for a core as it took the batches in (passed alone and in every other full run); a worker's lean stretch whose pipe
-# bytes between fetches (6 x 7 bytes) were counted on a fetch once, 5,042 of the file's 5,000 (one full run of three
-# and one lone run of ~40, 2026-12-07, at this code and its parent alike as far as was run: a preemption inside the
-# stretch, not reproduced beside three busy loops in 20 runs; an accounting edge left to find).
+# bytes between fetches (6 x 7 bytes) were counted on a fetch once, 5,042 of the file's 5,000 (2026-12-07: one full
+# run of three, and one lone run of ~20 in which the test makes no Session, so its fetch is the code's before that
+# day; 0 of 20 beside three busy loops, old and new code; 0 of 16 lone runs of the old code): an accounting edge of a
+# lean stretch left to find).
 # Each gets up to two more tries (pytest-rerunfailures): three failures in a row still fail the suite.
 _RERUN_ON_LOAD = frozenset({
     "test_hardening4.py::test_a_reforking_job_keeps_the_record_flat",
