@@ -197,7 +197,7 @@ class ExternalRun:
         self.session = Session(warmup, steps, then=spec.then, t0_ns=self.t0, on_step=on_step,
                                on_first_pid=lambda pid, w: self.sampler.label_pid(pid, "worker", w) if w >= 0 else None,
                                on_window_closed=self._window_closed if spec.then == "continue" else None,
-                               select=LoaderSelector.parse(loader) if loader else None)
+                               select=LoaderSelector.parse(loader) if loader else None, on_tail=self.sampler.slow_down)
         self.record: RunRecord | None = None
 
     def _window_closed(self, session: Session) -> None:

@@ -185,7 +185,8 @@ def execute_run(p: Prepared, on_step: Callable | None = None, torch_profiler_out
     watch = TraceWatch(t0)
     own = OwnProfiler(c.warmup, c.steps, torch_profiler_out, watch) if torch_profiler_out is not None else None
     session = Session(c.warmup, c.steps, then="exit", t0_ns=t0, on_step=chain(own.on_step if own else None, on_step),
-                      on_first_pid=lambda pid, w: system_sampler.label_pid(pid, "worker", w) if w >= 0 else None)
+                      on_first_pid=lambda pid, w: system_sampler.label_pid(pid, "worker", w) if w >= 0 else None,
+                      on_tail=system_sampler.slow_down)
     watch.install()
     if own is not None:
         own.start()

@@ -117,7 +117,7 @@ class Session(Relays, LoaderTracking, FlatSteps, DeviceTime):
                  on_window_closed: Callable[["Session"], None] | None = None,
                  on_first_pid: Callable[[int, int], None] | None = None, t0_ns: int | None = None,
                  detail_steps: int | None = None, override: dict[str, int] | None = None,
-                 select: LoaderSelector | None = None):
+                 select: LoaderSelector | None = None, on_tail: Callable[[], None] | None = None):
         self.warmup, self.steps, self.then = warmup, steps, then
         self.select = select  # --loader: only a matching loader is profiled
         self.detail_steps = DETAIL_STEPS if detail_steps is None else detail_steps
@@ -128,6 +128,7 @@ class Session(Relays, LoaderTracking, FlatSteps, DeviceTime):
         # user's script unchanged at other settings (run --override-*)
         self.override = dict(override or {})
         self.on_step, self.on_window_closed, self.on_first_pid = on_step, on_window_closed, on_first_pid
+        self.on_tail = on_tail  # called at the first step beyond the detail (the harness slows its sampler)
         self.t0_ns = t0_ns or 0
         self.samples: dict = {}
         self.rows: list[StepRow] = []
@@ -215,6 +216,8 @@ class Session(Relays, LoaderTracking, FlatSteps, DeviceTime):
         epoch (NOTE [ Worker detail under run ], batch.py), where ``run`` keeps only the tail's totals and the
         batches count themselves (a batch counted by its dataset calls needs its fetch's record)."""
         self._tail_entered = True
+        if self.on_tail is not None:
+            self.on_tail()
         li = self.loader
         if self.untimed_tail and self.sampling is None and li is not None and li.num_workers > 0 and self._basis \
                 and all(k == BASIS_BATCH for k in self._basis):
@@ -382,6 +385,8 @@ class Session(Relays, LoaderTracking, FlatSteps, DeviceTime):
             if len(flat) >= FLAT_FOLD_EVERY and step - self.warmup > self.detail_steps:
                 # In the tail, the ended flat steps go into its totals (memory stays bounded); in this step's own
                 # bookkeeping time, which is measured (own_rest_ns).
+                if not self._tail_entered:
+                    self._enter_tail()
                 self._materialize()
                 flat = self._flat
             f = [step, len(epochs) - 1, t0, t1, n, lean, 0, 0]  # FLAT_FIELDS
