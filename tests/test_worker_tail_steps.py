@@ -145,3 +145,41 @@ def test_a_session_that_keeps_every_batch_timed_gets_no_untimed_batch(tmp_path: 
     rec, taken = _record(tmp_path, monkeypatch, fast=True, untimed=untimed)
     assert taken > 0 and untimed[0] == 0
     assert _tail_invariants(rec, STEPS)["samples"] == (STEPS - DETAIL) * BATCH
+
+
+def test_a_worker_tail_reads_the_waits_clocks_one_step_in_eight(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """TAIL_CLOCK_EVERY: a worker tail step reads the wait's on-CPU and run-queue clocks one time in eight (the others
+    only its wall clocks), and the tail's ``main_runq_s`` is the read steps' scaled by all the waits over theirs."""
+    from profiler.instrument import clocks
+
+    reads = [0]
+    start = clocks.WaitClocks.start
+
+    def counted(self: Any) -> tuple[int, int, int]:
+        reads[0] += 1
+        return start(self)
+
+    monkeypatch.setattr(clocks.WaitClocks, "start", counted)
+    rec, taken = _record(tmp_path, monkeypatch, fast=True)
+    every = session_mod.TAIL_CLOCK_EVERY
+    assert every > 1 and taken > 2 * every
+    # the warm-up's and the detail's steps read them at every step (and a full fetch's tail step may go the row way:
+    # it reads them too, or not, as its turn says); the worker tail steps one in ``every``
+    tail_reads = reads[0] - (3 + DETAIL)
+    assert taken // every - 1 <= tail_reads <= -(-(STEPS - DETAIL) // every) + 1, (reads[0], taken)
+    tail = rec.timeline["tail"]
+    assert tail["main_runq_s"] >= 0 and tail["steps"] == STEPS - DETAIL
+
+
+def test_the_tails_run_queue_estimate_scales_the_steps_that_read_it() -> None:
+    from profiler.instrument.steps import Tail
+
+    t = Tail()
+    t.add_step(0, 1_000, 1_000, 1_000, 2_000, 8, 1_000, 300, 0, 0)  # read: 300 ns over a 1,000 ns wait
+    t.add_step(2_000, 5_000, 5_000, 5_000, 6_000, 8, 3_000, -1, 0, 0)  # not read
+    assert t.main_runq_ns == 300 and t.runq_read_wait_ns == 1_000 and t.wait_ns == 4_000
+    assert t.runq_estimate_ns() == 1_200
+    every = Tail()
+    every.add_step(0, 1_000, 1_000, 1_000, 2_000, 8, 1_000, 300, 0, 0)
+    assert every.runq_estimate_ns() == 300  # every step read: exact

@@ -122,7 +122,7 @@ def timeline(s: Session) -> dict[str, Any]:
         tl = s.tail
         out["tail"] = {"steps": tl.steps, "samples": tl.samples, "wait_s": round(tl.wait_ns / 1e9, 6),
                        "idle_s": round(tl.idle_ns / 1e9, 6), "h2d_s": round(tl.h2d_ns / 1e9, 6),
-                       "compute_s": round(tl.compute_ns / 1e9, 6), "main_runq_s": round(tl.main_runq_ns / 1e9, 6),
+                       "compute_s": round(tl.compute_ns / 1e9, 6), "main_runq_s": round(tl.runq_estimate_ns() / 1e9, 6),
                        "profiler_wait_s": round(tl.own_wait_ns / 1e9, 6),
                        "profiler_rest_s": round(tl.own_rest_ns / 1e9, 6),
                        "start_s": round((tl.first_ns - t0) / 1e9, 6), "end_s": round((tl.last_ns - t0) / 1e9, 6),

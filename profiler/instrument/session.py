@@ -98,6 +98,13 @@ _NOT_INTHREAD: Any = object()  # Session._inthread's answer for an iterator with
 WT_FIELDS = ("step", "epoch", "worker_id", "pid", "samples", "wait_start", "wait_end", "main_cpu", "main_runq",
              "own_rest")
 WT_STEP, WT_EPOCH, WT_WORKER, WT_PID, WT_N, WT_W0, WT_W1, WT_CPU, WT_RUNQ, WT_REST = range(len(WT_FIELDS))
+# A worker tail step reads the wait's on-CPU and run-queue clocks (clocks.WaitClocks) on one step in this many, and
+# only its wall clocks on the others (WT_RUNQ -1: not read). Why: the tail keeps only totals, and of the wait's
+# clocks only ``main_runq_s`` (reported, not attributed: the cause split is the detail's), which Tail scales from the
+# steps that read it (Tail.runq_estimate_ns); on the others they were two or three system calls per step on the
+# job's thread, each after it had blocked for its batch (a cold path: the three reads WaitClocks replaced were ~3 % of
+# the light loop's CPU per step, docs/performance.md).
+TAIL_CLOCK_EVERY = 8
 
 
 class WindowClosed(BaseException):
@@ -166,6 +173,7 @@ class Session(Relays, LoaderTracking, FlatSteps, DeviceTime):
         self._fast = False
         self._open_wt: list[int] | None = None  # the open worker tail step (NOTE [ Worker tail steps ]), WT_FIELDS
         self._tail_entered = False  # a step beyond the detail was taken (_enter_tail)
+        self._tail_clock = 0  # worker tail steps until the next that reads the wait's clocks (TAIL_CLOCK_EVERY)
         # ... and from then on the forked workers may make their batches untimed (``run``'s tail: NOTE [ Worker detail
         # under run ], batch.py); the monitor, whose detail comes back chunk after chunk, sets it False
         self.untimed_tail = True
@@ -404,13 +412,24 @@ class Session(Relays, LoaderTracking, FlatSteps, DeviceTime):
         if self._fast and holder is _NOT_INTHREAD and step - self.warmup >= self.detail_steps \
                 and self._measured_done + 1 < self.steps and self.sampling is None:
             # With workers, beyond the detail (NOTE [ Worker tail steps ]): a lean fetch's step is kept as WT_FIELDS.
-            t0, c0, q0 = self._wait_clocks.start()
+            clock = self._tail_clock
+            if clock:  # its wait's wall clocks only (TAIL_CLOCK_EVERY): run-queue -1, not read
+                self._tail_clock = clock - 1
+                t0 = _perf()
+                c0 = q0 = 0
+            else:
+                self._tail_clock = TAIL_CLOCK_EVERY - 1
+                t0, c0, q0 = self._wait_clocks.start()
             try:
                 data = orig(it)
             except BaseException as e:
                 self._wait_raised(e, t0)
                 raise
-            t1, c1, q1 = self._wait_clocks.end()
+            if clock:
+                t1 = _perf()
+                c1, q1 = 0, -1
+            else:
+                t1, c1, q1 = self._wait_clocks.end()
             if data.__class__ is Instrumented:
                 wl = data.meta
                 if wl.__class__ is not tuple:  # a full fetch's record: a row, the general way

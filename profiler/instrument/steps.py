@@ -30,12 +30,22 @@ class Tail:
     idle_ns: int = 0
     h2d_ns: int = 0
     compute_ns: int = 0
-    main_runq_ns: int = 0
+    main_runq_ns: int = 0  # of the steps that read it (a worker tail step reads it one time in TAIL_CLOCK_EVERY)
+    runq_read_wait_ns: int = 0  # the wait of those steps (runq_estimate_ns scales by it)
     own_wait_ns: int = 0
     own_rest_ns: int = 0
     first_ns: int = 0
     last_ns: int = 0
     hist: dict[str, list[int]] = field(default_factory=lambda: {k: [0] * HIST_BINS for k in ("wait", "compute")})
+
+    def runq_estimate_ns(self) -> int:
+        """The main thread's run-queue wait over every tail step's wait: what the steps that read it measured, scaled
+        by all the waits over theirs (a ratio estimate; exact where every step read it). Steps folded without any
+        reading (a monitor's gaps) are not in ``wait_ns`` of the read ones, so they scale it too."""
+        read = self.runq_read_wait_ns
+        if read <= 0 or read >= self.wait_ns:
+            return self.main_runq_ns
+        return int(round(self.main_runq_ns * self.wait_ns / read))
 
     def add(self, r: "StepRow") -> None:
         """An ended step's row into the totals."""
@@ -56,7 +66,9 @@ class Tail:
         self.idle_ns += idle
         self.h2d_ns += h2d if h2d > 0 else 0
         self.compute_ns += compute
-        self.main_runq_ns += runq
+        if runq >= 0:  # (-1: not read, session.TAIL_CLOCK_EVERY)
+            self.main_runq_ns += runq
+            self.runq_read_wait_ns += wait
         self.own_wait_ns += own_wait
         self.own_rest_ns += own_rest
         if not self.first_ns or w0 < self.first_ns:  # flat steps are folded after later ones
