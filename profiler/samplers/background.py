@@ -86,7 +86,7 @@ class Sampler:
         self._gpu = GpuSampler(gpu_index)
         self._system: SystemReader | None = None
         self._ticks = 0
-        self._slow_down = 0  # halvings asked for by slow_down(), done by the thread at its next tick
+        self._halvings_due = 0  # asked for by slow_down(), done by the thread at its next tick
         self._slowed = False
         self._thread_cpu_s = 0.0
         self._worst_tick_s = 0.0
@@ -125,7 +125,7 @@ class Sampler:
         calls do nothing. Called when a run enters its tail (TAIL_HALVINGS says why); any thread."""
         if not self._slowed:
             self._slowed = True
-            self._slow_down = max(0, halvings)
+            self._halvings_due = max(0, halvings)
 
     def stop(self) -> dict:
         """Stop the thread and return the `samples` dict; later calls return the same dict."""
@@ -185,8 +185,8 @@ class Sampler:
             sysv = system.read()
             gpu = self._gpu.read(index)  # outside the lock: PCIe reads block ~20 ms (GIL released)
             with self._lock:
-                while self._slow_down > 0:  # (slow_down: before this tick's point, which is the new spacing's first)
-                    self._slow_down -= 1
+                while self._halvings_due > 0:  # (slow_down: before this tick's point, which is the new spacing's first)
+                    self._halvings_due -= 1
                     self._halve()
                 self._t_s.append(t_s)
                 self._per_core.append(sysv.cpu_percent_per_core)
