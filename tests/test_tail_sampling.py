@@ -64,7 +64,7 @@ def _loop(out: Path, workers: int, steps: int, detail: int, monkeypatch: pytest.
 def test_a_window_beyond_its_detail_samples_its_tail_at_half_the_rate(tmp_path, monkeypatch, workers):
     if workers and "fork" not in multiprocessing.get_all_start_methods():
         pytest.skip("needs fork")
-    # workers=0 folds its flat steps 1,024 at a time (flat_steps.FLAT_FOLD_EVERY): its tail is seen at the first fold
+    # workers=0 folds its flat steps 128 at a time (flat_steps.FLAT_FOLD_EVERY): its tail is seen at the first fold
     samples = _loop(tmp_path / "long", workers, steps=2200, detail=20, monkeypatch=monkeypatch)
     assert samples["halvings"] == TAIL_HALVINGS
     assert samples["interval_s"] == pytest.approx(DEFAULT_INTERVAL_S * 2 ** TAIL_HALVINGS)
