@@ -33,6 +33,18 @@ NOTE [ Lean fetches in workers ]
     - it reads its run-queue wait at its start (one schedstat read: clocks.runq_read), so its time since its previous
       fetch keeps its own run-queue figure, as a full fetch's does (a first version shared a stretch's wait over its
       gaps when the record was built; beside other load that moved a transfer-bound job's verdict to cpu).
+
+NOTE [ A preempted lean fetch ends no stretch ]
+    The main thread's lean fetch that left its core for CLOSE_TIMING_FROM_OFF_NS or more (it checks itself once a
+    stretch check has failed: lean_check.py) reads its counters and is recorded whole, as a worker's. Until 2026-12-07
+    it also ended its stretch, so the next fetch was a full one, timed closely (every call's clocks, every counter);
+    now, when it read nothing (its rchar did not move, clocks.quiet, and no block came from the device), the stretch
+    goes on, as a worker's does: a wait for a core is what its own counters say, and a closely timed fetch after it
+    says nothing more about it. Why: a loop that shares its core (two jobs on one core, its own workers beside it, a
+    neighbour) is preempted every few ms, every few light steps, and each preemption cost a chain of full fetches:
+    the light loop's profiled steps cost +113 µs of CPU each (+20 %) beside a plain twin on one core, against +13-19
+    µs alone (2026-12-07, scripts/bench_overhead_light.py --concurrent vs one process alternated). One that read
+    bytes still ends its stretch: a blocking read is what the per-call detail is for.
 """
 from __future__ import annotations
 
@@ -198,18 +210,21 @@ def inline_map_fetch(fetcher: Any, worker_id: int, close: bool | None = None) ->
             c_f = _cpu()
             w_f = _perf()
             if (w_f - w_entry) - (c_f - c_entry) >= CLOSE_TIMING_FROM_OFF_NS:
-                # It left its core: envelope reads its counters; the stretch ends, the next fetch times closely.
+                # It left its core: envelope reads its counters; unless it read nothing (a wait for a core), the
+                # stretch ends and the next fetch times closely.
                 if worker:  # its counters run from its last full fetch's end, across lean[2] times between fetches
                     clocks.end_gaps(lean[2])  # type: ignore[index]
                     lean[2] = 0  # type: ignore[index]
                 env = envelope(batch, rec, smp, None, w_in, NO_CPU, (t0, t1, 0, NO_CPU), t1, NO_CPU, worker_id,
                                pid, n, w_in - w_entry, False, (w_entry, c_entry))
                 reuse_lean(rec, smp)
+                m = env.meta.marks  # type: ignore[union-attr]  # envelope's: a BatchMeta
                 if worker:
-                    m = env.meta.marks  # type: ignore[union-attr]  # envelope's: a BatchMeta
                     if m[M_RCHAR] <= WORKER_QUIET_RCHAR and m[M_READ_BYTES] <= 0:
                         return env  # a worker's that read nothing (it waited for a core): its stretch goes on
                     quiet_run[0] = 0
+                elif m[M_READ_BYTES] <= 0 and clocks.quiet():
+                    return env  # the main thread's, the same (NOTE [ A preempted lean fetch ends no stretch ])
                 timing[0] = True
                 lean[0] = lean[1] = lean[2] = 0  # type: ignore[index]
                 return env
