@@ -1,7 +1,9 @@
-"""NOTE [ A preempted lean fetch ends no stretch ] (profiler/instrument/inline_fetch.py): a main-thread lean fetch
-that left its core but read nothing is recorded whole and its stretch goes on; one that read bytes still ends it.
-A real DataLoader (num_workers=0) whose dataset puts every 10th batch off its core (a sleep, on the fake on-CPU
-clock of _util.on_core_clocks: a preemption the test controls) or has it read a file."""
+"""A num_workers=0 loop that leaves its core (a preemption) keeps its cheap paths: NOTE [ A preempted lean fetch ends
+no stretch ] (profiler/instrument/inline_fetch.py) — a main-thread lean fetch that left its core but read nothing is
+recorded whole and its stretch goes on, one that read bytes still ends it — and a wait off its core outside the fetch
+makes no tail step a row (session.WAIT_CPU_PROBE). A real DataLoader whose dataset (or sampler) puts every 10th
+batch off its core: a sleep, on the fake on-CPU clock of _util.on_core_clocks (a preemption the test controls), or
+a file read."""
 from __future__ import annotations
 
 import time
@@ -28,14 +30,14 @@ class OffCoreEvery10th(Dataset):
     ``path`` as well (bytes read: what per-call detail is for)."""
 
     def __init__(self, slept: list[int], path: Path | None = None):
-        self.slept, self.path = slept, path
+        self.slept, self.path, self.sleeps = slept, path, True
         self.x = torch.randn(BATCH * BATCHES, 8)
 
     def __len__(self) -> int:
         return len(self.x)
 
     def __getitem__(self, i: int) -> Any:
-        if i % (BATCH * 10) == 0 and i:
+        if i % (BATCH * 10) == 0 and i and self.sleeps:
             t = time.perf_counter_ns()
             time.sleep(0.0003)
             if self.path is not None:
@@ -87,3 +89,50 @@ def test_a_lean_fetch_that_read_bytes_ends_its_stretch(tmp_path: Path, monkeypat
     quiet, _ = _full_fetches(tmp_path / "q", monkeypatch, reads=False)
     full, off = _full_fetches(tmp_path, monkeypatch, reads=True)
     assert full >= quiet + off // 2, (full, quiet, off)  # the reads end stretches: full fetches after them
+
+
+class SleepyIndices(torch.utils.data.Sampler[int]):
+    """Indices in order, every 10th batch's first one after 0.3 ms off the core: inside ``next()`` (the wait) but
+    outside the fetch, which the session's wait-CPU probe (session.WAIT_CPU_PROBE) notices."""
+
+    def __init__(self, n: int, slept: list[int]):
+        self.n, self.slept = n, slept
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Any:
+        for i in range(self.n):
+            if i % (BATCH * 10) == 0 and i:
+                t = time.perf_counter_ns()
+                time.sleep(0.0003)
+                self.slept[0] += time.perf_counter_ns() - t
+            yield i
+
+
+def test_tail_steps_stay_flat_when_the_wait_leaves_its_core(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wait found off its core outside the fetch makes every *detail* step read the wait's on-CPU clock (a row
+    each: WAIT_CPU_PROBE); beyond the detail the tail keeps no such figure, so its steps stay flat."""
+    monkeypatch.setattr(session_mod, "DETAIL_STEPS", 20)
+    slept = [0]
+    on_core_clocks(monkeypatch, slept)
+    rows = [0]
+    steady = [False]
+    after_wait = session_mod.Session._after_wait
+
+    def counted(self: Any, *a: Any) -> Any:
+        rows[0] += steady[0]
+        return after_wait(self, *a)
+
+    monkeypatch.setattr(session_mod.Session, "_after_wait", counted)
+    ds = OffCoreEvery10th(slept)
+    ds.sleeps = False  # only the sampler's sleeps
+    loader = DataLoader(ds, batch_size=BATCH, sampler=SleepyIndices(len(ds), slept))
+    with profiler.profile(out=str(tmp_path / "out"), warmup=3, steps=BATCHES - 10, plots=False, quiet=True) as run:
+        for i, x in enumerate(loader):
+            x.sum()
+            steady[0] = i >= STEADY
+    assert run.record is not None and run.record.window["steps"] == BATCHES - 10
+    assert run.record.timeline["tail"]["steps"] > 300
+    # the rows made beyond STEADY: a stretch's probe fetch each (1 in 16), not every step since a sleep (most of them)
+    assert rows[0] <= (BATCHES - STEADY) // inline_fetch.LEAN_STRETCH + 5, rows[0]

@@ -78,6 +78,10 @@ RESOLVE_EVERY = 32
 # fifth of the profiler's remaining ones per light batch. Why not for ever once found: a single wait that lost its
 # core once (the profiler's own sampler thread taking the GIL at a tick, a preemption) then cost every later step
 # both reads; in the light benchmark that happened in some runs and not others (46 vs 62 µs per batch).
+# Beyond the detail (DETAIL_STEPS) no step reads it: the tail keeps no wait's on-CPU time (Tail), and a step that read
+# it was a step made a row (StepRow, its BatchMeta) instead of kept flat: a loop that shares its core, preempted every
+# few light steps, had two thirds of its tail steps made rows so, +60-80 µs of CPU per step beside a plain twin on one
+# core (2026-12-07, scripts/bench_overhead_light.py --concurrent --workers 0).
 WAIT_CPU_PROBE = 16
 #: Steps in a row whose wait stayed on its core (outside the fetch) before the wait is probed again: as many as
 #: between two probes, so a sampler that reads a file at every step keeps every step read.
@@ -357,11 +361,13 @@ class Session(Relays, LoaderTracking, FlatSteps, DeviceTime):
             if step >= self.due_step and t0 >= self.due_ns and self.on_step is not None:
                 self.on_step(True, t0, t1, k)
             return data
-        if self._fast and holder.__class__ is list and self._wait_cpu_probe > 0 \
-                and self._measured_done + 1 < self.steps:
+        if self._fast and holder.__class__ is list and self._measured_done + 1 < self.steps \
+                and (self._wait_cpu_probe > 0 or step - self.warmup >= self.detail_steps):
             # The steady state of a num_workers=0 loader (NOTE [ Flat steps ], flat_steps.py): the window open, host
-            # clocks, not its last step, the wait's on-CPU clock derived from the fetch's (WAIT_CPU_PROBE).
-            self._wait_cpu_probe -= 1
+            # clocks, not its last step, the wait's on-CPU clock derived from the fetch's (WAIT_CPU_PROBE) or, beyond
+            # the detail, not needed (WAIT_CPU_PROBE says why).
+            if step - self.warmup < self.detail_steps:
+                self._wait_cpu_probe -= 1
             t0 = _perf()
             try:
                 data = orig(it)
