@@ -456,13 +456,9 @@ def test_the_main_threads_receiving_of_a_batch_is_transfer_its_polling_is_waitin
 
 
 def _pair(tmp_path: Path, job_argv: list[str]) -> tuple[dict, dict]:
-    """One execution of a job under `profiler run`, attached to from outside for 4 s of the same window. A job whose
-    argv holds STOP_FILE ends once the attach is done (it then finds the file: tests/jobs/h4_transfer.py), not after
-    the seconds it was given as a limit: the window a few seconds longer than the attach, not 15-20 s."""
+    """One execution of a job under `profiler run`, attached to from outside for 4 s of the same window."""
     from profiler.cli import main
 
-    stop = tmp_path / "attach-done"
-    job_argv = [str(stop) if a == STOP_FILE else a for a in job_argv]
     p = subprocess.Popen([sys.executable, "-m", "profiler", "run", "--no-progress", "--no-plots", "--steps",
                           "100000", "--warmup", "1", "--out", str(tmp_path / "run"), *job_argv],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -474,7 +470,6 @@ def _pair(tmp_path: Path, job_argv: list[str]) -> tuple[dict, dict]:
         assert "READY" in line
         rc = main(["attach", str(p.pid), "--duration", "4", "--rate", "50", "--out", str(tmp_path / "att"),
                    "--no-plots"])
-        stop.touch()
         _, err = p.communicate(timeout=300)
     finally:
         if p.poll() is None:
@@ -483,9 +478,6 @@ def _pair(tmp_path: Path, job_argv: list[str]) -> tuple[dict, dict]:
     assert rc == 0 and p.returncode == 0, err[-2000:]
     return (json.loads((tmp_path / "run" / "run.json").read_text()),
             json.loads((tmp_path / "att" / "run.json").read_text()))
-
-
-STOP_FILE = "<stop file>"  # in a job's argv: _pair's file that says the attach is done
 
 
 @contextmanager
@@ -503,9 +495,9 @@ def _hogs(per_core: int) -> Iterator[None]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("job_argv,hogs", [([str(JOBS / "h4_transfer.py"), "60", "150", STOP_FILE], 0),
+@pytest.mark.parametrize("job_argv,hogs", [([str(JOBS / "h4_transfer.py"), "15", "150"], 0),
                                            ([str(JOBS / "attach_planted.py"), "cpu", "-", "1", "12"], 0),
-                                           ([str(JOBS / "h4_transfer.py"), "60", "150", STOP_FILE], 2)],
+                                           ([str(JOBS / "h4_transfer.py"), "20", "150"], 2)],
                          ids=["transfer", "planted-cpu", "transfer-beside-hogs"])
 def test_run_and_attach_agree_on_one_execution(tmp_path, job_argv, hogs):
     """The issue's job: batches of 256 small tensors (each rebuilt from its own shared-memory fd in the main process)

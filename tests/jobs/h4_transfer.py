@@ -1,9 +1,7 @@
 """A job whose input is bound by moving batches from the workers to the main process: each batch is a list of 64
 uncollated samples of 4 small tensors (256 tensors, each passed as its own shared-memory file descriptor and rebuilt
 in the main process), made by 2 workers that are idle much of the time. argv: [seconds from the first step (0: for
-ever)] [work: small matmuls per sample, 0 by default] [a path: the job ends at the first step after it exists, the
-seconds being then only a limit]. Prints READY after the first step."""
-import os
+ever)] [work: small matmuls per sample, 0 by default]. Prints READY after the first step."""
 import sys
 import time
 
@@ -32,7 +30,6 @@ def keep(b):
 if __name__ == "__main__":
     seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 0.0
     work = int(sys.argv[2]) if len(sys.argv) > 2 else 0
-    stop = sys.argv[3] if len(sys.argv) > 3 else None
     torch.set_num_threads(1)
     loader = DataLoader(Many(work), batch_size=64, num_workers=2, collate_fn=keep)
     t0 = None
@@ -41,5 +38,5 @@ if __name__ == "__main__":
         if t0 is None:
             print("READY", flush=True)
             t0 = time.monotonic()
-        if seconds and time.monotonic() - t0 >= seconds or stop is not None and os.path.exists(stop):
+        if seconds and time.monotonic() - t0 >= seconds:
             break
