@@ -318,8 +318,10 @@ def test_two_real_torchrun_jobs_into_one_out_do_not_mix(tmp_path):
 
     folder = tmp_path / "run"
     job_script = JOBS / "h4_cpu.py"
-    cmds = [torchrun_profiler(["--nproc-per-node", "2", "--master-port", str(free_port())], folder, "--no-plots",
-                              str(job_script), "20") for _ in range(2)]  # (the records are what is read: no plots)
+    # (the records are what is read: no plots.) 40 steps, not 6: the two jobs must overlap, and on a fast machine a
+    # 6-step job ended before the other's ranks claimed the folder, which then took it over, as it should (CI: both 0)
+    cmds = [torchrun_profiler(["--nproc-per-node", "2", "--master-port", str(free_port())], folder, "--steps", "40",
+                              "--no-plots", str(job_script), "20") for _ in range(2)]
     ps = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
                            env=repo_env()) for c in cmds]
     res = [p.communicate(timeout=600) for p in ps]
