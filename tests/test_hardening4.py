@@ -318,12 +318,21 @@ def test_two_real_torchrun_jobs_into_one_out_do_not_mix(tmp_path):
 
     folder = tmp_path / "run"
     job_script = JOBS / "h4_cpu.py"
-    # (the records are what is read: no plots.) 40 steps, not 6: the two jobs must overlap, and on a fast machine a
-    # 6-step job ended before the other's ranks claimed the folder, which then took it over, as it should (CI: both 0)
-    cmds = [torchrun_profiler(["--nproc-per-node", "2", "--master-port", str(free_port())], folder, "--steps", "40",
-                              "--no-plots", str(job_script), "20") for _ in range(2)]
-    ps = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-                           env=repo_env()) for c in cmds]
+    # (the records are what is read: no plots.) The first job's window lasts its whole script (20 s) and the second
+    # starts once the first's ranks hold the folder: they overlap for sure (started together, on a fast CI machine one
+    # 6-step job ended before the other's ranks claimed the folder, which then takes it over, as it should: both 0).
+    from profiler.distributed.layout import JOB_FILE
+
+    cmds = [torchrun_profiler(["--nproc-per-node", "2", "--master-port", str(free_port())], folder, "--steps",
+                              "100000", "--no-plots", str(job_script), "20") for _ in range(2)]
+    ps = [subprocess.Popen(cmds[0], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                           env=repo_env())]
+    deadline = time.monotonic() + 120
+    while not (folder / JOB_FILE).exists():
+        assert ps[0].poll() is None and time.monotonic() < deadline, "the first job never claimed the folder"
+        time.sleep(0.05)
+    ps.append(subprocess.Popen(cmds[1], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                               env=repo_env()))
     res = [p.communicate(timeout=600) for p in ps]
     codes = sorted(p.returncode for p in ps)
     assert codes[0] == 0 and codes[1] != 0, [r[1][-2000:] for r in res]
@@ -331,7 +340,9 @@ def test_two_real_torchrun_jobs_into_one_out_do_not_mix(tmp_path):
     assert "another torchrun job" in loser
     pids = {json.loads((folder / f"rank{r}" / "rank.json").read_text())["pid"] for r in (0, 1)}
     recs = [json.loads((folder / f"rank{r}" / "run.json").read_text()) for r in (0, 1)]
-    assert len(pids) == 2 and all(not r["partial"] for r in recs)
+    # whole records, each of one rank of the winner (its window ends with its script: partial for that reason only)
+    assert len(pids) == 2 and all(not r["partial"] or "ended" in (r["partial_reason"] or "") for r in recs), \
+        [r["partial_reason"] for r in recs]
 
 
 # -- 4. the API at its edges ---------------------------------------------------------------------------------------
