@@ -5,19 +5,20 @@ The loop is scripts/bench_overhead_light.py's (a TensorDataset in memory, batch 
 profiler/instrument/gaps.py: the hook off the path, looks on the job's thread every few steps): each setting says
 what share did.
 
-    python scripts/bench_monitor.py [--rounds 7] [--seconds 10] [--workers 0,2] [--apart]
+    python scripts/bench_monitor.py [--rounds 7] [--seconds 10] [--workers 0,2] [--method slices|shared|apart]
 
 Per setting: the median over rounds of the paired difference in the process tree's CPU per step, as a share of the
 plain loop's, each round with the monitor's cuts its interval missed (below). Last line: ``monitor_overhead_pct: N``
 — the larger of the settings' figures; target <= 1.0.
 
-Method (the default since 2026-12-06): *concurrent pairs* (scripts/paired_processes.py): each round runs the plain
-and the monitored loop in two processes at the same time, pinned to the same CPUs (workers=0: one core; workers=2:
-both), over the same 10 s of wall clock, and compares their process trees' on-CPU time per step; roles swap every
-round. Why: the VM's speed drifts over seconds by more than the cost being measured (plain loops alternated in one
-process differed by -17 to +51 % per round); two loops sharing the CPUs over the same interval see the same host.
-The interval (``--seconds``, 10: one default window) holds the monitor's gaps, probes, detail chunks and cuts as a
-long job has them; a round whose interval held fewer cuts than its length's worth of default windows gets the missing
+Method (the default since 2026-12-06): *paired processes* (scripts/paired_processes.py): each round runs the plain
+and the monitored loop in two processes over the same 10 s of wall clock, pinned to the same CPUs (workers=0: one
+core; workers=2: both), and compares their process trees' on-CPU time per step; roles swap every round. Since
+2026-12-07 the two take turns on the CPUs, 0.1 s each (``--method slices``; ``shared``: both at once, as before).
+Why: the VM's speed drifts over seconds by more than the cost being measured (plain loops alternated in one process
+differed by -17 to +51 % per round); two loops sharing the CPUs over the same interval see the same host. The
+interval (``--seconds``, 10: one default window) holds the monitor's gaps, probes, detail chunks and cuts as a long
+job has them; a round whose interval held fewer cuts than its length's worth of default windows gets the missing
 ones added, each at the cost of the cut it held (else at the whole job's mean cut, its final write included).
 ``--sequential`` runs the alternating method instead (one process, loops of ``--batches`` one after the other), as
 every figure before 2026-12-06 was taken: each round runs both loops, the order flipped every round, and takes the
@@ -236,16 +237,17 @@ def child(role: str, start_at: float, stop_at: float, workers: int) -> int:
     return 0
 
 
-def concurrent(workers: int, rounds: int, seconds: float, window: int | None, apart: bool = False) -> float:
+def concurrent(workers: int, rounds: int, seconds: float, window: int | None, method: str = "slices") -> float:
     """Concurrent pairs (module docstring) for one ``workers`` setting: the median over rounds of the paired %, each
     with the cuts its interval missed."""
-    from paired_processes import run_pairs, split_difference, summary
+    from paired_processes import SLICE_S, run_pairs, split_difference, summary
 
     mine = sorted(os.sched_getaffinity(0))
-    cpus = ("0" if workers == 0 else ",".join(str(c) for c in mine)) if not apart or len(mine) < 2 \
+    cpus = ("0" if workers == 0 else ",".join(str(c) for c in mine)) if method != "apart" or len(mine) < 2 \
         else f"{mine[0]}/{mine[1]}"  # apart: each tree on its own core (paired_processes.py says why)
     pct, got = run_pairs(__file__, ["--workers", str(workers)], ("plain", "monitored"), rounds, seconds, cpus,
-                         log=lambda s: print(f"workers={workers} {s}", flush=True))
+                         log=lambda s: print(f"workers={workers} {s}", flush=True),
+                         slice_s=SLICE_S if method == "slices" else 0.0)
     cut_pct = []
     for g in got:
         m = g["monitored"]
@@ -285,11 +287,14 @@ def main() -> int:
     p.add_argument("--sequential", action="store_true", help="alternate the loops in one process (the method before "
                                                              "2026-12-06) instead of concurrent pairs")
     p.add_argument("--seconds", type=float, default=10.0, help="concurrent pairs: the measured interval per round")
-    p.add_argument("--apart", action="store_true", help="concurrent pairs each on its own core (default: both on "
-                                                        "the same CPUs; scripts/paired_processes.py says why)")
+    p.add_argument("--method", choices=("slices", "shared", "apart"), default="slices",
+                   help="how the pair shares the machine (scripts/paired_processes.py): slices (default: the two "
+                        "take turns on the same CPUs, 0.1 s each), shared (both at once on the same CPUs), apart "
+                        "(at once, each on its own core)")
+    p.add_argument("--apart", action="store_true", help="the same as --method apart")
     a = p.parse_args()
     if not (a.long or a.per_step or a.sequential):
-        medians = {w: concurrent(w, a.rounds, a.seconds, a.window, a.apart)
+        medians = {w: concurrent(w, a.rounds, a.seconds, a.window, "apart" if a.apart else a.method)
                    for w in (int(x) for x in a.workers.split(","))}
         print(f"monitor_overhead_pct: {max(medians.values()):.2f}")
         return 0

@@ -24,15 +24,16 @@ the minima are what each loop costs undisturbed). A third, the median over round
 loop's CPU per batch, compares runs made while the host ran the whole VM at different speeds (other tenants slow
 both loops alike: the plain loop's CPU per batch on this VM has ranged 310-620 µs in one day).
 
-``--concurrent``: the cost by *concurrent pairs* instead (scripts/paired_processes.py says why and how: the plain and
-the profiled loop in two processes at the same time on the same CPUs — workers=0: one core, workers>0: all — over
-the same ``--seconds`` of wall clock, roles swapped every round; the VM's drift over seconds, larger than the cost,
-then hits both alike). The profiled loop is inside ``profile()``'s measured window the whole interval, past its first
-2,000 steps (the detail, made in the 12-s set-up): the steady state of a long window, whose steps keep the tail's
-totals (with workers, their batches made untimed: NOTE [ Worker detail under run ], profiler/instrument/batch.py).
-``--detail`` keeps every step in detail instead, as every step of a default window (30-200 steps) is (letting the kept
-records go every KEEP_AT_MOST steps, as a window holds at most 2,000): the last line is then
-``detail_overhead_pct_workers<W>``. Lines ``workers=W round R: ...``, then per setting
+``--concurrent``: the cost by *paired processes* instead (scripts/paired_processes.py says why and how: the plain
+and the profiled loop in two processes over the same interval on the same CPUs, taking turns 0.1 s each (``--method
+slices``, the default since 2026-12-07; ``shared``: at the same time, as before) — workers=0: one core, workers>0:
+all — over the same ``--seconds`` of wall clock, roles swapped every round; the VM's drift over seconds, larger than
+the cost, then hits both alike). The profiled loop is inside ``profile()``'s measured window the whole interval,
+past its first 2,000 steps (the detail, made in the 12-s set-up): the steady state of a long window, whose steps
+keep the tail's totals (with workers, their batches made untimed: NOTE [ Worker detail under run ],
+profiler/instrument/batch.py). ``--detail`` keeps every step in detail instead, as every step of a default window
+(30-200 steps) is (letting the kept records go every KEEP_AT_MOST steps, as a window holds at most 2,000): the last
+line is then ``detail_overhead_pct_workers<W>``. Lines ``workers=W round R: ...``, then per setting
 ``overhead_pct_workers<W>: P`` (median over rounds of the process tree's extra on-CPU time per batch, % of the plain
 loop's), the last line the largest ``--workers`` setting's.
 
@@ -231,18 +232,19 @@ def child(role: str, start_at: float, stop_at: float, workers: int) -> int:
     return 0
 
 
-def concurrent(workers_list: list[int], rounds: int, seconds: float, apart: bool = False, detail: bool = False
+def concurrent(workers_list: list[int], rounds: int, seconds: float, method: str = "slices", detail: bool = False
                ) -> int:
-    from paired_processes import run_pairs, split_difference, summary
+    from paired_processes import SLICE_S, run_pairs, split_difference, summary
 
     medians: dict[int, float] = {}
     for workers in workers_list:
         mine = sorted(os.sched_getaffinity(0))
-        cpus = ("0" if workers == 0 else ",".join(str(c) for c in mine)) if not apart or len(mine) < 2 \
+        cpus = ("0" if workers == 0 else ",".join(str(c) for c in mine)) if method != "apart" or len(mine) < 2 \
             else f"{mine[0]}/{mine[1]}"  # apart: each tree on its own core (paired_processes.py says why)
         pct, got = run_pairs(__file__, ["--workers", str(workers)] + (["--detail"] if detail else []),
                              ("plain", "profiled"), rounds, seconds, cpus,
-                           log=lambda s, w=workers: print(f"workers={w} {s}", flush=True))
+                           log=lambda s, w=workers: print(f"workers={w} {s}", flush=True),
+                             slice_s=SLICE_S if method == "slices" else 0.0)
         medians[workers] = statistics.median(pct)
         print(f"workers={workers}: run's cost, concurrent pairs, {summary(pct)} of the plain loop's CPU per batch; "
               f"load average {_load()}", flush=True)
@@ -266,15 +268,19 @@ def main() -> int:
     p.add_argument("--workers", default="0,2", help="comma-separated num_workers values")
     p.add_argument("--concurrent", action="store_true", help="concurrent pairs instead (see above)")
     p.add_argument("--seconds", type=float, default=10.0, help="--concurrent: the measured interval per round")
-    p.add_argument("--apart", action="store_true", help="concurrent pairs each on its own core (default: both on "
-                                                        "the same CPUs; scripts/paired_processes.py says why)")
+    p.add_argument("--method", choices=("slices", "shared", "apart"), default="slices",
+                   help="how the pair shares the machine (scripts/paired_processes.py): slices (default: the two "
+                        "take turns on the same CPUs, 0.1 s each), shared (both at once on the same CPUs), apart "
+                        "(at once, each on its own core)")
+    p.add_argument("--apart", action="store_true", help="the same as --method apart")
     p.add_argument("--detail", action="store_true",
                    help="--concurrent: every step of the window kept in detail, as a run's first 2,000 are (default: "
                         "the interval lies beyond them, in the tail's totals, as a long window's steps do); the last "
                         "line is then detail_overhead_pct_workersN")
     a = p.parse_args()
     if a.concurrent:
-        return concurrent([int(w) for w in a.workers.split(",")], a.rounds, a.seconds, a.apart, a.detail)
+        return concurrent([int(w) for w in a.workers.split(",")], a.rounds, a.seconds, "apart" if a.apart else a.method,
+                          a.detail)
     torch.set_num_threads(1)  # the tiny model on one thread, as a light job on a shared machine would be
     ds, model, opt = _make()
     per_worker_setting: dict[int, float] = {}

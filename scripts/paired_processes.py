@@ -1,4 +1,4 @@
-"""Concurrent pairs: two copies of a loop, one plain and one profiled, run *at the same time* on the same CPUs.
+"""Paired processes: two copies of a loop, one plain and one profiled, run over the same interval on the same CPUs.
 
 Why (the benches' method, issue 32): on the 2-core VM the host slows the whole VM down and up over seconds — the same
 plain light loop, run twice in a row in one process, has cost 278 and 304 µs of CPU per step, and rounds of
@@ -7,23 +7,30 @@ either. A cost of 1 % cannot be read through that. Two processes that share the 
 interval are slowed alike, whatever the host does: two *plain* loops run this way differ by -0.7 to +1.3 % per round
 (4 rounds, median +0.28 %).
 
-Shared or apart: two children pinned to the *same* CPU set time-slice it, and a process that has grown (the profiled
-one: its record, its code paths warm) loses more to each switch than its twin: a process that had run the monitor
-for 20,000 steps and *stopped* it cost +3 % (+6 % after 20,000 steps with the hook on every step) beside a plain
-twin on one core, and nothing measurable alone on a core (2026-12-06, per-step CPU in one process before and after).
-Part of what a shared pair measures is therefore a cost of sharing a core with a twin, not of the profiler's own work
-(on the safe side). Pinned *apart* ("0/1": each tree on its own core, swapped every round) that part goes, but on
-this VM the two vCPUs drift apart: one run's rounds went from -20 to +51 %. The benches stay shared by default;
-``--apart`` runs the other way.
+Three ways to share the machine (``--method``): *slices* (the default since 2026-12-07), *shared*, *apart*.
+Shared: both children pinned to the *same* CPU set at once, time-sliced by the scheduler every few ms. A process that
+has grown (the profiled one: its record, its code paths warm) may lose more to each switch than its twin, so part of
+what a shared pair measures could be the cost of sharing a core with a twin, not of the profiler's own work. Apart
+("0/1": each tree on its own core at once, swapped every round): no sharing, but on this VM the two vCPUs drift
+apart: one run's rounds went from -20 to +51 %. Slices: both on the same CPUs, *taking turns* — each runs SLICE_S
+(0.1 s) of steps while its twin waits on a pipe (the baton, passed at a step boundary: ``Interval.step``), then
+waits in turn. A slice is short against the VM's drift, so both still see the same host, and one switch per 0.1 s
+instead of one every few ms makes the twins' sizes irrelevant; it is the issue's "alternating paired rounds" with
+rounds short enough for this VM. What slices showed (2026-12-07, monitor workers=0, 7 rounds): +2.36 %, the same
+as shared pairs (+2.09 % in 5 rounds of the same loop): the profiled loop's extra CPU is its own, not a sharing
+effect. (Each child runs about half the interval's wall clock, as shared; a cost the profiler pays by the clock — the
+monitor's probes, chunks and cuts — then weighs about twice per step what it weighs in a job alone on its CPUs: on
+the safe side.)
 
 How: each round starts two child processes (this file's caller, re-run with ``--child ROLE``), pinned to the same
 CPU set (``os.sched_setaffinity``, inherited by the workers they fork), told one wall-clock instant to start
-measuring and how long. Each child sets up (imports, data, model, the profiler's start, its first steps) before that
-instant, then counts the steps it completes in the interval and its process tree's on-CPU time over them (the
-``schedstat`` of every thread of the process and of its descendants — the DataLoader workers — read at the step
-boundaries that open and close the interval: nanoseconds, unlike ``getrusage``'s ticks, and workers still alive are
-counted). Roles are swapped every round (which child is started first, which profiled), so an asymmetry of the slots
-cancels. The figure per round is (profiled − plain) / plain CPU per step; the benches report the median over rounds.
+measuring and how long (slices: and given the two ends of the baton's pipes, ``--baton``). Each child sets up
+(imports, data, model, the profiler's start, its first steps) before that instant, then counts the steps it
+completes in the interval and its process tree's on-CPU time over them (the ``schedstat`` of every thread of the
+process and of its descendants — the DataLoader workers — read at the step boundaries that open and close the
+interval: nanoseconds, unlike ``getrusage``'s ticks, and workers still alive are counted). Roles are swapped every
+round (which child is started first, which profiled), so an asymmetry of the slots cancels. The figure per round is
+(profiled − plain) / plain CPU per step; the benches report the median over rounds.
 
 What it does not measure: the one-off start and the final write (outside the interval, as in the alternating method),
 and a cost the profiled loop pays only in a rare event longer than the interval (the monitor's cuts: bench_monitor.py
@@ -42,6 +49,11 @@ from dataclasses import dataclass
 from typing import Callable
 
 SETUP_S = 12.0  # from the children's start to the measured interval: imports, data, the profiler's start, first steps
+# Slices (the default method): each child runs this long, then hands the CPUs to its twin. Why 0.1 s: short against
+# the VM's drift (seconds), so both see the same host; long against a switch's refill of the caches (a few tens of µs
+# at most), so the twins' sizes stop mattering (shared, the scheduler switches them every few ms); and a light step
+# (~0.4 ms) is 250 steps of it: the step boundary where the baton passes ends a slice within 1 % of its length.
+SLICE_S = 0.1
 
 
 # Where a tree's on-CPU time goes, by kind of thread (tree_split_ns): the loop's own thread, the process's other
@@ -93,27 +105,67 @@ class Interval:
     _s0: dict[str, int] | None = None
 
     def step(self, n: int, start_at: float, stop_at: float) -> bool:
-        """Call after each completed step ``n`` (counting from 1); True once the interval is over (stop the loop)."""
+        """Call after each completed step ``n`` (counting from 1); True once the interval is over (stop the loop).
+        In *slices* (``_baton`` set by child_args) it also hands the CPUs to the twin when this child's slice is over,
+        and waits for them back, at this step boundary: the wait costs no CPU, so it falls in no step."""
         now = time.time()
         if not self.started:
             if now >= start_at:
+                if _baton is not None:
+                    now = _baton.take()  # the first slice: the child started first has it, the other waits for it
                 self.started, self._n0, self._s0 = True, n, tree_split_ns()  # one walk of the tree per edge
             return False
         if now >= stop_at:
             s1, s0 = tree_split_ns(), self._s0 or {}
             self.split_ns = {k: s1[k] - s0.get(k, 0) for k in SPLIT_KINDS}
             self.cpu_ns, self.steps, self.done = sum(self.split_ns.values()), n - self._n0, True
+            if _baton is not None:
+                _baton.give()  # the twin, waiting, sees the interval over at its next step
             return True
+        if _baton is not None and now >= _baton.slice_end:
+            _baton.give()
+            _baton.take()
         return False
+
+
+class Baton:
+    """*Slices* (module docstring): the right to run, passed between the two children through a pair of pipes."""
+
+    def __init__(self, read_fd: int, write_fd: int, first: bool, slice_s: float):
+        self.read_fd, self.write_fd, self.first, self.slice_s = read_fd, write_fd, first, slice_s
+        self.slice_end = 0.0
+
+    def take(self) -> float:
+        """Wait for the baton (the first take of the child started first does not); returns the time it came."""
+        if self.first:
+            self.first = False
+        else:
+            os.read(self.read_fd, 1)
+        now = time.time()
+        self.slice_end = now + self.slice_s
+        return now
+
+    def give(self) -> None:
+        try:
+            os.write(self.write_fd, b"b")
+        except OSError:  # the twin has ended (its interval over) and closed its end: nothing to hand over
+            pass
+
+
+_baton: Baton | None = None  # this child's, in slices (child_args)
 
 
 def child_args(argv: list[str]) -> tuple[str, float, float] | None:
     """``--child ROLE START_AT STOP_AT`` in argv (as run_pairs passes it), else None. Pins this process first."""
     if "--child" not in argv:
         return None
+    global _baton
     i = argv.index("--child")
     role, start_at, stop_at, cpus = argv[i + 1], float(argv[i + 2]), float(argv[i + 3]), argv[i + 4]
     os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
+    if "--baton" in argv:  # slices: READ_FD WRITE_FD FIRST(0/1) SLICE_S
+        j = argv.index("--baton")
+        _baton = Baton(int(argv[j + 1]), int(argv[j + 2]), argv[j + 3] == "1", float(argv[j + 4]))
     return role, start_at, stop_at
 
 
@@ -124,7 +176,7 @@ def report(interval: Interval, **extra: float) -> None:
 
 
 def run_pairs(script: str, child_extra: list[str], roles: tuple[str, str], rounds: int, seconds: float, cpus: str,
-              log: Callable[[str], None] = print) -> tuple[list[float], list[dict[str, dict]]]:
+              log: Callable[[str], None] = print, slice_s: float = 0.0) -> tuple[list[float], list[dict[str, dict]]]:
     """``rounds`` concurrent pairs of ``python script --child ROLE ... child_extra``; roles[0] is the baseline.
     ``cpus``: the CPU set both children share ("0" or "0,1"), or two sets "A/B" (*apart*): the child started first
     runs on A, the other on B, and as the order flips every round each role has each set in turn.
@@ -136,8 +188,14 @@ def run_pairs(script: str, child_extra: list[str], roles: tuple[str, str], round
         start_at = time.time() + SETUP_S
         stop_at = start_at + seconds
         sets = cpus.split("/") if "/" in cpus else [cpus, cpus]  # "A/B": the first started on A, the other on B
+        pipes = [os.pipe(), os.pipe()] if slice_s else []  # slices: pipes[i] carries the baton to child i
+        batons = [["--baton", str(pipes[i][0]), str(pipes[1 - i][1]), "1" if i == 0 else "0", repr(slice_s)]
+                  for i in range(2)] if slice_s else [[], []]
         procs = [subprocess.Popen([sys.executable, script, "--child", role, repr(start_at), repr(stop_at), sets[i],
-                                   *child_extra], stdout=subprocess.PIPE, text=True) for i, role in enumerate(order)]
+                                   *batons[i], *child_extra], stdout=subprocess.PIPE, text=True,
+                                  pass_fds=[fd for pair in pipes for fd in pair]) for i, role in enumerate(order)]
+        for fd in (fd for pair in pipes for fd in pair):
+            os.close(fd)
         got: dict[str, dict] = {}
         for role, p in zip(order, procs):
             out, _ = p.communicate()
