@@ -318,22 +318,34 @@ def test_two_real_torchrun_jobs_into_one_out_do_not_mix(tmp_path):
 
     folder = tmp_path / "run"
     job_script = JOBS / "h4_cpu.py"
-    # (the records are what is read: no plots.) The first job's window lasts its whole script (20 s) and the second
-    # starts once the first's ranks hold the folder: they overlap for sure (started together, on a fast CI machine one
-    # 6-step job ended before the other's ranks claimed the folder, which then takes it over, as it should: both 0).
+    # (the records are what is read: no plots.) The first job runs until the second has ended (a stop file), and the
+    # second starts once the first's ranks hold the folder: they overlap for sure. (Started together, on a fast CI
+    # machine one short job ended before the other's ranks claimed the folder, which then takes it over, as it should:
+    # both 0; a first job of a fixed 20 s ended, in a loaded suite, before the second's ranks had started.)
     from profiler.distributed.layout import JOB_FILE
 
+    stop = tmp_path / "stop"
+    env = repo_env({"H4_STOP_FILE": str(stop)})
     cmds = [torchrun_profiler(["--nproc-per-node", "2", "--master-port", str(free_port())], folder, "--steps",
-                              "100000", "--no-plots", str(job_script), "20") for _ in range(2)]
+                              "100000", "--no-plots", str(job_script), "600") for _ in range(2)]
     ps = [subprocess.Popen(cmds[0], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-                           env=repo_env())]
-    deadline = time.monotonic() + 120
-    while not (folder / JOB_FILE).exists():
-        assert ps[0].poll() is None and time.monotonic() < deadline, "the first job never claimed the folder"
-        time.sleep(0.05)
-    ps.append(subprocess.Popen(cmds[1], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-                               env=repo_env()))
-    res = [p.communicate(timeout=600) for p in ps]
+                           env=env)]
+    try:
+        deadline = time.monotonic() + 120
+        while not (folder / JOB_FILE).exists():
+            assert ps[0].poll() is None and time.monotonic() < deadline, "the first job never claimed the folder"
+            time.sleep(0.05)
+        ps.append(subprocess.Popen(cmds[1], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                                   env=env))
+        second = ps[1].communicate(timeout=300)
+        stop.touch()  # the first job's script ends at its next step
+        res = [ps[0].communicate(timeout=300), second]
+    finally:
+        stop.touch()
+        for p in ps:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     codes = sorted(p.returncode for p in ps)
     assert codes[0] == 0 and codes[1] != 0, [r[1][-2000:] for r in res]
     loser = res[[p.returncode for p in ps].index(codes[1])][1]

@@ -1,7 +1,8 @@
 """A cpu-bound job to attach to (work in __getitem__, 1 worker), whatever its argv says: argv[1] is its seconds (0:
 for ever, epoch after epoch: a module's tests share one job for minutes), the rest is only carried (a test puts text
 there that once broke the parsing of py-spy's output). A thread named with a ';' runs beside it. Prints READY after
-its first step."""
+its first step. With H4_STOP_FILE set, it also ends at the first step after that file exists (a test ends it then)."""
+import os
 import sys
 import threading
 import time
@@ -28,11 +29,13 @@ if __name__ == "__main__":
     loader = DataLoader(Cpu(), batch_size=8, num_workers=1)
     model = torch.nn.Linear(96, 96)
     t0 = None
+    stop_file = os.environ.get("H4_STOP_FILE")
     while t0 is None or not seconds or time.monotonic() - t0 < seconds:  # epochs: one is ~30 s on an idle core
         for x in loader:
             model(x)
             if t0 is None:
                 print("READY", flush=True)
                 t0 = time.monotonic()
-            if seconds and time.monotonic() - t0 >= seconds:
+            if seconds and time.monotonic() - t0 >= seconds or stop_file and os.path.exists(stop_file):
+                seconds = 1e-9  # (the outer loop ends too)
                 break
