@@ -260,8 +260,8 @@ def concurrent(workers: int, rounds: int, seconds: float, window: int | None, me
         missing = max(0.0, m["wall_per_step_s"] * m["steps"] / window_s - m.get("cuts_in", 0))
         cut_pct.append(missing * m["per_cut_s"] / (g["plain"]["steps"] * plain_step_s) * 100)
     total = statistics.median([p + c for p, c in zip(pct, cut_pct)])
-    print(f"workers={workers}: monitor cost, concurrent pairs, {summary(pct)} of the plain loop's CPU per step "
-          f"(cuts in the intervals: {', '.join(str(g['monitored'].get('cuts_in', 0)) for g in got)}), with the "
+    print(f"workers={workers}: monitor cost, paired processes ({method}), {summary(pct)} of the plain loop's CPU per "
+          f"step (cuts in the intervals: {', '.join(str(g['monitored'].get('cuts_in', 0)) for g in got)}), with the "
           f"cuts an interval missed (median {statistics.median(cut_pct):.3f} %): {total:+.2f} %; steps in gaps "
           f"{statistics.median(g['monitored']['gapped'] for g in got) * 100:.0f} %; load {os.getloadavg()[0]:.1f}",
           flush=True)

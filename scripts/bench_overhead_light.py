@@ -246,8 +246,8 @@ def concurrent(workers_list: list[int], rounds: int, seconds: float, method: str
                            log=lambda s, w=workers: print(f"workers={w} {s}", flush=True),
                              slice_s=SLICE_S if method == "slices" else 0.0)
         medians[workers] = statistics.median(pct)
-        print(f"workers={workers}: run's cost, concurrent pairs, {summary(pct)} of the plain loop's CPU per batch; "
-              f"load average {_load()}", flush=True)
+        print(f"workers={workers}: run's cost, paired processes ({method}), {summary(pct)} of the plain loop's CPU per "
+              f"batch; load average {_load()}", flush=True)
         print(f"workers={workers}: where (profiled less plain, median over rounds): "
               f"{split_difference(got, ('plain', 'profiled'))}", flush=True)
     for workers in sorted(medians, key=lambda w: (w == max(medians), w)):
