@@ -177,7 +177,8 @@ def report(interval: Interval, **extra: float) -> None:
 
 def run_pairs(script: str, child_extra: list[str], roles: tuple[str, str], rounds: int, seconds: float, cpus: str,
               log: Callable[[str], None] = print, slice_s: float = 0.0) -> tuple[list[float], list[dict[str, dict]]]:
-    """``rounds`` concurrent pairs of ``python script --child ROLE ... child_extra``; roles[0] is the baseline.
+    """``rounds`` pairs of ``python script --child ROLE ... child_extra``; roles[0] is the baseline. ``slice_s`` > 0:
+    *slices* (the children take turns of that length; module docstring), else both run at once.
     ``cpus``: the CPU set both children share ("0" or "0,1"), or two sets "A/B" (*apart*): the child started first
     runs on A, the other on B, and as the order flips every round each role has each set in turn.
     Returns the per-round (roles[1] − roles[0]) / roles[0] CPU per step, in %, and each round's two reports."""
