@@ -240,14 +240,12 @@ def child(role: str, start_at: float, stop_at: float, workers: int) -> int:
 def concurrent(workers: int, rounds: int, seconds: float, window: int | None, method: str = "slices") -> float:
     """Concurrent pairs (module docstring) for one ``workers`` setting: the median over rounds of the paired %, each
     with the cuts its interval missed."""
-    from paired_processes import SLICE_S, run_pairs, split_difference, summary
+    from paired_processes import pair_setup, run_pairs, split_difference, summary
 
-    mine = sorted(os.sched_getaffinity(0))
-    cpus = ("0" if workers == 0 else ",".join(str(c) for c in mine)) if method != "apart" or len(mine) < 2 \
-        else f"{mine[0]}/{mine[1]}"  # apart: each tree on its own core (paired_processes.py says why)
+    cpus, slice_s = pair_setup(workers, method)
     pct, got = run_pairs(__file__, ["--workers", str(workers)], ("plain", "monitored"), rounds, seconds, cpus,
                          log=lambda s: print(f"workers={workers} {s}", flush=True),
-                         slice_s=SLICE_S if method == "slices" else 0.0)
+                         slice_s=slice_s)
     cut_pct = []
     for g in got:
         m = g["monitored"]
@@ -271,7 +269,7 @@ def concurrent(workers: int, rounds: int, seconds: float, window: int | None, me
 
 
 def main() -> int:
-    from paired_processes import child_args
+    from paired_processes import add_method_args, child_args, method_of
 
     pair = child_args(sys.argv)
     if pair is not None:
@@ -287,14 +285,10 @@ def main() -> int:
     p.add_argument("--sequential", action="store_true", help="alternate the loops in one process (the method before "
                                                              "2026-12-06) instead of concurrent pairs")
     p.add_argument("--seconds", type=float, default=10.0, help="concurrent pairs: the measured interval per round")
-    p.add_argument("--method", choices=("slices", "shared", "apart"), default="slices",
-                   help="how the pair shares the machine (scripts/paired_processes.py): slices (default: the two "
-                        "take turns on the same CPUs, 0.1 s each), shared (both at once on the same CPUs), apart "
-                        "(at once, each on its own core)")
-    p.add_argument("--apart", action="store_true", help="the same as --method apart")
+    add_method_args(p)
     a = p.parse_args()
     if not (a.long or a.per_step or a.sequential):
-        medians = {w: concurrent(w, a.rounds, a.seconds, a.window, "apart" if a.apart else a.method)
+        medians = {w: concurrent(w, a.rounds, a.seconds, a.window, method_of(a))
                    for w in (int(x) for x in a.workers.split(","))}
         print(f"monitor_overhead_pct: {max(medians.values()):.2f}")
         return 0

@@ -234,17 +234,15 @@ def child(role: str, start_at: float, stop_at: float, workers: int) -> int:
 
 def concurrent(workers_list: list[int], rounds: int, seconds: float, method: str = "slices", detail: bool = False
                ) -> int:
-    from paired_processes import SLICE_S, run_pairs, split_difference, summary
+    from paired_processes import pair_setup, run_pairs, split_difference, summary
 
     medians: dict[int, float] = {}
     for workers in workers_list:
-        mine = sorted(os.sched_getaffinity(0))
-        cpus = ("0" if workers == 0 else ",".join(str(c) for c in mine)) if method != "apart" or len(mine) < 2 \
-            else f"{mine[0]}/{mine[1]}"  # apart: each tree on its own core (paired_processes.py says why)
+        cpus, slice_s = pair_setup(workers, method)
         pct, got = run_pairs(__file__, ["--workers", str(workers)] + (["--detail"] if detail else []),
                              ("plain", "profiled"), rounds, seconds, cpus,
                            log=lambda s, w=workers: print(f"workers={w} {s}", flush=True),
-                             slice_s=SLICE_S if method == "slices" else 0.0)
+                             slice_s=slice_s)
         medians[workers] = statistics.median(pct)
         print(f"workers={workers}: run's cost, paired processes ({method}), {summary(pct)} of the plain loop's CPU per "
               f"batch; load average {_load()}", flush=True)
@@ -256,7 +254,7 @@ def concurrent(workers_list: list[int], rounds: int, seconds: float, method: str
 
 
 def main() -> int:
-    from paired_processes import child_args
+    from paired_processes import add_method_args, child_args, method_of
 
     pair = child_args(sys.argv)
     if pair is not None:
@@ -268,18 +266,14 @@ def main() -> int:
     p.add_argument("--workers", default="0,2", help="comma-separated num_workers values")
     p.add_argument("--concurrent", action="store_true", help="concurrent pairs instead (see above)")
     p.add_argument("--seconds", type=float, default=10.0, help="--concurrent: the measured interval per round")
-    p.add_argument("--method", choices=("slices", "shared", "apart"), default="slices",
-                   help="how the pair shares the machine (scripts/paired_processes.py): slices (default: the two "
-                        "take turns on the same CPUs, 0.1 s each), shared (both at once on the same CPUs), apart "
-                        "(at once, each on its own core)")
-    p.add_argument("--apart", action="store_true", help="the same as --method apart")
+    add_method_args(p)
     p.add_argument("--detail", action="store_true",
                    help="--concurrent: every step of the window kept in detail, as a run's first 2,000 are (default: "
                         "the interval lies beyond them, in the tail's totals, as a long window's steps do); the last "
                         "line is then detail_overhead_pct_workersN")
     a = p.parse_args()
     if a.concurrent:
-        return concurrent([int(w) for w in a.workers.split(",")], a.rounds, a.seconds, "apart" if a.apart else a.method,
+        return concurrent([int(w) for w in a.workers.split(",")], a.rounds, a.seconds, method_of(a),
                           a.detail)
     torch.set_num_threads(1)  # the tiny model on one thread, as a light job on a shared machine would be
     ds, model, opt = _make()

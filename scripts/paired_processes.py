@@ -46,7 +46,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 SETUP_S = 12.0  # from the children's start to the measured interval: imports, data, the profiler's start, first steps
 # Slices (the default method): each child runs this long, then hands the CPUs to its twin. Why 0.1 s: short against
@@ -215,6 +215,31 @@ def run_pairs(script: str, child_extra: list[str], roles: tuple[str, str], round
         log(f"round {r + 1}: where, us per step ({' / '.join(SPLIT_KINDS)}): "
             + "; ".join(f"{role} {where[role]}" for role in roles))
     return pct, got_all
+
+
+METHODS = ("slices", "shared", "apart")
+
+
+def add_method_args(parser: Any) -> None:
+    """The benches' ``--method`` (and its older ``--apart``) options; read them back with :func:`method_of`."""
+    parser.add_argument("--method", choices=METHODS, default="slices",
+                        help="how the pair shares the machine (scripts/paired_processes.py): slices (default: the two "
+                             "take turns on the same CPUs, 0.1 s each), shared (both at once on the same CPUs), apart "
+                             "(at once, each on its own core)")
+    parser.add_argument("--apart", action="store_true", help="the same as --method apart")
+
+
+def method_of(args: Any) -> str:
+    return "apart" if args.apart else str(args.method)
+
+
+def pair_setup(workers: int, method: str) -> tuple[str, float]:
+    """run_pairs' ``cpus`` and ``slice_s`` for a loop with ``workers`` DataLoader workers: one core for workers=0, all
+    of this process's otherwise; *apart*: the first two cores, one each (module docstring says why)."""
+    mine = sorted(os.sched_getaffinity(0))
+    cpus = ("0" if workers == 0 else ",".join(str(c) for c in mine)) if method != "apart" or len(mine) < 2 \
+        else f"{mine[0]}/{mine[1]}"
+    return cpus, SLICE_S if method == "slices" else 0.0
 
 
 def summary(pct: list[float]) -> str:
