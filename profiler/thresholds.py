@@ -261,7 +261,8 @@ MONITOR_DETAIL_CHUNK_EVERY = 250
 # NOTE [ Monitor gaps ] (instrument/gaps.py): between detail chunks the monitor's hook is off the job's path and it
 # probes one step this many times a second (its wait and length: the gap's wait share). 10 Hz: a default window's
 # gaps (~10 s) hold ~100 probes, the wait share's ratio estimate good to a few points for a steady loop. Each probe
-# puts the hook back on for two steps (a few µs), so 10 Hz costs well under 0.01 % of a core.
+# puts the hook back on for two steps; with the look before them, its three steps took ~100 µs more CPU than gap
+# steps (the light loop, workers=0, 2026-12-07: their paths are cold at 10 a second), so 10 Hz is ~0.1 % of a core.
 MONITOR_GAP_HZ = 10.0
 # A gap opens only when the monitor's next event is at least this far off: a couple of probes or more behind its
 # estimate, and short windows (tests', --window 20) keep the hook on every step, as before gaps.

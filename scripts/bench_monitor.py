@@ -5,7 +5,8 @@ The loop is scripts/bench_overhead_light.py's (a TensorDataset in memory, batch 
 profiler/instrument/gaps.py: the hook off the path, looks on the job's thread every few steps): each setting says
 what share did.
 
-    python scripts/bench_monitor.py [--rounds 7] [--seconds 10] [--workers 0,2] [--method slices|shared|apart]
+    python scripts/bench_monitor.py [--rounds 7] [--seconds S] [--workers 0,2] [--method slices|shared|apart]
+                                    [--clock-share auto|X]
 
 Per setting: the median over rounds of the paired difference in the process tree's CPU per step, as a share of the
 plain loop's, each round with the monitor's cuts its interval missed (below). Last line: ``monitor_overhead_pct: N``
@@ -16,10 +17,19 @@ and the monitored loop in two processes over the same 10 s of wall clock, pinned
 core; workers=2: both), and compares their process trees' on-CPU time per step; roles swap every round. Since
 2026-12-07 the two take turns on the CPUs, 0.1 s each (``--method slices``; ``shared``: both at once, as before).
 Why: the VM's speed drifts over seconds by more than the cost being measured (plain loops alternated in one process
-differed by -17 to +51 % per round); two loops sharing the CPUs over the same interval see the same host. The
-interval (``--seconds``, 10: one default window) holds the monitor's gaps, probes, detail chunks and cuts as a long
-job has them; a round whose interval held fewer cuts than its length's worth of default windows gets the missing
-ones added, each at the cost of the cut it held (else at the whole job's mean cut, its final write included).
+differed by -17 to +51 % per round); two loops sharing the CPUs over the same interval see the same host.
+
+The clock's share (since 2026-12-07, ``--clock-share``): each child of a pair runs its loop only about half the
+wall clock (its twin has the CPUs the other half), but what the monitor does by the clock — a probe 10 times a
+second, a window's chunks and cut every 10 s — happens per second, not per step: at half speed a child would pay it
+twice per step, where the issue's alternating rounds (each loop alone on the machine) and a job on its own CPUs pay
+it once. So the children run the monitor with its clock-driven intervals scaled by their share
+(paired_processes.scale_monitor_clock: 0.5 for slices and shared, windows of 20 s and probes at 5 Hz), which puts
+as many probes, chunks and cuts in each step as the defaults do in a job that has its CPUs; ``--clock-share 1``
+measures unscaled. The interval (``--seconds``, default one default window: 10 s / the share) holds the monitor's
+gaps, probes, detail chunks and cuts as a long job has them; a round whose interval held fewer cuts than its length's
+worth of default windows gets the missing ones added, each at the cost of the cut it held (else at the whole job's
+mean cut, its final write included).
 ``--sequential`` runs the alternating method instead (one process, loops of ``--batches`` one after the other), as
 every figure before 2026-12-06 was taken: each round runs both loops, the order flipped every round, and takes the
 process tree's CPU time per batch (``getrusage``: this process over the measured steps, plus the workers over their
@@ -184,11 +194,13 @@ def long_run(ds: TensorDataset, model: torch.nn.Module, opt: torch.optim.Optimiz
     return 0
 
 
-def child(role: str, start_at: float, stop_at: float, workers: int) -> int:
+def child(role: str, start_at: float, stop_at: float, workers: int, share: float = 1.0) -> int:
     """One side of a concurrent pair (paired_processes.py): the light loop, epoch after epoch, plain or monitored,
-    until the interval is over; its last line is the report (steps, on-CPU ns, the monitor's cost per cut)."""
-    from paired_processes import Interval, report
+    until the interval is over; its last line is the report (steps, on-CPU ns, the monitor's cost per cut).
+    ``share``: the wall clock's share this child runs (paired_processes.clock_share): the monitor's clock scaled."""
+    from paired_processes import Interval, report, scale_monitor_clock
 
+    scale_monitor_clock(share)
     torch.set_num_threads(1)
     ds, model, opt = _make()
     # One epoch longer than the whole child (a shuffled pass over the data after another, as shuffle=True draws
@@ -237,13 +249,16 @@ def child(role: str, start_at: float, stop_at: float, workers: int) -> int:
     return 0
 
 
-def concurrent(workers: int, rounds: int, seconds: float, window: int | None, method: str = "slices") -> float:
+def concurrent(workers: int, rounds: int, seconds: float, window: int | None, method: str = "slices",
+               share: float = 1.0) -> float:
     """Concurrent pairs (module docstring) for one ``workers`` setting: the median over rounds of the paired %, each
-    with the cuts its interval missed."""
+    with the cuts its interval missed; ``share``: the monitor's clock scaled in the children (and here, for the
+    missed cuts' count) by it."""
     from paired_processes import pair_setup, run_pairs, split_difference, summary
 
     cpus, slice_s = pair_setup(workers, method)
-    pct, got = run_pairs(__file__, ["--workers", str(workers)], ("plain", "monitored"), rounds, seconds, cpus,
+    pct, got = run_pairs(__file__, ["--workers", str(workers), "--share", repr(share)], ("plain", "monitored"),
+                         rounds, seconds, cpus,
                          log=lambda s: print(f"workers={workers} {s}", flush=True),
                          slice_s=slice_s)
     cut_pct = []
@@ -273,7 +288,8 @@ def main() -> int:
 
     pair = child_args(sys.argv)
     if pair is not None:
-        return child(*pair, workers=int(sys.argv[sys.argv.index("--workers") + 1]))
+        return child(*pair, workers=int(sys.argv[sys.argv.index("--workers") + 1]),
+                     share=float(sys.argv[sys.argv.index("--share") + 1]))
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--batches", type=int, default=3000, help="batches per loop (both loops)")
@@ -284,11 +300,30 @@ def main() -> int:
     p.add_argument("--per-step", action="store_true", help="per-step CPU: plain, gaps, hook every step (see above)")
     p.add_argument("--sequential", action="store_true", help="alternate the loops in one process (the method before "
                                                              "2026-12-06) instead of concurrent pairs")
-    p.add_argument("--seconds", type=float, default=10.0, help="concurrent pairs: the measured interval per round")
+    p.add_argument("--seconds", type=float, default=None,
+                   help="concurrent pairs: the measured interval per round (default: one default window, 10 s "
+                        "divided by the clock's share)")
+    p.add_argument("--clock-share", default="auto",
+                   help="concurrent pairs: the share of the wall clock each child runs, by which the monitor's "
+                        "clock-driven intervals are scaled in the children (auto: the method's, 0.5 for slices and "
+                        "shared, 1 apart; 1: unscaled, its probes, chunks and cuts then weigh twice per step)")
     add_method_args(p)
     a = p.parse_args()
     if not (a.long or a.per_step or a.sequential):
-        medians = {w: concurrent(w, a.rounds, a.seconds, a.window, method_of(a))
+        from paired_processes import clock_share, scale_monitor_clock
+
+        try:
+            share = clock_share(method_of(a)) if a.clock_share == "auto" else float(a.clock_share)
+            if not 0.05 <= share <= 1.0:
+                raise ValueError
+        except ValueError:
+            print("bench_monitor.py: --clock-share must be auto or a number from 0.05 to 1", file=sys.stderr)
+            return 2
+        scaled = scale_monitor_clock(share)  # here too: the missed cuts are counted in the scaled windows
+        print(f"the monitor's clock scaled by the share of the wall clock each child runs ({share:g}): "
+              + ", ".join(f"{k} {v:g}" for k, v in scaled.items()), flush=True)
+        seconds = a.seconds if a.seconds is not None else th.MONITOR_MIN_WINDOW_S
+        medians = {w: concurrent(w, a.rounds, seconds, a.window, method_of(a), share)
                    for w in (int(x) for x in a.workers.split(","))}
         print(f"monitor_overhead_pct: {max(medians.values()):.2f}")
         return 0

@@ -33,7 +33,11 @@ past its first 2,000 steps (the detail, made in the 12-s set-up): the steady sta
 keep the tail's totals (with workers, their batches made untimed: NOTE [ Worker detail under run ],
 profiler/instrument/batch.py). ``--detail`` keeps every step in detail instead, as every step of a default window
 (30-200 steps) is (letting the kept records go every KEEP_AT_MOST steps, as a window holds at most 2,000): the last
-line is then ``detail_overhead_pct_workers<W>``. Lines ``workers=W round R: ...``, then per setting
+line is then ``detail_overhead_pct_workers<W>``. Each child runs about half the wall clock (its twin has the CPUs the
+other half), so what ``run`` does by the clock in its tail — the sampler's ticks, 5 Hz — would weigh twice per step
+what it weighs in a job alone on its CPUs: the children scale it by that share (``--clock-share``, auto: 0.5 for
+slices and shared, so 2.5 Hz; 1: unscaled; paired_processes.clock_share says why). Lines ``workers=W round R: ...``,
+then per setting
 ``overhead_pct_workers<W>: P`` (median over rounds of the process tree's extra on-CPU time per batch, % of the plain
 loop's), the last line the largest ``--workers`` setting's.
 
@@ -188,11 +192,13 @@ def _median(xs: list[float]) -> float:
 KEEP_AT_MOST = 1500
 
 
-def child(role: str, start_at: float, stop_at: float, workers: int) -> int:
+def child(role: str, start_at: float, stop_at: float, workers: int, share: float = 1.0) -> int:
     """One side of a concurrent pair: the light loop, epoch after epoch, plain or inside ``profile()``'s window (a
-    window longer than the interval), until the interval is over; the last line is its report."""
-    from paired_processes import Interval, report
+    window longer than the interval), until the interval is over; the last line is its report. ``share``: the wall
+    clock's share this child runs (paired_processes.clock_share): the tail's sampler scaled by it."""
+    from paired_processes import Interval, report, scale_run_clock
 
+    scale_run_clock(share)
     torch.set_num_threads(1)
     ds, model, opt = _make()
     # One epoch longer than the whole child (a shuffled pass over the data after another, as shuffle=True draws
@@ -232,14 +238,15 @@ def child(role: str, start_at: float, stop_at: float, workers: int) -> int:
     return 0
 
 
-def concurrent(workers_list: list[int], rounds: int, seconds: float, method: str = "slices", detail: bool = False
-               ) -> int:
+def concurrent(workers_list: list[int], rounds: int, seconds: float, method: str = "slices", detail: bool = False,
+               share: float = 1.0) -> int:
     from paired_processes import pair_setup, run_pairs, split_difference, summary
 
     medians: dict[int, float] = {}
     for workers in workers_list:
         cpus, slice_s = pair_setup(workers, method)
-        pct, got = run_pairs(__file__, ["--workers", str(workers)] + (["--detail"] if detail else []),
+        pct, got = run_pairs(__file__, ["--workers", str(workers), "--share", repr(share)]
+                             + (["--detail"] if detail else []),
                              ("plain", "profiled"), rounds, seconds, cpus,
                            log=lambda s, w=workers: print(f"workers={w} {s}", flush=True),
                              slice_s=slice_s)
@@ -258,7 +265,8 @@ def main() -> int:
 
     pair = child_args(sys.argv)
     if pair is not None:
-        return child(*pair, workers=int(sys.argv[sys.argv.index("--workers") + 1]))
+        return child(*pair, workers=int(sys.argv[sys.argv.index("--workers") + 1]),
+                     share=float(sys.argv[sys.argv.index("--share") + 1]))
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--batches", type=int, default=1000, help="measured batches per loop")
@@ -267,14 +275,28 @@ def main() -> int:
     p.add_argument("--concurrent", action="store_true", help="concurrent pairs instead (see above)")
     p.add_argument("--seconds", type=float, default=10.0, help="--concurrent: the measured interval per round")
     add_method_args(p)
+    p.add_argument("--clock-share", default="auto",
+                   help="--concurrent: the share of the wall clock each child runs, by which the tail's sampler rate "
+                        "is scaled in the children (auto: the method's, 0.5 for slices and shared, 1 apart; 1: "
+                        "unscaled, its ticks then weigh twice per step)")
     p.add_argument("--detail", action="store_true",
                    help="--concurrent: every step of the window kept in detail, as a run's first 2,000 are (default: "
                         "the interval lies beyond them, in the tail's totals, as a long window's steps do); the last "
                         "line is then detail_overhead_pct_workersN")
     a = p.parse_args()
     if a.concurrent:
+        from paired_processes import clock_share
+
+        try:
+            share = clock_share(method_of(a)) if a.clock_share == "auto" else float(a.clock_share)
+            if not 0.05 <= share <= 1.0:
+                raise ValueError
+        except ValueError:
+            print("bench_overhead_light.py: --clock-share must be auto or a number from 0.05 to 1", file=sys.stderr)
+            return 2
+        print(f"the tail's sampler scaled by the share of the wall clock each child runs ({share:g})", flush=True)
         return concurrent([int(w) for w in a.workers.split(",")], a.rounds, a.seconds, method_of(a),
-                          a.detail)
+                          a.detail, share)
     torch.set_num_threads(1)  # the tiny model on one thread, as a light job on a shared machine would be
     ds, model, opt = _make()
     per_worker_setting: dict[int, float] = {}

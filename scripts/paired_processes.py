@@ -19,8 +19,8 @@ instead of one every few ms makes the twins' sizes irrelevant; it is the issue's
 rounds short enough for this VM. What slices showed (2026-12-07, monitor workers=0, 7 rounds): +2.36 %, the same
 as shared pairs (+2.09 % in 5 rounds of the same loop): the profiled loop's extra CPU is its own, not a sharing
 effect. (Each child runs about half the interval's wall clock, as shared; a cost the profiler pays by the clock — the
-monitor's probes, chunks and cuts — then weighs about twice per step what it weighs in a job alone on its CPUs: on
-the safe side.)
+monitor's probes, chunks and cuts — then weighs about twice per step what it weighs in a job alone on its CPUs;
+bench_monitor.py scales the monitor's clock by that share since 2026-12-07: clock_share, scale_monitor_clock.)
 
 How: each round starts two child processes (this file's caller, re-run with ``--child ROLE``), pinned to the same
 CPU set (``os.sched_setaffinity``, inherited by the workers they fork), told one wall-clock instant to start
@@ -240,6 +240,54 @@ def pair_setup(workers: int, method: str) -> tuple[str, float]:
     cpus = ("0" if workers == 0 else ",".join(str(c) for c in mine)) if method != "apart" or len(mine) < 2 \
         else f"{mine[0]}/{mine[1]}"
     return cpus, SLICE_S if method == "slices" else 0.0
+
+
+# What the monitor does by the wall clock (thresholds.py): durations, and rates (Hz). clock_share says why they scale.
+MONITOR_CLOCK_DURATIONS = ("MONITOR_MIN_WINDOW_S", "MONITOR_GAP_MIN_S", "MONITOR_GAP_CLOCK_EVERY_S",
+                           "MONITOR_WRITE_EVERY_S")
+MONITOR_CLOCK_RATES = ("MONITOR_GAP_HZ",)
+
+
+def clock_share(method: str) -> float:
+    """The share of the wall clock a child's loop runs at full speed: 0.5 where the twins share the CPUs (slices:
+    each holds them half the time; shared: each gets half), 1 apart (each has its own core).
+
+    Why it matters: what the monitor does by the clock (a probe 10 times a second, a cut and its chunks every 10 s)
+    is the same per second whatever the job's speed, so a child that steps at half speed pays it twice per step —
+    a job alone on its CPUs (the issue's alternating rounds, or production) pays it once. Measured 2026-12-07
+    (monitor, workers=0, slices, 6 rounds): the steps outside gaps (probes, chunks, cuts) +0.8-1.0 % of the plain
+    loop's CPU per step; with the clock scaled by the share, +0.3-0.4 %; the gap steps the same either way."""
+    return 1.0 if method == "apart" else 0.5
+
+
+def scale_monitor_clock(share: float) -> dict[str, float]:
+    """Make the monitor's clock-driven intervals as long per step as in a job alone on its CPUs: durations / share,
+    rates * share (in this process: each child calls it before it starts the monitor, the parent before it counts
+    the cuts an interval missed). Returns the values set. share 1: unchanged."""
+    from profiler import thresholds as th
+    from profiler.monitor import procs
+
+    out: dict[str, float] = {}
+    for name in MONITOR_CLOCK_DURATIONS:
+        out[name] = getattr(th, name) / share
+    for name in MONITOR_CLOCK_RATES:
+        out[name] = getattr(th, name) * share
+    for name, value in out.items():
+        setattr(th, name, value)
+    procs.USS_EVERY_S = procs.USS_EVERY_S / share
+    return out
+
+
+def scale_run_clock(share: float) -> int:
+    """``run``'s one clock-driven cost in its tail, the sampler's ticks (5 Hz: background.TAIL_HALVINGS), made as
+    frequent per step as in a job alone on its CPUs: one more halving per halving of the share (0.5: 2.5 Hz). Returns
+    the tail's halvings set. share 1: unchanged. (clock_share says why.)"""
+    import math
+
+    from profiler.samplers import background
+
+    background.TAIL_HALVINGS += max(0, round(math.log2(1.0 / share)))
+    return background.TAIL_HALVINGS
 
 
 def summary(pct: list[float]) -> str:

@@ -66,3 +66,30 @@ def test_slices_take_turns_and_shared_do_not(tmp_path: Path, monkeypatch: pytest
     else:
         # at once on one CPU the scheduler switches them every few ms: many more hand-overs than slices make
         assert switches > 2.0 / 0.1 + 6, switches
+
+
+def test_the_monitors_clock_is_scaled_by_the_childs_share_of_the_wall_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A child of a pair runs half the wall clock: the monitor's clock-driven intervals are made twice as long and its
+    probes half as frequent, so each step carries as many as in a job alone (clock_share says why); the Gaps and the
+    Monitor made afterwards take them, as does the tail's sampler (one more halving)."""
+    from profiler import thresholds as th
+    from profiler.instrument.gaps import Gaps
+    from profiler.monitor import procs
+    from profiler.samplers import background
+
+    for name in (*paired_processes.MONITOR_CLOCK_DURATIONS, *paired_processes.MONITOR_CLOCK_RATES):
+        monkeypatch.setattr(th, name, getattr(th, name))  # put back after the test
+    monkeypatch.setattr(procs, "USS_EVERY_S", procs.USS_EVERY_S)
+    monkeypatch.setattr(background, "TAIL_HALVINGS", background.TAIL_HALVINGS)
+    assert paired_processes.clock_share("slices") == paired_processes.clock_share("shared") == 0.5
+    assert paired_processes.clock_share("apart") == 1.0
+    window, hz, halvings = th.MONITOR_MIN_WINDOW_S, th.MONITOR_GAP_HZ, background.TAIL_HALVINGS
+    got = paired_processes.scale_monitor_clock(0.5)
+    assert got["MONITOR_MIN_WINDOW_S"] == th.MONITOR_MIN_WINDOW_S == 2 * window
+    assert th.MONITOR_GAP_HZ == hz / 2
+    assert Gaps(object()).tick_ns == int(1e9 / (hz / 2))  # type: ignore[arg-type]  # (made with the scaled rate)
+    assert paired_processes.scale_run_clock(0.5) == background.TAIL_HALVINGS == halvings + 1
+    assert paired_processes.scale_run_clock(1.0) == halvings + 1  # share 1: unchanged
+    sampler = background.Sampler(0, interval_s=1.0)
+    sampler.slow_down()  # the tail's halvings, read at the call
+    assert sampler._halvings_due == halvings + 1

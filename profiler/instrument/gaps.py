@@ -61,10 +61,11 @@ _NEVER = 1 << 62  # a look's threshold that is never reached (a count, or a perf
 class Gaps:
     """A Session's gaps (one open at a time), looked at from its iterator's ``__next__``; made by the monitor."""
 
-    def __init__(self, session: Session, hz: float = th.MONITOR_GAP_HZ, min_s: float = th.MONITOR_GAP_MIN_S):
+    def __init__(self, session: Session, hz: float | None = None, min_s: float | None = None):
+        # (the thresholds read here, not bound as defaults at import: scripts/paired_processes.py scales them)
         self.s = session
-        self.tick_ns = int(1e9 / hz)
-        self.min_ns = int(min_s * 1e9)
+        self.tick_ns = int(1e9 / (th.MONITOR_GAP_HZ if hz is None else hz))
+        self.min_ns = int((th.MONITOR_GAP_MIN_S if min_s is None else min_s) * 1e9)
         self.usable = not torch_hooks.gap_problems()
         self.open = False
         self.closing = False  # a look asked for the close (the hook is back on)

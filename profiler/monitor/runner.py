@@ -47,7 +47,7 @@ class Monitor:
     def __init__(self, out: Path, *, window_steps: int = th.MONITOR_WINDOW_STEPS, window_s: float | None = None,
                  detail: int = th.MONITOR_DETAIL_STEPS, exporters: list[Exporter] | None = None,
                  status: Callable[[WindowSummary, list[ChangePoint]], None] | None = None,
-                 job: dict[str, Any] | None = None, write_every_s: float = th.MONITOR_WRITE_EVERY_S,
+                 job: dict[str, Any] | None = None, write_every_s: float | None = None,
                  max_windows: int | None = None, full_windows: int | None = None, min_window_s: float = 0.0,
                  sample: bool = True, gaps: bool = True):
         if window_steps < 1 or detail < 0:
@@ -93,7 +93,7 @@ class Monitor:
         self.cut_ns = 0
         self.next_first = 0  # the job's step the next window starts with
         self.other_wait = 0
-        self.write_every_ns = int(write_every_s * 1e9)
+        self.write_every_ns = int((th.MONITOR_WRITE_EVERY_S if write_every_s is None else write_every_s) * 1e9)
         self.last_write_ns = 0
         self.cost_ns = 0
         self.cuts = 0

@@ -119,13 +119,14 @@ class Sampler:
         """Say what `pid` is ("worker" with its DataLoader worker id, "child", "main"); any time, any thread."""
         self._tracker.label(pid, role, worker_id)
 
-    def slow_down(self, halvings: int = TAIL_HALVINGS) -> None:
+    def slow_down(self, halvings: int | None = None) -> None:
         """Tick ``2 ** halvings`` times less often from the next tick on, the series so far halved as many times so
         they stay evenly spaced (as thinning does; ``halvings`` in the record counts them); once per sampler, later
-        calls do nothing. Called when a run enters its tail (TAIL_HALVINGS says why); any thread."""
+        calls do nothing. Called when a run enters its tail (TAIL_HALVINGS, read at the call, says why); any
+        thread."""
         if not self._slowed:
             self._slowed = True
-            self._halvings_due = max(0, halvings)
+            self._halvings_due = max(0, TAIL_HALVINGS if halvings is None else halvings)
 
     def stop(self) -> dict:
         """Stop the thread and return the `samples` dict; later calls return the same dict."""
