@@ -303,22 +303,12 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=None,
                    help="concurrent pairs: the measured interval per round (default: one default window, 10 s "
                         "divided by the clock's share)")
-    p.add_argument("--clock-share", default="auto",
-                   help="concurrent pairs: the share of the wall clock each child runs, by which the monitor's "
-                        "clock-driven intervals are scaled in the children (auto: the method's, 0.5 for slices and "
-                        "shared, 1 apart; 1: unscaled, its probes, chunks and cuts then weigh twice per step)")
     add_method_args(p)
     a = p.parse_args()
     if not (a.long or a.per_step or a.sequential):
-        from paired_processes import clock_share, scale_monitor_clock
+        from paired_processes import scale_monitor_clock, share_of
 
-        try:
-            share = clock_share(method_of(a)) if a.clock_share == "auto" else float(a.clock_share)
-            if not 0.05 <= share <= 1.0:
-                raise ValueError
-        except ValueError:
-            print("bench_monitor.py: --clock-share must be auto or a number from 0.05 to 1", file=sys.stderr)
-            return 2
+        share = share_of(a)
         scaled = scale_monitor_clock(share)  # here too: the missed cuts are counted in the scaled windows
         print(f"the monitor's clock scaled by the share of the wall clock each child runs ({share:g}): "
               + ", ".join(f"{k} {v:g}" for k, v in scaled.items()), flush=True)

@@ -275,25 +275,15 @@ def main() -> int:
     p.add_argument("--concurrent", action="store_true", help="concurrent pairs instead (see above)")
     p.add_argument("--seconds", type=float, default=10.0, help="--concurrent: the measured interval per round")
     add_method_args(p)
-    p.add_argument("--clock-share", default="auto",
-                   help="--concurrent: the share of the wall clock each child runs, by which the tail's sampler rate "
-                        "is scaled in the children (auto: the method's, 0.5 for slices and shared, 1 apart; 1: "
-                        "unscaled, its ticks then weigh twice per step)")
     p.add_argument("--detail", action="store_true",
                    help="--concurrent: every step of the window kept in detail, as a run's first 2,000 are (default: "
                         "the interval lies beyond them, in the tail's totals, as a long window's steps do); the last "
                         "line is then detail_overhead_pct_workersN")
     a = p.parse_args()
     if a.concurrent:
-        from paired_processes import clock_share
+        from paired_processes import share_of
 
-        try:
-            share = clock_share(method_of(a)) if a.clock_share == "auto" else float(a.clock_share)
-            if not 0.05 <= share <= 1.0:
-                raise ValueError
-        except ValueError:
-            print("bench_overhead_light.py: --clock-share must be auto or a number from 0.05 to 1", file=sys.stderr)
-            return 2
+        share = share_of(a)
         print(f"the tail's sampler scaled by the share of the wall clock each child runs ({share:g})", flush=True)
         return concurrent([int(w) for w in a.workers.split(",")], a.rounds, a.seconds, method_of(a),
                           a.detail, share)

@@ -227,10 +227,28 @@ def add_method_args(parser: Any) -> None:
                              "take turns on the same CPUs, 0.1 s each), shared (both at once on the same CPUs), apart "
                              "(at once, each on its own core)")
     parser.add_argument("--apart", action="store_true", help="the same as --method apart")
+    parser.add_argument("--clock-share", default="auto",
+                        help="the share of the wall clock each child runs, by which the profiler's clock-driven work "
+                             "is scaled in the children (auto: the method's, 0.5 for slices and shared, 1 apart; 1: "
+                             "unscaled, that work then weighs twice per step; clock_share says why)")
 
 
 def method_of(args: Any) -> str:
     return "apart" if args.apart else str(args.method)
+
+
+def share_of(args: Any) -> float:
+    """The benches' ``--clock-share``: the method's share (auto) or the number given; a bad one is one line on stderr
+    and exit status 2."""
+    try:
+        share = clock_share(method_of(args)) if args.clock_share == "auto" else float(args.clock_share)
+        if not 0.05 <= share <= 1.0:
+            raise ValueError
+    except ValueError:
+        print(f"{os.path.basename(sys.argv[0])}: --clock-share must be auto or a number from 0.05 to 1",
+              file=sys.stderr)
+        raise SystemExit(2) from None
+    return share
 
 
 def pair_setup(workers: int, method: str) -> tuple[str, float]:
