@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler.instrument import frameless, torch_hooks
+from profiler.instrument import torch_hooks
 from profiler.monitor.record import load
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,7 +78,6 @@ def test_this_torch_has_the_gap_seam() -> None:
     from torch.utils.data import DataLoader
 
     assert torch_hooks.gap_problems() == []
-    assert frameless.problems() == []  # seam 10: a num_workers=0 gap runs torch's own __next__ (frameless.py)
     it = iter(DataLoader(list(range(10)), batch_size=2))
     assert torch_hooks.batches_yielded(it) == 0
     next(it)
@@ -167,48 +166,3 @@ def test_detail_chunks_after_gaps_detail_the_batches_they_planned(tmp_path: Path
     assert [w.detail_steps for w in full if not w.other_loader_s] == [8] * sum(not w.other_loader_s for w in full), seen
     assert all(w.detail_steps >= 6 for w in full if w.other_loader_s), seen
     assert any(not w.other_loader_s for w in full), seen  # (a fast machine's job holds three windows in all)
-
-
-_FRAMELESS_JOB = """
-import json, sys
-import torch
-import torch.utils.data.dataloader as dl
-from torch.utils.data import DataLoader, TensorDataset
-import profiler
-from profiler.instrument.torch_private import ORIG_NEXT
-
-data = TensorDataset(torch.arange(4 * 6000, dtype=torch.float32).reshape(-1, 1))
-def order(loader):
-    return [float(x[0][0]) for x in loader]
-loader = DataLoader(data, batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(7))
-seen, own, kinds = [], 0, set()
-with profiler.profile(out=sys.argv[1], monitor=True, window="1s", detail=8, quiet=True, plots=False) as mon:
-    it = iter(loader)
-    for x in it:
-        seen.append(float(x[0][0]))
-        own += type(it).__next__ is ORIG_NEXT  # torch's own __next__ on this step: nothing of the profiler's
-        kinds.add((type(it).__name__, isinstance(it, dl._SingleProcessDataLoaderIter)))
-after = (type(it) is dl._SingleProcessDataLoaderIter, type(it._sampler_iter).__name__)
-gaps = mon._mon.session._gap
-print(json.dumps({"same": seen == order(DataLoader(data, batch_size=4, shuffle=True,
-                                                   generator=torch.Generator().manual_seed(7))),
-                  "own": own, "kinds": sorted(kinds), "after": after, "gaps": gaps.gaps if gaps else 0}))
-"""
-
-
-def test_a_gap_without_workers_runs_torchs_own_next_and_gives_the_iterator_back(tmp_path: Path) -> None:
-    """NOTE [ Frameless gaps ] (profiler/instrument/frameless.py): with ``num_workers=0`` a gap's steps run torch's own
-    ``__next__`` (the iterator's class a stand-in of the same name, ``isinstance`` intact), the looks drawn from the
-    sampler; the batches are the ones a plain run draws, in the same shuffled order, every step and sample is
-    counted, and once the gaps are over the iterator is torch's again (its class and its sampler iterator)."""
-    r = subprocess.run([sys.executable, "-c", _FRAMELESS_JOB, str(tmp_path / "mon")], capture_output=True,
-                       text=True, timeout=240, cwd=str(ROOT))
-    assert r.returncode == 0, r.stderr[-3000:]
-    got = json.loads(r.stdout.strip().splitlines()[-1])
-    assert got["same"]  # the job saw exactly the plain run's batches
-    assert got["kinds"] == [["_SingleProcessDataLoaderIter", True]]
-    assert got["after"] == [True, "generator"]  # torch's class and BatchSampler's own iterator again
-    ws = load(tmp_path / "mon").windows
-    assert sum(w.steps for w in ws) == 6000 and sum(w.samples for w in ws) == 4 * 6000
-    if got["gaps"]:  # (a loop this slow on a loaded machine may never be 0.2 s from its next chunk)
-        assert got["own"] > 0 and got["own"] <= sum(w.estimated_steps for w in ws)

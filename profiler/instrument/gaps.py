@@ -8,9 +8,7 @@ NOTE [ Monitor gaps ]
     clock read every few steps (MONITOR_GAP_CLOCK_EVERY_S), ~0.05-0.1 µs a step, and calls back into this module
     (``_look``, on the main thread) only when something is due: a *look*, by the clock (the next probe, the
     monitor's next event by time) or by the iterator's own batch count (the monitor's next event by step, the
-    epoch's end). With ``num_workers=0`` torch's own fetch makes the gap's batches (torch_hooks.fetch_untimed), and
-    then not even ``_gap_next`` is on the step: the iterator runs torch's own ``__next__`` and the looks are drawn
-    from its sampler every few steps (``frameless.Tap``, NOTE [ Frameless gaps ]; ``_hook`` picks the way).
+    epoch's end). With ``num_workers=0`` torch's own fetch makes the gap's batches (torch_hooks.fetch_untimed).
 
     Why no thread (until 2026-12-06 a daemon thread did the looks, 10 times a second): on the 2-core VM a loop with
     a sleeping 10 Hz Python thread beside it cost +1.15 % CPU per step, and one that had merely started and joined a
@@ -51,7 +49,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Callable
 
 from .. import thresholds as th
-from . import frameless, torch_hooks
+from . import torch_hooks
 
 if TYPE_CHECKING:
     from .session import Session
@@ -86,9 +84,6 @@ class Gaps:
         self.n_open = 0  # the Session's step count when the gap opened
         self.end_y = self.end_ns = 0  # the gap's iterator's StopIteration (torch_hooks.gap_ended): count, time
         self.next_probe_ns = 0
-        self.tap: frameless.Tap | None = None  # a frameless gap's hold on its iterator (NOTE [ Frameless gaps ])
-        self.stop_y = self.due_at = _NEVER  # the next look's thresholds (_arm): a batch count, a perf_counter_ns
-        self.every = 1  # ... and the steps between clock reads
         # The window's figures, taken by the monitor at each cut (take_window)
         self.w_steps = self.w_probes = 0
         self.w_sums = [0.0] * 5  # the window's probes: Σ wait, Σ length, Σ wait², Σ length², Σ wait·length (ms)
@@ -132,43 +127,10 @@ class Gaps:
         torch_hooks.gap_y = y
         torch_hooks.gap_ended = self._ended
         torch_hooks.gap_look = self._look
-        self.fetch_taken = torch_hooks.fetch_untimed(it)  # num_workers=0: torch's own fetch makes the gap's batches
-        # ... and then nothing of ours need be on the step: torch's __next__ itself, the looks from the sampler
-        self.tap = frameless.Tap(it, self._tick, self._ended) if self.fetch_taken is not None \
-            and frameless.usable(it) else None
         self._arm(t_ns, y)
-        if not self.closing:
-            self._hook(False, it)
+        torch_hooks.hook_next(False)
+        self.fetch_taken = torch_hooks.fetch_untimed(it)  # num_workers=0: torch's own fetch makes the gap's batches
         return True
-
-    def _hook(self, on: bool, it: Any = None) -> None:
-        """The profiler's ``__next__`` on the gap's iterator or off it: the iterator's class (a frameless gap) or the
-        flag ``_gap_next`` reads (torch_hooks.hook_next)."""
-        tap = self.tap
-        if tap is None:
-            torch_hooks.hook_next(on)
-            return
-        if it is None:
-            it = self.ref() if self.ref is not None else None
-            if it is None:
-                return
-        if on:
-            tap.hook_on(it)
-        else:
-            y_next = (torch_hooks.batches_yielded(it) or 0) + 1
-            tap.hook_off(it, y_next, self._look_at(y_next))
-
-    def _look_at(self, y_next: int) -> int:
-        """A frameless gap's next look: the batch (of those from ``y_next`` on) at whose drawing it is made."""
-        return max(y_next, min(self.stop_y, y_next + self.every - 1))
-
-    def _tick(self, it: Any, y: int) -> None:
-        """frameless.Tap's look, as batch ``y`` is drawn: what ``_gap_next`` tests per step, tested every few."""
-        torch_hooks.gap_y = y - 1  # (handed out so far: the job may drop the iterator before this batch is)
-        if y >= self.stop_y or _perf() >= self.due_at:
-            self._look(it, y)
-        elif self.tap is not None:
-            self.tap.hook_off(it, y + 1, self._look_at(y + 1))
 
     def on_next(self, it: Any, orig: Callable[[Any], Any]) -> Any:
         """Session._on_next while a gap is open and the hook is on (a probe, or the close)."""
@@ -193,7 +155,7 @@ class Gaps:
             self.probe = 2  # this step is the probe: the hook stays on for its end
         else:
             self.probe = 0
-            self._hook(False, it)
+            torch_hooks.hook_next(False)
         try:
             data = orig(it)
         except BaseException as e:
@@ -221,38 +183,30 @@ class Gaps:
             self.next_probe_ns = now + self.tick_ns
             if self.probe == 0:
                 self.probe = 1
-                self._hook(True, it)
-        self._arm(now, y, it)
+                torch_hooks.hook_next(True)
+        self._arm(now, y)
 
-    def _arm(self, now: int, y: int, it: Any = None) -> None:
-        """Close the gap if the monitor's event or the epoch's end is here, else set the next look's thresholds (on
-        a frameless gap whose hook is off, ``it``'s sampler armed for it)."""
+    def _arm(self, now: int, y: int) -> None:
+        """Close the gap if the monitor's event or the epoch's end is here, else set the next look's thresholds."""
         y_event = self.n0 + self.due_step - self.n_open  # the count at which the Session reaches the event's step
         y_end = self.epoch_len - self.margin()
         step_due, time_due = y >= y_event, now >= self.due_ns
         if step_due and time_due or y >= y_end:
             self._close_next()
             return
-        self.stop_y = min(y_end, _NEVER if step_due else y_event)
-        self.due_at = min(self.next_probe_ns, _NEVER if time_due else self.due_ns)
+        torch_hooks.gap_stop_y = min(y_end, _NEVER if step_due else y_event)
+        torch_hooks.gap_due_ns = min(self.next_probe_ns, _NEVER if time_due else self.due_ns)
         # The clock read every 2^j steps, 2^j steps lasting about MONITOR_GAP_CLOCK_EVERY_S at the gap's rate so far
         k = y - self.n0
         rate = k / (now - self.t_open) if k > 0 and now > self.t_open else self.rate  # steps per ns
         every = min(rate * th.MONITOR_GAP_CLOCK_EVERY_S * 1e9, th.MONITOR_GAP_CLOCK_EVERY_MAX)
-        self.every = 1 << (int(every).bit_length() - 1) if every >= 1 else 1
-        tap = self.tap
-        if tap is None:
-            torch_hooks.gap_stop_y, torch_hooks.gap_due_ns = self.stop_y, self.due_at
-            torch_hooks.gap_mask = self.every - 1
-        elif tap.off and it is not None:
-            tap.hook_off(it, y + 1, self._look_at(y + 1))
+        torch_hooks.gap_mask = (1 << (int(every).bit_length() - 1)) - 1 if every >= 1 else 0
 
     def _close_next(self) -> None:
         """The hook on for good: the next ``next()`` on its path closes the gap."""
         self.closing = True
         torch_hooks.gap_due_ns = torch_hooks.gap_stop_y = _NEVER
-        self.stop_y = self.due_at = _NEVER
-        self._hook(True)
+        torch_hooks.hook_next(True)
 
     def _ended(self, it: Any) -> None:
         """torch_hooks.gap_ended: an iterator's StopIteration inside a gap (main thread)."""
@@ -267,19 +221,12 @@ class Gaps:
             return
         self.open = self.closing = False
         self.probe = 0
-        it = self.ref() if self.ref is not None else None
-        tap, self.tap = self.tap, None
-        if tap is None:
-            torch_hooks.hook_next(True)
-        elif it is not None:
-            tap.hook_on(it)
-        else:  # (a frameless gap's iterator dropped: the batches it drew, from its sampler)
-            torch_hooks.gap_y = max(torch_hooks.gap_y, tap.drawn())
+        torch_hooks.hook_next(True)
         torch_hooks.gap_look = None
         torch_hooks.gap_due_ns = torch_hooks.gap_stop_y = _NEVER
-        self.stop_y = self.due_at = _NEVER
         s = self.s
         s.due_step = s.due_ns = 0  # the monitor's callback at the next step (it publishes the next event again)
+        it = self.ref() if self.ref is not None else None
         self.ref = None
         if self.fetch_taken is not None:
             if it is not None:  # (a dropped iterator took its fetcher with it)

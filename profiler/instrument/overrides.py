@@ -162,9 +162,7 @@ _WRAPPERS = {"__iter__": _iter_wrapper, "__next__": _next_wrapper, "__init__": _
 
 def follow(cls: type) -> list[str]:
     """Wrap ``cls``'s own methods that bypass their parent's hook (:func:`bypasses`); the names wrapped."""
-    done: list[str] = []
-    if cls.__dict__.get("_profiler_plain"):  # a frameless gap's stand-in (frameless.py): torch's own, on purpose
-        return done
+    done = []
     for root, names in _ROOT_METHODS.items():
         if cls is root or not issubclass(cls, root):
             continue

@@ -25,11 +25,6 @@ Profiling a user's DataLoader unchanged needs these seams. Public API offers non
    the monitor's gaps (``_gap_next``) while the ``__next__`` hook is off between detail chunks (instrument/gaps.py, NOTE
    [ Monitor gaps ]). Checked by ``gap_problems()``, not ``check()``: without it the monitor keeps the hook on every
    step (its cost before gaps), ``run`` does not need it.
-10. ``_BaseDataLoaderIter._next_index`` drawing each batch's indices with ``next(self._sampler_iter)``, and an
-   iterator instance's ``__class__`` — a ``num_workers=0`` gap gives its iterator a stand-in class whose
-   ``__next__`` is torch's and draws the monitor's looks from a chained ``_sampler_iter`` (frameless.py, NOTE
-   [ Frameless gaps ]); both torch's again at the gap's close. Checked by ``frameless.problems()``: without it the
-   gap keeps ``_gap_next``.
 
 ``check()`` fails loudly (tests/test_torch_hooks.py) when a torch release moves any of them; ``install`` refuses to
 run (one clear line) rather than profile wrongly.
