@@ -102,6 +102,11 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "(pytest -m 'not slow')")
     config.addinivalue_line("markers", "timing: the pass depends on the machine's speed or load (a wall-clock bound "
                                        "or a measured cost), not only on the code")
+    # A test rerun on load (_RERUN_ON_LOAD) that passed on its rerun left no trace of why its first try failed; CI's
+    # logs then could not say what to fix. pytest-rerunfailures (16.7 here) prints the failed tries' tracebacks under
+    # "rerun test summary info" when asked; older ones lack the option and keep quiet.
+    if hasattr(config.option, "rerun_show_tracebacks"):
+        config.option.rerun_show_tracebacks = True
     # The signal tests need SIGINT and SIGHUP to act. A shell that ignores them (nohup ignores SIGHUP; a script's
     # background job or `trap '' INT` ignores SIGINT; so do many CI runners) passes SIG_IGN to pytest, and every child
     # the tests start inherits it across exec: Python then installs no KeyboardInterrupt handler and the profiler
