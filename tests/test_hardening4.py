@@ -531,11 +531,17 @@ def test_run_and_attach_agree_on_one_execution(tmp_path, job_argv, hogs):
     agrees (under `run`, its workers fetch through the profiler's own fetch, which attach must see as producing).
     Beside two busy loops pinned to each core the main thread waits for a core much of its taking-in: `run` counts
     that cpu per step, attach from the window's run-queue total (analysis/attach.py ``main_queued_s``); it kept it
-    all transfer (100 % where run had 35 % cpu) and, in a CI run under load, the two named different causes."""
+    all transfer (100 % where run had 35 % cpu) and, in a CI run under load, the two named different causes.
+    Agreeing is the same verdict, or shares of the wait within NEAR of each other cause by cause: on a loaded suite
+    the transfer job's workers wait for cores and its split nears even, where the two tools' verdicts can fall
+    either side (CI, 2026-12-07: run cpu 0.60 / transfer 0.40, attach 0.48 / 0.52); the bug this guards against
+    was 0.85 against 0.35."""
+    NEAR = 0.15
     with _hogs(hogs):
         run, att = _pair(tmp_path, job_argv)
     shares = run["stall"]["share_by_cause"], att["stall"]["share_by_cause"]
-    assert run["verdict"]["bottleneck"] == att["verdict"]["bottleneck"], shares
+    assert run["verdict"]["bottleneck"] == att["verdict"]["bottleneck"] \
+        or max(abs(shares[0][k] - shares[1].get(k, 0.0)) for k in shares[0]) <= NEAR, shares
     if hogs:
         assert abs(shares[0]["cpu"] - shares[1]["cpu"]) <= 0.2, shares
 
