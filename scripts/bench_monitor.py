@@ -284,12 +284,12 @@ def concurrent(workers: int, rounds: int, seconds: float, window: int | None, me
 
 
 def main() -> int:
-    from paired_processes import add_method_args, child_args, method_of
+    from paired_processes import add_method_args, child_args, child_share, method_of
 
     pair = child_args(sys.argv)
     if pair is not None:
         return child(*pair, workers=int(sys.argv[sys.argv.index("--workers") + 1]),
-                     share=float(sys.argv[sys.argv.index("--share") + 1]))
+                     share=child_share(sys.argv))
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--batches", type=int, default=3000, help="batches per loop (both loops)")

@@ -261,12 +261,12 @@ def concurrent(workers_list: list[int], rounds: int, seconds: float, method: str
 
 
 def main() -> int:
-    from paired_processes import add_method_args, child_args, method_of
+    from paired_processes import add_method_args, child_args, child_share, method_of
 
     pair = child_args(sys.argv)
     if pair is not None:
         return child(*pair, workers=int(sys.argv[sys.argv.index("--workers") + 1]),
-                     share=float(sys.argv[sys.argv.index("--share") + 1]))
+                     share=child_share(sys.argv))
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--batches", type=int, default=1000, help="measured batches per loop")

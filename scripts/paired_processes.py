@@ -169,6 +169,11 @@ def child_args(argv: list[str]) -> tuple[str, float, float] | None:
     return role, start_at, stop_at
 
 
+def child_share(argv: list[str]) -> float:
+    """A child's ``--share`` (its share of the wall clock, as the bench passes it: clock_share), 1 if not given."""
+    return float(argv[argv.index("--share") + 1]) if "--share" in argv else 1.0
+
+
 def report(interval: Interval, **extra: float) -> None:
     """The child's last line: what the parent reads."""
     print(json.dumps({"steps": interval.steps, "cpu_ns": interval.cpu_ns, "split_ns": interval.split_ns, **extra}),
