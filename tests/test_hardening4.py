@@ -325,7 +325,7 @@ def test_two_real_torchrun_jobs_into_one_out_do_not_mix(tmp_path):
     from profiler.distributed.layout import JOB_FILE
 
     stop = tmp_path / "stop"
-    env = repo_env({"H4_STOP_FILE": str(stop)})
+    env = repo_env({"H4_STOP_FILE": str(stop), "H4_IDLE": "1"})  # (a job holding the folder; its cores the suite's)
     cmds = [torchrun_profiler(["--nproc-per-node", "2", "--master-port", str(free_port())], folder, "--steps",
                               "100000", "--no-plots", str(job_script), "600") for _ in range(2)]
     ps = [subprocess.Popen(cmds[0], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
@@ -481,12 +481,20 @@ def test_the_main_threads_receiving_of_a_batch_is_transfer_its_polling_is_waitin
 
 
 def _pair(tmp_path: Path, job_argv: list[str]) -> tuple[dict, dict]:
-    """One execution of a job under `profiler run`, attached to from outside for 4 s of the same window."""
+    """One execution of a job under `profiler run`, attached to from outside for 4 s of the same window. The job ends
+    when the attach is done (a stop file; its own seconds are a cap): the two windows are then nearly the same span,
+    where a job that ran on for its seconds gave `run` a window 3-4 times the attach's, and on a loaded suite the
+    machine's load moves the split between the two (CI, 2026-12-07: run transfer 0.55, attach cpu 0.69)."""
+    sys.path.insert(0, str(Path(__file__).parent))
     from profiler.cli import main
 
+    from _util import repo_env
+
+    stop = tmp_path / "stop"
     p = subprocess.Popen([sys.executable, "-m", "profiler", "run", "--no-progress", "--no-plots", "--steps",
                           "100000", "--warmup", "1", "--out", str(tmp_path / "run"), *job_argv],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=repo_env({"H4_STOP_FILE": str(stop)}))
     try:
         assert p.stdout is not None
         line = p.stdout.readline()
@@ -495,6 +503,7 @@ def _pair(tmp_path: Path, job_argv: list[str]) -> tuple[dict, dict]:
         assert "READY" in line
         rc = main(["attach", str(p.pid), "--duration", "4", "--rate", "50", "--out", str(tmp_path / "att"),
                    "--no-plots"])
+        stop.touch()
         _, err = p.communicate(timeout=300)
     finally:
         if p.poll() is None:

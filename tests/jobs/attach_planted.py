@@ -5,7 +5,8 @@ the page cache first, so under a throttle every read waits on the device) — te
 (under torchrun: rank 1 cpu-bound, the others wait for it in the all-reduce). Runs epochs until ``seconds`` pass
 from the first step (or for ever with 0), so attach finds it training; prints 'READY' once the first step is done
 and, at the end, 'RATE' with the samples per second from then on, and the job's CPU seconds per sample (all its
-processes); with ATTACH_PROGRESS=1 also 'N <samples>' per batch (scripts/bench_attach.py).
+processes); with ATTACH_PROGRESS=1 also 'N <samples>' per batch (scripts/bench_attach.py). With H4_STOP_FILE set
+(not 'ddp'), it also ends at the first step after that file exists (a test ends it when its attach is done).
 """
 import os
 import sys
@@ -57,6 +58,7 @@ if __name__ == "__main__":
     progress = os.environ.get("ATTACH_PROGRESS") == "1"  # scripts/bench_attach.py counts samples per window
     ready = False
     n, t1 = 0, 0.0
+    stop_file = os.environ.get("H4_STOP_FILE")
     # seconds count from the end of the first step: on a loaded machine the first batch alone can take most of them,
     # and an attach that starts at READY must find the job still training. READY comes after the first step's model
     # call, not with its batch: that call is the job's warm-up too (torch's kernels paged in, which under --throttle
@@ -76,7 +78,8 @@ if __name__ == "__main__":
             if not ready:
                 print("READY", flush=True)
                 ready, t1 = True, time.monotonic()
-            if seconds and time.monotonic() - t1 >= seconds:
+            if seconds and time.monotonic() - t1 >= seconds or stop_file and os.path.exists(stop_file):
+                seconds = 1e-9  # (the outer loop ends too)
                 break
     elapsed = time.monotonic() - t1
     del loader  # workers joined (and reaped): their CPU time is in RUSAGE_CHILDREN

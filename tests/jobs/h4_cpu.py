@@ -1,7 +1,9 @@
 """A cpu-bound job to attach to (work in __getitem__, 1 worker), whatever its argv says: argv[1] is its seconds (0:
 for ever, epoch after epoch: a module's tests share one job for minutes), the rest is only carried (a test puts text
 there that once broke the parsing of py-spy's output). A thread named with a ';' runs beside it. Prints READY after
-its first step. With H4_STOP_FILE set, it also ends at the first step after that file exists (a test ends it then)."""
+its first step. With H4_STOP_FILE set, it also ends at the first step after that file exists (a test ends it then).
+With H4_IDLE set its samples sleep instead of computing (a test that only needs a job running, not a cpu-bound one,
+leaves the cores to the rest of the suite)."""
 import os
 import sys
 import threading
@@ -10,12 +12,17 @@ import time
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+IDLE = bool(os.environ.get("H4_IDLE"))
+
 
 class Cpu(Dataset):
     def __len__(self):
         return 100_000
 
     def __getitem__(self, i):
+        if IDLE:
+            time.sleep(0.005)
+            return torch.zeros(96)
         x = torch.randn(96, 96)
         for _ in range(20):
             x = torch.tanh(x @ x / 96)

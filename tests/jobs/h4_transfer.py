@@ -1,7 +1,9 @@
 """A job whose input is bound by moving batches from the workers to the main process: each batch is a list of 64
 uncollated samples of 4 small tensors (256 tensors, each passed as its own shared-memory file descriptor and rebuilt
 in the main process), made by 2 workers that are idle much of the time. argv: [seconds from the first step (0: for
-ever)] [work: small matmuls per sample, 0 by default]. Prints READY after the first step."""
+ever)] [work: small matmuls per sample, 0 by default]. Prints READY after the first step. With H4_STOP_FILE set, it
+also ends at the first step after that file exists (a test ends it when its attach is done)."""
+import os
 import sys
 import time
 
@@ -33,10 +35,11 @@ if __name__ == "__main__":
     torch.set_num_threads(1)
     loader = DataLoader(Many(work), batch_size=64, num_workers=2, collate_fn=keep)
     t0 = None
+    stop_file = os.environ.get("H4_STOP_FILE")
     for batch in loader:
         sum(float(s[0][0]) for s in batch[:4])
         if t0 is None:
             print("READY", flush=True)
             t0 = time.monotonic()
-        if seconds and time.monotonic() - t0 >= seconds:
+        if seconds and time.monotonic() - t0 >= seconds or stop_file and os.path.exists(stop_file):
             break
