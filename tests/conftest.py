@@ -129,7 +129,8 @@ def _ignore_here(signum: int, frame: object) -> None:
 # process count, a forked Pool under the profiler (a timeout seen once: a hang, if real, fails all three tries), run
 # vs attach on one execution of the transfer job (beside another test's processes `run` moved the main thread's waits
 # for a core out of transfer into cpu, 61 %, exactly per step, while attach, with only the window's run-queue total,
-# keeps the receiving samples transfer, 82 %; they agree alone and beside two `yes` hogs: run 63-65 % transfer).
+# keeps the receiving samples transfer, 82 %; they agree alone and beside two `yes` hogs: run 63-65 % transfer;
+# since 2026-12-07 the job stops when the attach is done, so both see the same span: within 0.02 beside two hogs).
 # --rank-of on the torchrun job: in one CI run both ranks' 2-s windows saw no DataLoader activity at all (passed alone,
 # in other full runs and 4 of 4 beside eight `yes` hogs; the error line now says what the window did see); the
 # balanced torchrun pair of the built-in pipeline, whose rank 0 was once named a transfer straggler at load ~6 (51 % of
