@@ -282,6 +282,13 @@ MONITOR_GAP_CLOCK_EVERY_MAX = 16
 # A change must persist this many windows in a row before it is called one: a single odd window (a GC pause, a
 # neighbour's burst, a checkpoint) is noise, two in a row is a regime. The change is placed at the first of them.
 MONITOR_PERSIST_WINDOWS = 2
+# ... or, for a cause change, windows of the new cause lasting this long in all: a window of 20 s or more whose verdict
+# flipped whole is no GC pause or burst of a few seconds, and waiting for a second one would miss a regime that lasts
+# under three windows. With the default windows (1,000 steps, at least 10 s) a job slower than 50 steps a second has
+# windows over 20 s: a 105-s job with a 35-s io phase between two cpu ones (~45 steps/s, 22-s windows) got one io
+# window and was told "one regime throughout" (2026-12-07). 20 s is two of the shortest default windows: a fast job's
+# changes still need two windows, as before; short windows (--window 20) need two of them.
+MONITOR_PERSIST_S = 20.0
 # Robust z threshold (|x - median| / (1.4826 * MAD) of the current regime's windows): 4 leaves a normal sample's
 # false-alarm rate near 6e-5 per window, and MAD ignores the outliers that a mean and standard deviation would chase.
 MONITOR_ROBUST_Z = 4.0

@@ -286,6 +286,38 @@ def test_noise_is_not_a_change_and_one_odd_window_is_not_either(
     assert [c for c in d.changes if c.kind in ("cause", "throughput")] == []
 
 
+def _window(i: int, seconds: float, cause: str, wait: float = 0.6) -> WindowSummary:
+    """A base window of ``seconds`` whose wait (``wait`` of it) is all ``cause``: what a cut of a steady job makes."""
+    idle = wait * seconds
+    return WindowSummary(index=i, span=1, step_first=1000 * i, step_last=1000 * i + 999, epoch=0,
+                         start_s=i * seconds, end_s=(i + 1) * seconds, steps=1000, samples=4000, detail_steps=64,
+                         idle_s=idle, idle_by_cause_s={c: idle if c == cause else 0.0 for c in ("io", "cpu",
+                                                                                                "transfer", "other")},
+                         stage_s={}, stage_per={}, stage_obs={}, outside_s=0.0, other_loader_s=0.0, workers=2,
+                         processes=3, rss_bytes=1 << 28, uss_bytes=1 << 27, rchar=0, read_bytes=0, bottleneck=cause,
+                         severity="high", summary="")
+
+
+@pytest.mark.parametrize("seconds, called", [(22.0, True), (5.0, False)])
+def test_one_long_window_of_a_new_cause_is_a_change_and_one_short_one_is_not(seconds: float, called: bool) -> None:
+    """A job slower than 50 steps a second has default windows (1,000 steps) over 20 s: its 35-s io phase between two
+    cpu ones filled one window, and waiting for a second one in a row told the user "one regime throughout". One
+    window lasting MONITOR_PERSIST_S is enough for a cause change; a short odd window still is not one."""
+    from profiler import thresholds as th
+
+    assert (seconds >= th.MONITOR_PERSIST_S) == called  # the parameters sit either side of the threshold
+    causes = ["cpu", "cpu", "cpu", "io", "cpu", "cpu", "cpu"]
+    d = Detector()
+    for i, c in enumerate(causes):
+        d.feed(_window(i, seconds, c, wait=0.3 if c == "io" else 0.7))
+    got = [(c.before, c.after, c.window) for c in d.changes if c.kind == "cause"]
+    if not called:
+        assert got == []
+        return
+    assert got == [("cpu", "io", 3), ("io", "cpu", 4)], [c.summary for c in d.changes]
+    assert "held 1 window, 22 s" in d.changes[0].statistic
+
+
 def test_throughput_drop_memory_growth_and_periodic_stalls(
         phased: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
     base = _real_windows(phased[0])

@@ -2,7 +2,8 @@
 
 Fed one base window at a time (before any folding). Each detector compares the newest windows with a robust
 baseline of the current regime (median and MAD of its last MONITOR_BASELINE_WINDOWS windows) and calls a change
-only when MONITOR_PERSIST_WINDOWS windows in a row agree, placing it at the first of them:
+only when MONITOR_PERSIST_WINDOWS windows in a row agree (a cause change also when its windows last
+MONITOR_PERSIST_S in all: one long window), placing it at the first of them:
 
 - cause: the window's verdict (verdict.decide: compute | io | cpu | transfer) differs from the regime's, and the new
   cause's idle share moved by at least max(MONITOR_MIN_SHARE_MOVE, z·1.4826·MAD) over the baseline's median;
@@ -124,7 +125,8 @@ class Detector:
             self.base.append(w)
             return None
         self.pending = [p for p in self.pending if label(p) == lab] + [w]
-        if len(self.pending) < self.k:
+        held_s = sum(p.seconds for p in self.pending)
+        if len(self.pending) < self.k and held_s < th.MONITOR_PERSIST_S:
             return None
         new = self.pending
         focus = lab if lab != "compute" else (self.regime if self.regime != "compute" else "other")
@@ -138,7 +140,8 @@ class Detector:
         first = new[0]
         stat = (f"{focus} idle share {med * 100:.1f} % -> {now * 100:.1f} % (median of {len(before_shares)} windows "
                 f"before vs mean of {len(new)} after; threshold {need * 100:.1f} points = max(min move, "
-                f"{th.MONITOR_ROBUST_Z:g}x1.4826xMAD)); held {len(new)} windows")
+                f"{th.MONITOR_ROBUST_Z:g}x1.4826xMAD)); held {len(new)} window{'s' if len(new) > 1 else ''}, "
+                f"{held_s:.0f} s")
         words_before = _cause_words(prev) if prev is not None else self.regime
         summary = (f"from step {first.step_first:,} (epoch {first.epoch}, {_hms(first.start_s)} in) "
                    f"{_cause_words(first)}; before: {words_before}")
