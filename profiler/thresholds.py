@@ -241,10 +241,13 @@ TRANSFER_BYTES_SHARE = 0.25
 TRANSFER_RUNQ_SHARE = 0.25
 
 # --- Monitor (profiler/monitor/: the whole job as windows) ----------------------------------------------------------
-# Steps per window by default: at a light job's ~1-3 ms per step a window is a few seconds, long enough that the cut's
-# own cost (a few ms: the window's timeline and attribution) is well under 1 % of it, short enough that a change is
-# placed within seconds to minutes of when it happened.
-MONITOR_WINDOW_STEPS = 1000
+# Steps per window by default (and at least MONITOR_MIN_WINDOW_S, below): what a window's verdict rests on when steps
+# are slow. For any job faster than 10 steps a second the minimum decides (a window of 10 s); slower jobs get windows
+# of 100 steps (a 2-steps/s job: 50 s). Was 1,000 until 2026-12-07: with the minimum there it only made slow jobs'
+# windows long (a 45-steps/s job: 22 s; 2 steps/s: 8 minutes), so a change was placed minutes late and a phase shorter
+# than two windows went unseen; a cut's cost (5-30 ms) is well under 1 % of any window of 10 s or more, and a
+# window's detail (MONITOR_DETAIL_STEPS of its steps) costs per step what `run` costs, nothing beside slow steps.
+MONITOR_WINDOW_STEPS = 100
 # ... and the default window lasts at least this long: a light loop (~0.3 ms per step) would otherwise cut every
 # 0.3 s, and a cut (the window's timeline and attribution, 5-30 ms on the loaded 2-core VM, profiled) would cost
 # several per cent of the job. An explicit --window N is taken as given.
@@ -284,10 +287,11 @@ MONITOR_GAP_CLOCK_EVERY_MAX = 16
 MONITOR_PERSIST_WINDOWS = 2
 # ... or, for a cause change, windows of the new cause lasting this long in all: a window of 20 s or more whose verdict
 # flipped whole is no GC pause or burst of a few seconds, and waiting for a second one would miss a regime that lasts
-# under three windows. With the default windows (1,000 steps, at least 10 s) a job slower than 50 steps a second has
-# windows over 20 s: a 105-s job with a 35-s io phase between two cpu ones (~45 steps/s, 22-s windows) got one io
-# window and was told "one regime throughout" (2026-12-07). 20 s is two of the shortest default windows: a fast job's
-# changes still need two windows, as before; short windows (--window 20) need two of them.
+# under three windows. With the default windows of 1,000 steps then (at least 10 s) a 105-s job with a 35-s io phase
+# between two cpu ones (~45 steps/s, 22-s windows) got one io window and was told "one regime throughout"
+# (2026-12-07); a job slower than 5 steps a second still has default windows over 20 s (MONITOR_WINDOW_STEPS), and
+# --window 60s windows are longer. 20 s is two of the shortest default windows: a fast job's changes still need two
+# windows, as before; short windows (--window 20) need two of them.
 MONITOR_PERSIST_S = 20.0
 # Robust z threshold (|x - median| / (1.4826 * MAD) of the current regime's windows): 4 leaves a normal sample's
 # false-alarm rate near 6e-5 per window, and MAD ignores the outliers that a mean and standard deviation would chase.

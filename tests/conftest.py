@@ -176,6 +176,10 @@ _RERUN_ON_LOAD = frozenset({
     "test_monitor_gaps.py::test_short_windows_keep_the_hook_on_every_step",
     "test_next_jobs.py::test_a_stateful_dataloader_job_gets_a_record_like_any_dataloaders",
     "test_worker_reads.py::test_a_worker_goes_lean_and_a_lean_fetchs_bytes_still_count",
+    # The second epoch's workers are named by their first batch, but samples.processes lists a process only once the
+    # sampler (at 2.5 Hz in the tail) has read it: beside four busy loops their ~0.3-s epoch ended before a tick once
+    # in five lone runs (2 pids of 4; 0 of 13 without the loops, 2026-12-07).
+    "test_worker_tail_steps.py::test_workers_of_a_later_epoch_beyond_the_detail_are_still_named",
 })
 
 

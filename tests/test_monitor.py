@@ -300,9 +300,10 @@ def _window(i: int, seconds: float, cause: str, wait: float = 0.6) -> WindowSumm
 
 @pytest.mark.parametrize("seconds, called", [(22.0, True), (5.0, False)])
 def test_one_long_window_of_a_new_cause_is_a_change_and_one_short_one_is_not(seconds: float, called: bool) -> None:
-    """A job slower than 50 steps a second has default windows (1,000 steps) over 20 s: its 35-s io phase between two
-    cpu ones filled one window, and waiting for a second one in a row told the user "one regime throughout". One
-    window lasting MONITOR_PERSIST_S is enough for a cause change; a short odd window still is not one."""
+    """A job slower than 50 steps a second had default windows (1,000 steps then) over 20 s: its 35-s io phase
+    between two cpu ones filled one window, and waiting for a second one in a row told the user "one regime
+    throughout". One window lasting MONITOR_PERSIST_S is enough for a cause change; a short odd window still is not
+    one (windows of 20 s or more remain: a job slower than 5 steps a second, --window 60s)."""
     from profiler import thresholds as th
 
     assert (seconds >= th.MONITOR_PERSIST_S) == called  # the parameters sit either side of the threshold

@@ -17,7 +17,7 @@ from ..errors import UserError
 
 MONITOR_EPILOG = """examples:
   python -m profiler monitor train.py --epochs 90
-      the whole job, a window every 1,000 steps; monitor.json, monitor.html and monitor.png in --out
+      the whole job, a window every 100 steps lasting at least 10 s; monitor.json, monitor.html and monitor.png in --out
   python -m profiler monitor --window 60s --tensorboard runs/exp1 train.py
       a window a minute; scalars under profiler/ in TensorBoard beside the job's own (x = the job's step)
   python -m profiler monitor --wandb --mlflow -m mypkg.train --config cfg.yaml

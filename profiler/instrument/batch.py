@@ -389,7 +389,7 @@ def fetch_off_core_ns(m: tuple[int, ...]) -> int:
 #     does not keep need not be timed at all.
 #     Why a range the monitor sets (set_detail_range), not a fixed ``detail`` of every ``every`` batches: a window
 #     needs about ``--detail`` detail steps whatever its length, and a window's length in steps is known only as the
-#     job runs (a default window lasts 1,000 steps *and* 10 s: ~30,000 steps of a light loop, 6 % of them detail
+#     job runs (a default window lasts 100 steps *and* 10 s: ~30,000 steps of a light loop, 6 % of them detail
 #     under a fixed plan, and detail batches cost most). The monitor (runner.Monitor) places each chunk by steps and
 #     time (a window's k-th of C chunks once k/C of its steps and of its seconds have passed), so a window of 20 steps
 #     and one of 30,000 both get ``--detail``.
