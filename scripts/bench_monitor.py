@@ -293,8 +293,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--batches", type=int, default=3000, help="batches per loop (both loops)")
-    p.add_argument("--window", type=int, default=None, help="monitor window, steps (default: monitor's own, 1,000 "
-                                                             "steps lasting at least 10 s)")
+    p.add_argument("--window", type=int, default=None, help=f"monitor window, steps (default: monitor's own, "
+                                                             f"{th.MONITOR_WINDOW_STEPS} steps lasting at least "
+                                                             f"{th.MONITOR_MIN_WINDOW_S:g} s)")
     p.add_argument("--workers", default="0,2", help="comma-separated num_workers values")
     p.add_argument("--long", type=int, default=0, metavar="N", help="one monitored loop of N steps (see above)")
     p.add_argument("--per-step", action="store_true", help="per-step CPU: plain, gaps, hook every step (see above)")

@@ -21,7 +21,7 @@ import pytest
 from profiler.attach import classify, pyspy
 from profiler.attach.pyspy import Frame
 
-from _util import running_job
+from _util import repo_env, running_job
 
 JOBS = Path(__file__).parent / "jobs"
 ATTACH_S = "3"
@@ -115,7 +115,7 @@ def attach_under_run(tmp_path: Path, kind: str, workers: str, files: Path) -> di
     p = subprocess.Popen([sys.executable, "-m", "profiler", "run", "--no-progress", "--no-plots", "--steps", "100000",
                           "--warmup", "1", "--out", str(out), *extra, str(JOBS / "attach_planted.py"), kind, data,
                           workers, str(JOB_S)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env={**os.environ, "H4_STOP_FILE": str(tmp_path / "stop")} if kind != "io" else None)
+                         env=repo_env({"H4_STOP_FILE": str(tmp_path / "stop")} if kind != "io" else None))
     try:
         assert p.stdout is not None
         lines = [p.stdout.readline()]
