@@ -56,6 +56,7 @@ import argparse
 import gc
 import os
 import resource
+import shutil
 import statistics
 import sys
 import tempfile
@@ -233,6 +234,7 @@ def child(role: str, start_at: float, stop_at: float, workers: int, share: float
             if iv.step(n, start_at, stop_at):
                 break
     report(iv)
+    shutil.rmtree(tmp, ignore_errors=True)  # every child made one: a day of rounds left ~500 folders in /tmp
     if ctx is not None:
         os._exit(0)  # the record of millions of steps is not what is measured: no need to build it
     return 0
