@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from profiler import thresholds as th
-from profiler.monitor.changes import Detector
+from profiler.monitor.changes import ChangePoint, Detector
 from profiler.monitor.fold import WindowLog
 from profiler.monitor.record import MonitorRecord, load
 from profiler.monitor.windows import WindowSummary
@@ -340,6 +340,23 @@ def test_throughput_drop_memory_growth_and_periodic_stalls(
     assert kinds["memory"].window == 45
     assert kinds["periodic"].after == f"every ~{8 * (seq[0].step_last + 1)} steps"
     assert "cause" not in kinds
+
+
+def test_a_phase_of_longer_waits_is_not_a_stall_that_comes_back() -> None:
+    """A job re-made its loader each epoch and went io-bound for 35 s: its three io windows in a row each waited
+    over 10 points above the running median, 231 steps apart (equal windows), and were called "stalls return every
+    ~231 steps" beside the cause change. Spikes in a row are one episode; the same spikes one window apart, each
+    after a calm one, still are periodic."""
+    def waits(pattern: str) -> list[ChangePoint]:
+        d = Detector()
+        for i, c in enumerate(pattern):
+            d.feed(_window(i, 10.0, "io" if c == "x" else "cpu", wait=0.93 if c == "x" else 0.8))
+        return [c for c in d.changes if c.kind == "periodic"]
+
+    assert waits("cccccccxxxcccccc") == []
+    assert waits("cccccccxxxxxxxxxxxxxx") == []
+    every = waits("ccccccxcccxcccxccc")
+    assert [c.window for c in every] == [14] and every[0].after == "every ~4000 steps"
 
 
 @pytest.mark.parametrize("how", ["sigterm", "crash"])

@@ -10,8 +10,10 @@ MONITOR_PERSIST_S in all: one long window), placing it at the first of them:
 - throughput: samples/s below the baseline's median by more than max(MONITOR_MIN_DROP·median, z·1.4826·MAD);
 - memory: the process tree's RSS above the baseline's median by MONITOR_MEM_GROWTH_SHARE and
   MONITOR_MEM_GROWTH_MIN_BYTES;
-- periodic stalls: single-window spikes of the wait share (MONITOR_SPIKE_FROM above the job's running median) whose
-  last three spacings (in steps) agree within MONITOR_PERIOD_TOLERANCE.
+- periodic stalls: spikes of the wait share (MONITOR_SPIKE_FROM above the job's running median) that *return*: a
+  spike after a window that was none starts an episode, and the last three episodes' starts are evenly spaced (in
+  steps, within MONITOR_PERIOD_TOLERANCE). Windows that spike one after another are one episode: a phase that waits
+  longer for a while (an io-bound stretch of equal windows) is not a stall that comes back.
 """
 from __future__ import annotations
 
@@ -80,7 +82,8 @@ class Detector:
         self.mem_base: deque[int] = deque(maxlen=th.MONITOR_BASELINE_WINDOWS)
         self.high: list[WindowSummary] = []
         self.shares: deque[float] = deque(maxlen=64)
-        self.spikes: deque[int] = deque(maxlen=4)
+        self.spikes: deque[int] = deque(maxlen=4)  # the last episodes' first steps
+        self.in_spike = False  # the last window spiked: a spike now continues its episode
         self.period: int | None = None
         self.last: WindowSummary | None = None
 
@@ -206,7 +209,8 @@ class Detector:
         shares = self.shares
         spike = len(shares) >= 4 and w.wait_share >= statistics.median(shares) + th.MONITOR_SPIKE_FROM
         shares.append(w.wait_share)
-        if not spike:
+        returned, self.in_spike = spike and not self.in_spike, spike
+        if not returned:
             return None
         self.spikes.append(w.step_first)
         if len(self.spikes) < 3:
