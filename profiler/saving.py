@@ -9,6 +9,7 @@ the summary prints is kept too (``Saved.late_signal``), so the caller ends with 
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import tempfile
@@ -73,13 +74,15 @@ def save_and_report(rec: RunRecord, out: Path, *, plots: bool = True, console: A
     (``--details``), not the short one. A worker dying meanwhile cannot abort it.
     """
     from .analysis import analyze
-    from .instrument.torch_hooks import worker_watchdog_paused
     from .render import write_reports
 
     held: KeyboardInterrupt | None = None
     path = out / "run.json"
     files: list[str] = []
-    with worker_watchdog_paused():
+    # torch's watchdog over DataLoader workers exists only where a job ran here (torch_hooks loaded); `report` and
+    # `compare` never import torch (commands.Command.torch)
+    hooks = sys.modules.get("profiler.instrument.torch_hooks")
+    with hooks.worker_watchdog_paused() if hooks is not None else contextlib.nullcontext():
         saved = False
         try:
             with signals.deferred():

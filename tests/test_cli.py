@@ -14,7 +14,7 @@ import pytest
 
 from profiler.cli import main
 
-from _util import write_png
+from _util import repo_env, write_png
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -121,6 +121,14 @@ def test_run_then_report_from_saved_record(tmp_path, images, capsys, monkeypatch
     d2 = json.loads((out2 / "run.json").read_text())
     assert d2["verdict"]["bottleneck"] == d["verdict"]["bottleneck"]
     assert d2["stall"]["seconds"] == pytest.approx(d["stall"]["seconds"])
+    # ... and without torch: report and compare read records only, so a process of their own never imports it
+    code = ("import sys; from profiler.cli import main; "
+            f"rc = [main(['report', {str(out)!r}, '--out', {str(tmp_path / 'child')!r}]), "
+            f"main(['compare', {str(out)!r}, {str(out2)!r}, '--out', {str(tmp_path / 'cmp')!r}])]; "
+            "print('RESULT', rc, 'torch' in sys.modules)")
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=repo_env(), timeout=120)
+    assert child.stdout.splitlines()[-1] == "RESULT [0, 0] False", child.stdout[-2000:] + child.stderr[-2000:]
+    assert (tmp_path / "child" / "report.html").is_file() and (tmp_path / "cmp" / "compare.html").is_file()
 
 
 @pytest.mark.parametrize("content, needle", [

@@ -21,12 +21,11 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from .. import vocab
-from ..instrument.steps import Tail
 from .procs import TreeSnapshot
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # (the collection side, which imports torch: a record's reader, `report`, starts without it)
     from ..instrument.session import Session
-    from ..instrument.steps import EpochRow, StepRow
+    from ..instrument.steps import EpochRow, StepRow, Tail
     from ..instrument.worker import BatchMeta
 
 CAUSES = ("io", "cpu", "transfer", "other")
@@ -152,7 +151,7 @@ def take(s: Session, start_ns: int, end_ns: int, detail: int, other_wait_before:
             kept_metas.append(metas_all[r.batch])
             r.batch = len(kept_metas) - 1
     s.rows, s.metas = keep, kept_metas
-    tail, s.tail = s.tail, Tail()
+    tail, s.tail = s.tail, type(s.tail)()  # a fresh Tail
     n_now = s._n_steps
     if s.sampling is None:  # sampled in the fetchers: the Session keeps every row it makes (runner.Monitor.attach)
         s.detail_steps = max(0, n_now - s.warmup) + detail  # the next window's first detail chunk
