@@ -427,6 +427,49 @@ print(mon.files)
     assert th.MONITOR_PERSIST_WINDOWS >= 2  # the tests above rely on a single odd window never being a change
 
 
+def test_a_validation_pass_inside_the_training_loop_is_outside_time(tmp_path: Path) -> None:
+    """Lightning and HF Trainer validate inside the training loop's body (between two of its next() calls): that
+    time was all in one training step, and the windows said 0 s outside the loader. Another loader's loop run inside
+    a step is outside time now, its next() waits a part of it; a pause in the body (a checkpoint) stays in its step."""
+    code = f"""
+import time, torch
+from torch.utils.data import DataLoader, Dataset
+import profiler
+
+class Spin(Dataset):
+    def __init__(self, n): self.n = n
+    def __len__(self): return self.n
+    def __getitem__(self, i):
+        end = time.thread_time() + 0.002
+        while time.thread_time() < end:
+            pass
+        return torch.zeros(4)
+
+train = DataLoader(Spin(120), batch_size=4, num_workers=0)
+val = DataLoader(Spin(16), batch_size=4, num_workers=0)
+in_val = 0.0
+with profiler.profile(out={str(tmp_path / 'api')!r}, monitor=True, window=10, detail=4, quiet=True):
+    for step, x in enumerate(train):
+        if step % 10 == 9:
+            t = time.perf_counter()
+            for v in val:
+                time.sleep(0.03)  # the model on a validation batch
+            in_val += time.perf_counter() - t
+        if step == 14:
+            time.sleep(0.2)  # a checkpoint in the loop's body: in no loader
+print("VAL", in_val)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr[-3000:]
+    in_val = float(r.stdout.split("VAL")[-1])
+    ws = load(tmp_path / "api").windows
+    outside, waits = sum(w.outside_s for w in ws), sum(w.other_loader_s for w in ws)
+    assert in_val >= 3 * 0.12 and waits > 0
+    assert in_val * 0.95 <= outside <= in_val + 0.1, (in_val, outside)  # the checkpoint's 0.2 s not in it
+    assert waits < outside
+    assert all(w.other_loader_s <= w.outside_s + 1e-6 for w in ws), [(w.other_loader_s, w.outside_s) for w in ws]
+
+
 def test_status_line(phased: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
     """The live status: one line per window on a terminal (rewritten in place), change points as their own lines;
     off a terminal only the change points."""

@@ -166,6 +166,12 @@ class OtherLoader:
     wait_ns: int = 0  # time spent inside its next()
     first_ns: int = 0  # its first iter()
     last_ns: int = 0  # its last batch
+    # Its loops: each iterator's time from iter() to its latest next() returning or raising (a validation pass, its
+    # model time included); of it, the loops made while a step of the profiled loader was open (a validation pass
+    # run inside the training loop's body, as Lightning and HF Trainer do). The monitor's windows count them as
+    # time outside the profiled loader (monitor/windows.py); run.json does not carry them.
+    loop_ns: int = 0
+    loop_in_step_ns: int = 0
 
     def to_dict(self, t0_ns: int) -> dict[str, Any]:
         return {"dataset_class": self.dataset_class, "created_at": self.created_at, "iterated_at": self.iterated_at,
@@ -190,6 +196,8 @@ class OtherIter:
     eligible: bool  # may take the window over (not excluded by --loader)
     sites: tuple[str | None, str | None] = (None, None)  # where it was iterated (user's line, library's line)
     checked: bool = False  # the take-over question was asked (at its first next())
+    in_step: bool = False  # made while a step of the profiled loader was open (OtherLoader.loop_in_step_ns)
+    mark_ns: int = 0  # its loop counted up to here (OtherLoader.loop_ns)
 
 
 def qualified_name(obj: Any) -> str:

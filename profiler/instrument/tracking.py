@@ -137,8 +137,12 @@ class LoaderTracking:
                 self._other_entry[loader] = entry
                 self.others.append(entry)
             entry.epochs += 1
+            # inside a step: the profiled loader delivered a batch this epoch and has not ended it (its next() not
+            # called again yet: this loop is in that step's body)
+            in_step = self._loader_ref is not None and self._epoch_batches > 0 and not self._epoch_done
             try:
-                self._other_iters[it] = OtherIter(entry, weakref.ref(loader), t0, eligible, sites)
+                self._other_iters[it] = OtherIter(entry, weakref.ref(loader), t0, eligible, sites, in_step=in_step,
+                                                  mark_ns=t0)
             except TypeError:
                 pass
         return it
@@ -239,6 +243,14 @@ class LoaderTracking:
     def _restarted_from(old: Any) -> str:
         return f"the {qualified_name(old.dataset).rsplit('.', 1)[-1]} loader" if old is not None else "the first loader"
 
+    @staticmethod
+    def _other_loop(o: OtherIter, t: int) -> None:
+        """An other loader's loop went on to ``t`` (its next() returned or raised): OtherLoader.loop_ns."""
+        d, o.mark_ns = t - o.mark_ns, t
+        o.entry.loop_ns += d
+        if o.in_step:
+            o.entry.loop_in_step_ns += d
+
     def _other_next(self, it: Any, orig: Callable[[Any], Any]) -> Any:
         """next() of a loader that is not profiled: counted, or taking the window over (see _takes_over)."""
         o = self._other_iters.get(it)
@@ -250,9 +262,14 @@ class LoaderTracking:
                 self._restart_on(o, it)
                 return self._on_next(it, orig)
         t0 = time.perf_counter_ns()
-        batch = torch_hooks.unwrap(orig(it))
-        t1 = time.perf_counter_ns()
         e = o.entry
+        try:
+            batch = torch_hooks.unwrap(orig(it))
+        except StopIteration:
+            self._other_loop(o, time.perf_counter_ns())
+            raise
+        t1 = time.perf_counter_ns()
+        self._other_loop(o, t1)
         e.steps += 1
         e.wait_ns += t1 - t0
         e.last_ns = t1

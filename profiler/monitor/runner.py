@@ -93,6 +93,7 @@ class Monitor:
         self.cut_ns = 0
         self.next_first = 0  # the job's step the next window starts with
         self.other_wait = 0
+        self.other_in_step = 0  # other loaders' loops inside steps, up to the last cut (windows.Cut)
         self.write_every_ns = int((th.MONITOR_WRITE_EVERY_S if write_every_s is None else write_every_s) * 1e9)
         self.last_write_ns = 0
         self.cost_ns = 0
@@ -264,8 +265,9 @@ class Monitor:
 
     def _cut(self, s: Session, end_ns: int, final: bool) -> WindowSummary | None:
         start = self.cut_ns or s.window_start_ns or end_ns
-        cut = take(s, start, end_ns, self.per_chunk, self.other_wait, self.next_first, final)
+        cut = take(s, start, end_ns, self.per_chunk, self.other_wait, self.next_first, final, self.other_in_step)
         self.other_wait += cut.other_wait_ns
+        self.other_in_step += cut.other_in_step_ns
         self.cut_ns = end_ns
         self.next_first = cut.step_last + 1
         v = cut.view

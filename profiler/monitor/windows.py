@@ -49,8 +49,12 @@ class WindowSummary:
     stage_s: dict[str, float]  # per-sample and per-batch stages: total seconds over the detail steps
     stage_per: dict[str, str]  # "sample" | "batch" | "step": what stage_ms is per
     stage_obs: dict[str, int]  # observations behind stage_s (for per-unit means after folding)
-    outside_s: float  # window time in no step of the profiled loader (eval, checkpointing, between epochs)
-    other_loader_s: float  # of it, time inside other loaders' next() (a validation loader)
+    # Window time outside the profiled loader's work: in no step of it (between epochs, a checkpoint after the loop)
+    # or in another loader's loop run inside a step's body (a validation pass within the training loop, as Lightning
+    # and HF Trainer run it: that time is also in the step's compute). A checkpoint written inside the loop's body
+    # is in no other loader: it stays in its step.
+    outside_s: float
+    other_loader_s: float  # of it, time inside other loaders' next() (a validation loader waiting for its input)
     workers: int  # the profiled loader's num_workers
     processes: int  # the job's process tree at the cut (main + workers + their children)
     rss_bytes: int
@@ -123,10 +127,11 @@ class Cut:
     step_last: int
     epoch: int
     other_wait_ns: int
+    other_in_step_ns: int = 0  # other loaders' loops inside the profiled loader's steps (WindowSummary.outside_s)
 
 
 def take(s: Session, start_ns: int, end_ns: int, detail: int, other_wait_before: int, first_step: int,
-         final: bool = False) -> Cut:
+         final: bool = False, other_in_step_before: int = 0) -> Cut:
     """Take the steps that ended since the last cut out of ``s`` (the open step stays), and move the Session's detail
     boundary so the next ``detail`` steps are kept in full and the rest only in its Tail's totals. The window holds
     the job's steps ``first_step`` to the one before the open step (to the last step when ``final``: the job ended).
@@ -159,8 +164,9 @@ def take(s: Session, start_ns: int, end_ns: int, detail: int, other_wait_before:
     last = n_now - 1 if final else n_now - 2
     view = _View(s.t0_ns, rows, metas, epochs, s.accounting, tail, len(rows))
     other = sum(o.wait_ns for o in s.others)
+    in_step = sum(o.loop_in_step_ns for o in s.others)
     return Cut(view, start_ns, end_ns, first_step, max(first_step, last), max(0, len(s.epochs) - 1),
-               max(0, other - other_wait_before))
+               max(0, other - other_wait_before), max(0, in_step - other_in_step_before))
 
 
 def summarize(cut: Cut, index: int, workers: int, procs: TreeSnapshot, batch_size: int | None,
@@ -223,7 +229,8 @@ def summarize(cut: Cut, index: int, workers: int, procs: TreeSnapshot, batch_siz
         start_s=round((cut.start_ns - v.t0_ns) / 1e9, 6), end_s=round((cut.end_ns - v.t0_ns) / 1e9, 6),
         steps=steps, samples=samples, detail_steps=len(measured), idle_s=float(stall["seconds"]),
         idle_by_cause_s=by_cause, stage_s=stage_s, stage_per=stage_per, stage_obs=stage_obs,
-        outside_s=round(max(0.0, window_s - in_steps / 1e9), 6), other_loader_s=round(cut.other_wait_ns / 1e9, 6),
+        outside_s=round(min(window_s, max(0.0, window_s - in_steps / 1e9) + cut.other_in_step_ns / 1e9), 6),
+        other_loader_s=round(cut.other_wait_ns / 1e9, 6),
         workers=workers, processes=procs.processes, rss_bytes=procs.rss_bytes, uss_bytes=procs.uss_bytes,
         rchar=rchar, read_bytes=read_bytes, bottleneck=str(verdict.get("bottleneck", "")),
         severity=str(verdict.get("severity", "")), summary=str(verdict.get("summary", "")))
