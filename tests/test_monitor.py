@@ -470,6 +470,36 @@ print("VAL", in_val)
     assert all(w.other_loader_s <= w.outside_s + 1e-6 for w in ws), [(w.other_loader_s, w.outside_s) for w in ws]
 
 
+def test_torchrun_ranks_each_monitored_into_one_folder(tmp_path: Path, data_file: Path) -> None:
+    """`torchrun -m profiler monitor` failed: both ranks claimed one --out. Each rank now monitors itself into
+    <out>/rank<k>, TensorBoard gets every rank in DIR/rank<k>, rank 0 prints the summary (the other ranks a line
+    each), and `report` on the folder draws every rank's report again."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from _util import free_port, repo_env
+
+    phase, window = 20, 10
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
+           "-m", "profiler", "monitor", "--window", str(window), "--detail", "4", "--no-status", "--out", "mon",
+           "--tensorboard", "tb", str(JOB), str(data_file), str(phase), "0", "4"]
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=repo_env(), timeout=300)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+    for k in (0, 1):
+        rec = load(tmp_path / "mon" / f"rank{k}")
+        assert rec.status == "ended" and rec.steps_total == 3 * phase and rec.job["rank"] == k
+        assert any(w.bottleneck == "io" for w in rec.windows), [w.bottleneck for w in rec.windows]
+        acc = EventAccumulator(str(tmp_path / "tb" / f"rank{k}"), size_guidance={"scalars": 0})
+        acc.Reload()
+        assert len(acc.Scalars("profiler/idle_io")) == len(rec.windows)
+    assert "rank 1: 60 steps in" in p.stdout and p.stdout.count("Monitored ") == 1
+    for k in (0, 1):
+        (tmp_path / "mon" / f"rank{k}" / "monitor.html").unlink()
+    r = subprocess.run([sys.executable, "-m", "profiler", "report", "mon"], capture_output=True, text=True,
+                       cwd=tmp_path, env=repo_env(), timeout=120)
+    assert r.returncode == 0 and "rank1: 60 steps" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+    assert all((tmp_path / "mon" / f"rank{k}" / "monitor.html").is_file() for k in (0, 1))
+
+
 def test_status_line(phased: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
     """The live status: one line per window on a terminal (rewritten in place), change points as their own lines;
     off a terminal only the change points."""

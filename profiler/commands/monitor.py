@@ -22,6 +22,8 @@ MONITOR_EPILOG = """examples:
       a window a minute; scalars under profiler/ in TensorBoard beside the job's own (x = the job's step)
   python -m profiler monitor --wandb --mlflow -m mypkg.train --config cfg.yaml
       the job's own active W&B / MLflow run is used when it has one
+  torchrun --nproc-per-node 2 -m profiler monitor --tensorboard runs/exp1 train.py
+      every rank into <out>/rank<k>, TensorBoard in runs/exp1/rank<k>; W&B and MLflow get rank 0's windows
   python -m profiler report reports/<folder>       # renders the record so far, while the job still runs
 """
 
@@ -65,13 +67,17 @@ def parse_window(text: str) -> tuple[int, float | None]:
         raise UserError(f"--window {text}: give a step count (1000) or a time (60s, 5m, 1h)") from None
 
 
-def exporters(args: argparse.Namespace, out: Path) -> list[Any]:
+def exporters(args: argparse.Namespace, out: Path, rank: int | None = None) -> list[Any]:
+    """The exporters asked for. Under torchrun (``rank`` given) TensorBoard gets every rank's windows, each in
+    ``DIR/rank<k>`` (a run of its own in TensorBoard's list: the ranks side by side), and W&B and MLflow rank 0's
+    only: a job logs there from rank 0, and a run of the monitor's own per rank would litter the project."""
     from ..monitor.exporters import MissingPackage, make
 
     made: list[Any] = []
-    for name, on, arg in (("tensorboard", args.tensorboard is not None, args.tensorboard),
+    tb = args.tensorboard if args.tensorboard is None or rank is None else str(Path(args.tensorboard) / f"rank{rank}")
+    for name, on, arg in (("tensorboard", tb is not None, tb),
                           ("wandb", args.wandb, args.wandb_project), ("mlflow", args.mlflow, args.mlflow_uri)):
-        if not on:
+        if not on or (rank and name != "tensorboard"):
             continue
         try:
             made.append(make(name, arg, str(out)))
@@ -98,25 +104,47 @@ def main(args: argparse.Namespace) -> int:
     select = LoaderSelector.parse(args.loader) if args.loader else None
     path = resolve_target(target, args.is_module)
     name = Path(path).stem if not args.is_module else target.rsplit(".", 1)[-1]
-    if args.out is not None:
+    from datetime import datetime
+
+    from ..distributed.env import detect
+
+    denv = detect()  # under torchrun: every rank monitors itself, into <folder>/rank<k> (one folder for the job)
+    stamp = f"{datetime.now():%Y%m%d-%H%M%S}_monitor_{name}"
+    if denv is not None:
+        from ..distributed.layout import agree_run_folder, rank_dir
+
+        out = outdir.claim(outdir.prepare_out(rank_dir(agree_run_folder(denv, args.out, "reports", stamp),
+                                                       denv.rank)))
+    elif args.out is not None:
         out = outdir.claim(outdir.prepare_out(args.out))
     else:
-        from datetime import datetime
-
-        out = outdir.create_run_dir("reports", f"{datetime.now():%Y%m%d-%H%M%S}_monitor_{name}")
+        out = outdir.create_run_dir("reports", stamp)
     from ..redact import redact_argv
 
     job = {"kind": "module" if args.is_module else "script", "target": target,
            "argv": redact_argv(list(args.script_args))}
-    show = not args.no_status
-    mon = Monitor(out, window_steps=steps, window_s=secs, detail=args.detail, exporters=exporters(args, out),
+    if denv is not None:
+        job["rank"], job["world_size"] = denv.rank, denv.world_size
+    main_rank = denv is None or denv.is_main
+    show = not args.no_status and main_rank  # one status line on the terminal, rank 0's
+    mon = Monitor(out, window_steps=steps, window_s=secs, detail=args.detail,
+                  exporters=exporters(args, out, denv.rank if denv is not None else None),
                   status=status_printer() if show else None, job=job, min_window_s=min_s)
     pid = os.getpid()
     session = Session(0, FOREVER, then="continue", select=select)
     mon.attach(session)
     every = args.window or f"{steps} steps, at least {min_s:g} s"
-    print(f"Monitoring {target} (a window every {every}{' steps' if args.window and secs is None else ''}; record in "
-          f"{out})", file=sys.stderr)
+    if main_rank:
+        print(f"Monitoring {target} (a window every {every}{' steps' if args.window and secs is None else ''}; "
+              f"record in {out.parent if denv is not None else out}"
+              f"{f', each of the {denv.world_size} ranks in rank<k>' if denv is not None else ''})", file=sys.stderr)
+        where = ["TensorBoard gets every rank's windows, in DIR/rank<k>"] if denv is not None and args.tensorboard \
+            else []
+        dests = [n for n, on in (("W&B", args.wandb), ("MLflow", args.mlflow)) if on and denv is not None]
+        if dests:
+            where.append(f"{' and '.join(dests)} rank 0's only")
+        if where:
+            print(f"  under torchrun: {'; '.join(where)}", file=sys.stderr)
     outcome = run_session(script_job(path if not args.is_module else target, list(args.script_args),
                                      args.is_module), session)
     if os.getpid() != pid:  # a forked child of the script ran off its end: its parent writes the record
@@ -142,7 +170,12 @@ def main(args: argparse.Namespace) -> int:
         print(file=sys.stderr)
     from ..render.monitor_terminal import print_monitor
 
-    print_monitor(mon.rec, files)
+    if main_rank:
+        print_monitor(mon.rec, files)
+    else:  # one line per other rank: N full summaries would interleave on one terminal
+        rec = mon.rec
+        print(f"rank {denv.rank if denv is not None else '?'}: {rec.steps_total:,} steps in {rec.windows_total} "
+              f"windows, {len(rec.changes)} change point{'s' if len(rec.changes) != 1 else ''}; {out}")
     if outcome.status == "interrupted":
         return signals.exit_status(outcome.error)
     if outcome.status == "failed":

@@ -28,7 +28,7 @@ def main(args: argparse.Namespace) -> int:
     from ..saving import save_and_report
 
     if is_ranks_folder(Path(args.run_json)):  # distributed: a torchrun run folder (rank<k>/run.json): merge them
-        return _ranks(args)
+        return _monitor_ranks(args) if _monitored_ranks(Path(args.run_json)) else _ranks(args)
     if getattr(args, "torch_trace", None):
         return _torch_trace(args)
     from ..monitor.record import find as find_monitor
@@ -77,6 +77,36 @@ def _monitor(args: argparse.Namespace) -> int:
     out = prepare_out(Path(args.out) if args.out else src.parent, flag="--out" if args.out else "report")
     files = [str(f) for f in write_monitor(rec, out)]
     print_monitor(rec, files)
+    return 0
+
+
+def _monitored_ranks(folder: Path) -> list[Path]:
+    """The rank folders of a torchrun job run under ``monitor`` (each holds monitor.json, none run.json)."""
+    from ..distributed.layout import find_ranks
+
+    ranks = find_ranks(folder)
+    if any((d / "run.json").exists() for d in ranks.values()):
+        return []
+    return [d for d in ranks.values() if (d / "monitor.json").is_file()]
+
+
+def _monitor_ranks(args: argparse.Namespace) -> int:
+    """``report FOLDER`` of a torchrun job under ``monitor``: each rank's monitor.html and monitor.png again, and the
+    full summary of rank 0 (one line for each other rank). Not merged: each rank's windows are its own."""
+    from ..monitor.record import load
+    from ..render.monitor_html import write_monitor
+    from ..render.monitor_terminal import print_monitor
+
+    if args.out:
+        raise UserError("report FOLDER of several monitored ranks writes next to each rank's record; leave out --out")
+    for i, d in enumerate(_monitored_ranks(Path(args.run_json))):
+        rec = load(d)
+        files = [str(f) for f in write_monitor(rec, d)]
+        if i == 0:
+            print_monitor(rec, files)
+        else:
+            print(f"{d.name}: {rec.steps_total:,} steps in {rec.windows_total} windows, {len(rec.changes)} change "
+                  f"point{'s' if len(rec.changes) != 1 else ''}; {', '.join(files)}")
     return 0
 
 

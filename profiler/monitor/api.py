@@ -41,13 +41,28 @@ class MonitorBlock:
         self._mon: Any = None
         self._session: Any = None
         self._pid = os.getpid()
+        self._denv: Any = None  # the torchrun rank this block runs in (distributed.env.RankEnv), if any
 
     def _folder(self) -> Path:
+        """Under torchrun each rank's block writes into ``<folder>/rank<k>`` of one folder for the job, as the
+        command does (commands/monitor.py); where the ranks cannot agree on one, api_run_dir's fallback."""
         from datetime import datetime
 
         from .. import outdir
+        from ..distributed.env import detect
+        from ..errors import UserError
 
-        return outdir.api_run_dir(self._out_arg, f"{datetime.now():%Y%m%d-%H%M%S}_monitor_api", _say)
+        name = f"{datetime.now():%Y%m%d-%H%M%S}_monitor_api"
+        self._denv = denv = detect()
+        if denv is not None:
+            from ..distributed.layout import agree_run_folder, rank_dir
+
+            try:
+                return outdir.claim(outdir.prepare_out(rank_dir(agree_run_folder(denv, self._out_arg, "reports",
+                                                                                 name), denv.rank)))
+            except UserError as e:
+                _say(f"rank {denv.rank}: {e}")
+        return outdir.api_run_dir(self._out_arg, name, _say)
 
     def __enter__(self) -> MonitorBlock:
         from ..instrument import substages
@@ -63,15 +78,18 @@ class MonitorBlock:
 
             self.out = self._folder()
             exporters = []
-            for name, on, arg in (("tensorboard", self.tensorboard is not None, self.tensorboard),
-                                  ("wandb", self.wandb, None), ("mlflow", self.mlflow, None)):
+            rank = self._denv.rank if self._denv is not None else None
+            tb = self.tensorboard if self.tensorboard is None or rank is None else \
+                str(Path(self.tensorboard) / f"rank{rank}")  # every rank, side by side; W&B, MLflow: rank 0's
+            for name, on, arg in (("tensorboard", tb is not None, tb),
+                                  ("wandb", self.wandb and not rank, None), ("mlflow", self.mlflow and not rank, None)):
                 if on:
                     try:
                         exporters.append(make(name, arg, str(self.out)))
                     except MissingPackage as e:
                         _say(str(e))
             self._mon = Monitor(self.out, window_steps=self.steps, window_s=self.secs, detail=self.detail,
-                                exporters=exporters, status=None if self.quiet else status_printer(),
+                                exporters=exporters, status=None if self.quiet or rank else status_printer(),
                                 job={"kind": "api", "target": "profile(monitor=True)"}, min_window_s=self.min_s)
             self.record = self._mon.rec
             session = Session(0, FOREVER, then="continue",
