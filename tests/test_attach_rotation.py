@@ -114,5 +114,6 @@ def test_verdict_is_the_same_rotated_or_not(tmp_path: Path, cpu_job: subprocess.
     rotated = attach("rotated")
     assert len(recordings) == 2 and recordings[1].pieces >= 3, [r.pieces for r in recordings]
     assert recordings[1].restarts == 0
-    assert plain["verdict"]["bottleneck"] == rotated["verdict"]["bottleneck"] == "cpu"
+    assert plain["verdict"]["bottleneck"] == rotated["verdict"]["bottleneck"] == "cpu", \
+        (plain["verdict"].get("summary"), rotated["verdict"].get("summary"))
     assert not rotated.get("partial")

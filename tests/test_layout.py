@@ -94,7 +94,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "render": _BASE + ("record", "fit.sizes"),
     "distributed": _BASE + ("record", "analysis"),
     "attach": _BASE + ("record", "samplers", "distributed"),
-    "monitor": _BASE + ("record", "instrument", "analysis", "render"),
+    # (distributed: a torchrun rank's folder, as harness has it)
+    "monitor": _BASE + ("record", "instrument", "analysis", "render", "distributed"),
     "saving": _BASE + ("record", "instrument", "analysis", "render", "distributed"),
     "harness": _BASE + ("config", "record", "instrument", "samplers", "storage", "fit", "render", "distributed",
                         "saving"),
