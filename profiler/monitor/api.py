@@ -90,7 +90,9 @@ class MonitorBlock:
                         _say(str(e))
             self._mon = Monitor(self.out, window_steps=self.steps, window_s=self.secs, detail=self.detail,
                                 exporters=exporters, status=None if self.quiet or rank else status_printer(),
-                                job={"kind": "api", "target": "profile(monitor=True)"}, min_window_s=self.min_s)
+                                job={"kind": "api", "target": "profile(monitor=True)",
+                                     **({"rank": rank, "world_size": self._denv.world_size} if rank is not None
+                                        else {})}, min_window_s=self.min_s)
             self.record = self._mon.rec
             session = Session(0, FOREVER, then="continue",
                               select=LoaderSelector.parse(self.loader) if self.loader else None)
