@@ -110,8 +110,6 @@ LAYERS: dict[str, tuple[str, ...]] = {
 # Imports the table does not allow yet: (importing module or part, imported module) -> what it is waiting for
 # (test_no_stale_layer_exceptions fails once one is gone, so the list only shrinks).
 LAYER_EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("profiler.monitor.api", "profiler.commands.monitor"): "parse_window belongs in monitor/, commands.monitor "
-                                                            "should import it from there",
     ("profiler.render", "profiler.analysis.headline"): "pure text from an analyzed record (the headline, the key "
                                                        "figures), the same words in every renderer: to be written into "
                                                        "the record's derived sections, which renderers read",

@@ -525,14 +525,18 @@ def test_status_line(phased: tuple[Path, subprocess.CompletedProcess[str]]) -> N
 
 
 def test_window_option() -> None:
-    from profiler.commands.monitor import parse_window
     from profiler.errors import UserError
+    from profiler.monitor.runner import parse_window
 
     assert parse_window("500") == (500, None)
     assert parse_window("90s")[1] == 90.0 and parse_window("5m")[1] == 300.0 and parse_window("1h")[1] == 3600.0
     for bad in ("0", "-3", "s", "10x", "9d", ""):
-        with pytest.raises(UserError):
+        with pytest.raises(UserError, match="^--window "):
             parse_window(bad)
+    import profiler
+
+    with pytest.raises(UserError, match="^window=zz: "):  # the API's error names the API's argument
+        profiler.profile(monitor=True, window="zz")
 
 
 def _planned(chunks: list[list[int]], epoch_len: int) -> int:

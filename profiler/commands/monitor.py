@@ -49,24 +49,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-plots", action="store_true", help="write monitor.json only")
 
 
-def parse_window(text: str) -> tuple[int, float | None]:
-    """``--window``: (steps, seconds); a time window still cuts at MONITOR_MAX steps so one window stays bounded."""
-    t = text.strip().lower()
-    units = {"s": 1.0, "m": 60.0, "h": 3600.0}
-    try:
-        if t and t[-1] in units:
-            secs = float(t[:-1]) * units[t[-1]]
-            if not 0 < secs <= 7 * 86400:
-                raise ValueError
-            return 1 << 40, secs
-        n = int(t)
-        if not 1 <= n <= 10_000_000:
-            raise ValueError
-        return n, None
-    except ValueError:
-        raise UserError(f"--window {text}: give a step count (1000) or a time (60s, 5m, 1h)") from None
-
-
 def exporters(args: argparse.Namespace, out: Path, rank: int | None = None) -> list[Any]:
     """The exporters asked for. Under torchrun (``rank`` given) TensorBoard gets every rank's windows, each in
     ``DIR/rank<k>`` (a run of its own in TensorBoard's list: the ranks side by side), and W&B and MLflow rank 0's
@@ -92,7 +74,7 @@ def main(args: argparse.Namespace) -> int:
     from ..harness.job import run_session
     from ..instrument.loaders import LoaderSelector
     from ..instrument.session import Session
-    from ..monitor.runner import FOREVER, Monitor, status_printer
+    from ..monitor.runner import FOREVER, Monitor, parse_window, status_printer
 
     target = getattr(args, "target", None)
     if target is None:

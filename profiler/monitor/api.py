@@ -25,10 +25,10 @@ class MonitorBlock:
 
     def __init__(self, out: str | None, window: int | str | None, detail: int, tensorboard: str | None, wandb: bool,
                  mlflow: bool, plots: bool, quiet: bool, loader: str | None):
-        from ..commands.monitor import parse_window
+        from .runner import parse_window
 
         # a bad window fails at the call, not inside the block; the default one also lasts MONITOR_MIN_WINDOW_S
-        self.steps, self.secs = parse_window(str(window if window is not None else th.MONITOR_WINDOW_STEPS))
+        self.steps, self.secs = parse_window(str(window if window is not None else th.MONITOR_WINDOW_STEPS), "window=")
         self.min_s = th.MONITOR_MIN_WINDOW_S if window is None else 0.0
         if detail < 0:
             raise ValueError("detail must be >= 0")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from .. import thresholds as th
+from ..errors import UserError
 from ..instrument.batch import detail_margin, set_detail_range, set_sampling
 from .changes import ChangePoint, Detector
 from .procs import TreeCounters
@@ -32,6 +33,25 @@ if TYPE_CHECKING:
 FOREVER = 1 << 62
 #: The last detail ranges a Monitor keeps (Monitor.recent): what the tests compare the windows' detail with.
 CHUNKS_KEPT = 64
+
+
+def parse_window(text: str, name: str = "--window ") -> tuple[int, float | None]:
+    """``--window`` (or the API's ``window=``, ``name``): (steps, seconds); a time window still cuts at MONITOR_MAX
+    steps so one window stays bounded."""
+    t = text.strip().lower()
+    units = {"s": 1.0, "m": 60.0, "h": 3600.0}
+    try:
+        if t and t[-1] in units:
+            secs = float(t[:-1]) * units[t[-1]]
+            if not 0 < secs <= 7 * 86400:
+                raise ValueError
+            return 1 << 40, secs
+        n = int(t)
+        if not 1 <= n <= 10_000_000:
+            raise ValueError
+        return n, None
+    except ValueError:
+        raise UserError(f"{name}{text}: give a step count (1000) or a time (60s, 5m, 1h)") from None
 
 
 def _cores() -> float:
