@@ -10,7 +10,6 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 from .. import thresholds as th
 from ..errors import UserError
@@ -49,32 +48,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-plots", action="store_true", help="write monitor.json only")
 
 
-def exporters(args: argparse.Namespace, out: Path, rank: int | None = None) -> list[Any]:
-    """The exporters asked for. Under torchrun (``rank`` given) TensorBoard gets every rank's windows, each in
-    ``DIR/rank<k>`` (a run of its own in TensorBoard's list: the ranks side by side), and W&B and MLflow rank 0's
-    only: a job logs there from rank 0, and a run of the monitor's own per rank would litter the project."""
-    from ..monitor.exporters import MissingPackage, make
-
-    made: list[Any] = []
-    tb = args.tensorboard if args.tensorboard is None or rank is None else str(Path(args.tensorboard) / f"rank{rank}")
-    for name, on, arg in (("tensorboard", tb is not None, tb),
-                          ("wandb", args.wandb, args.wandb_project), ("mlflow", args.mlflow, args.mlflow_uri)):
-        if not on or (rank and name != "tensorboard"):
-            continue
-        try:
-            made.append(make(name, arg, str(out)))
-        except MissingPackage as e:
-            print(f"profiler monitor: {e}", file=sys.stderr)
-    return made
-
-
 def main(args: argparse.Namespace) -> int:
     from .. import outdir, signals
     from ..harness.external import print_user_traceback, resolve_target, script_job
     from ..harness.job import run_session
     from ..instrument.loaders import LoaderSelector
     from ..instrument.session import Session
-    from ..monitor.runner import FOREVER, Monitor, parse_window, status_printer
+    from ..monitor.exporters import make_asked
+    from ..monitor.runner import FOREVER, Monitor, parse_window, rank_folder, status_printer
 
     target = getattr(args, "target", None)
     if target is None:
@@ -93,10 +74,7 @@ def main(args: argparse.Namespace) -> int:
     denv = detect()  # under torchrun: every rank monitors itself, into <folder>/rank<k> (one folder for the job)
     stamp = f"{datetime.now():%Y%m%d-%H%M%S}_monitor_{name}"
     if denv is not None:
-        from ..distributed.layout import agree_run_folder, rank_dir
-
-        out = outdir.claim(outdir.prepare_out(rank_dir(agree_run_folder(denv, args.out, "reports", stamp),
-                                                       denv.rank)))
+        out = rank_folder(denv, args.out, stamp)
     elif args.out is not None:
         out = outdir.claim(outdir.prepare_out(args.out))
     else:
@@ -110,7 +88,10 @@ def main(args: argparse.Namespace) -> int:
     main_rank = denv is None or denv.is_main
     show = not args.no_status and main_rank  # one status line on the terminal, rank 0's
     mon = Monitor(out, window_steps=steps, window_s=secs, detail=args.detail,
-                  exporters=exporters(args, out, denv.rank if denv is not None else None),
+                  exporters=make_asked(args.tensorboard, (args.wandb, args.wandb_project),
+                                       (args.mlflow, args.mlflow_uri), str(out),
+                                       denv.rank if denv is not None else None,
+                                       lambda line: print(f"profiler monitor: {line}", file=sys.stderr)),
                   status=status_printer() if show else None, job=job, min_window_s=min_s)
     pid = os.getpid()
     session = Session(0, FOREVER, then="continue", select=select)
@@ -150,14 +131,12 @@ def main(args: argparse.Namespace) -> int:
                 print(f"profiler monitor: could not draw the report ({type(e).__name__}: {e})", file=sys.stderr)
     if show:
         print(file=sys.stderr)
-    from ..render.monitor_terminal import print_monitor
+    from ..render.monitor_terminal import print_monitor, rank_line
 
     if main_rank:
         print_monitor(mon.rec, files)
-    else:  # one line per other rank: N full summaries would interleave on one terminal
-        rec = mon.rec
-        print(f"rank {denv.rank if denv is not None else '?'}: {rec.steps_total:,} steps in {rec.windows_total} "
-              f"windows, {len(rec.changes)} change point{'s' if len(rec.changes) != 1 else ''}; {out}")
+    else:
+        print(rank_line(mon.rec, f"rank {denv.rank if denv is not None else '?'}", str(out)))
     if outcome.status == "interrupted":
         return signals.exit_status(outcome.error)
     if outcome.status == "failed":

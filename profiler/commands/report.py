@@ -95,7 +95,7 @@ def _monitor_ranks(args: argparse.Namespace) -> int:
     full summary of rank 0 (one line for each other rank). Not merged: each rank's windows are its own."""
     from ..monitor.record import load
     from ..render.monitor_html import write_monitor
-    from ..render.monitor_terminal import print_monitor
+    from ..render.monitor_terminal import print_monitor, rank_line
 
     if args.out:
         raise UserError("report FOLDER of several monitored ranks writes next to each rank's record; leave out --out")
@@ -105,8 +105,7 @@ def _monitor_ranks(args: argparse.Namespace) -> int:
         if i == 0:
             print_monitor(rec, files)
         else:
-            print(f"{d.name}: {rec.steps_total:,} steps in {rec.windows_total} windows, {len(rec.changes)} change "
-                  f"point{'s' if len(rec.changes) != 1 else ''}; {', '.join(files)}")
+            print(rank_line(rec, d.name, ", ".join(files)))
     return 0
 
 

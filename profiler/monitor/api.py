@@ -55,11 +55,10 @@ class MonitorBlock:
         name = f"{datetime.now():%Y%m%d-%H%M%S}_monitor_api"
         self._denv = denv = detect()
         if denv is not None:
-            from ..distributed.layout import agree_run_folder, rank_dir
+            from .runner import rank_folder
 
             try:
-                return outdir.claim(outdir.prepare_out(rank_dir(agree_run_folder(denv, self._out_arg, "reports",
-                                                                                 name), denv.rank)))
+                return rank_folder(denv, self._out_arg, name)
             except UserError as e:
                 _say(f"rank {denv.rank}: {e}")
         return outdir.api_run_dir(self._out_arg, name, _say)
@@ -73,21 +72,13 @@ class MonitorBlock:
         try:
             from ..instrument.loaders import LoaderSelector
             from ..instrument.session import Session
-            from .exporters import MissingPackage, make
+            from .exporters import make_asked
             from .runner import FOREVER, Monitor, status_printer
 
             self.out = self._folder()
-            exporters = []
             rank = self._denv.rank if self._denv is not None else None
-            tb = self.tensorboard if self.tensorboard is None or rank is None else \
-                str(Path(self.tensorboard) / f"rank{rank}")  # every rank, side by side; W&B, MLflow: rank 0's
-            for name, on, arg in (("tensorboard", tb is not None, tb),
-                                  ("wandb", self.wandb and not rank, None), ("mlflow", self.mlflow and not rank, None)):
-                if on:
-                    try:
-                        exporters.append(make(name, arg, str(self.out)))
-                    except MissingPackage as e:
-                        _say(str(e))
+            exporters = make_asked(self.tensorboard, (self.wandb, None), (self.mlflow, None), str(self.out), rank,
+                                   _say)
             self._mon = Monitor(self.out, window_steps=self.steps, window_s=self.secs, detail=self.detail,
                                 exporters=exporters, status=None if self.quiet or rank else status_printer(),
                                 job={"kind": "api", "target": "profile(monitor=True)",

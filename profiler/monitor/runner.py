@@ -35,6 +35,15 @@ FOREVER = 1 << 62
 CHUNKS_KEPT = 64
 
 
+def rank_folder(denv: Any, out: str | None, name: str) -> Path:
+    """A torchrun rank's monitor folder, ``<folder>/rank<k>``, of one folder for the job (agreed as ``run``'s ranks
+    agree on theirs: distributed/layout.py); ``out``: the folder asked for, else ``reports/<name>_ddp<N>``."""
+    from .. import outdir
+    from ..distributed.layout import agree_run_folder, rank_dir
+
+    return outdir.claim(outdir.prepare_out(rank_dir(agree_run_folder(denv, out, "reports", name), denv.rank)))
+
+
 def parse_window(text: str, name: str = "--window ") -> tuple[int, float | None]:
     """``--window`` (or the API's ``window=``, ``name``): (steps, seconds); a time window still cuts at MONITOR_MAX
     steps so one window stays bounded."""

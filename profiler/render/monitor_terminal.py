@@ -43,3 +43,10 @@ def print_monitor(rec: MonitorRecord, files: list[str], out: Any = None) -> None
         say(f"Monitor's own time at cuts: {cost.get('seconds', 0):.3f} s over {cost.get('cuts', 0)} cuts")
     for p in files:
         print(f"  {p}", file=f)
+
+
+def rank_line(rec: MonitorRecord, rank: str, where: str) -> str:
+    """One other rank of a torchrun job, on one line (rank 0 gets print_monitor: N summaries would interleave)."""
+    n = len(rec.changes)
+    return (f"{rank}: {rec.steps_total:,} steps in {rec.windows_total} windows, {n} change "
+            f"point{'s' if n != 1 else ''}; {where}")

@@ -6,7 +6,8 @@ that is not installed is one clear line (``MissingPackage``), never an import er
 """
 from __future__ import annotations
 
-from typing import Protocol
+from pathlib import Path
+from typing import Callable, Protocol
 
 from ..changes import ChangePoint
 from ..windows import CAUSES, WindowSummary
@@ -68,3 +69,21 @@ def make(name: str, arg: str | None, out_dir: str) -> Exporter:
 
         return MlflowExporter(arg)
     raise ValueError(name)
+
+
+def make_asked(tensorboard: str | None, wandb: tuple[bool, str | None], mlflow: tuple[bool, str | None],
+               out_dir: str, rank: int | None, say: Callable[[str], None]) -> list[Exporter]:
+    """The exporters a monitor was asked for (``wandb`` / ``mlflow``: asked, and the project / tracking URI); a
+    missing package is one line through ``say``. Under torchrun (``rank`` given) TensorBoard gets every rank's windows,
+    each in ``DIR/rank<k>`` (a run of its own in TensorBoard's list: the ranks side by side), and W&B and MLflow rank
+    0's only: a job logs there from rank 0, and a run of the monitor's own per rank would litter the project."""
+    tb = tensorboard if tensorboard is None or rank is None else str(Path(tensorboard) / f"rank{rank}")
+    made: list[Exporter] = []
+    for name, on, arg in (("tensorboard", tb is not None, tb), ("wandb", wandb[0] and not rank, wandb[1]),
+                          ("mlflow", mlflow[0] and not rank, mlflow[1])):
+        if on:
+            try:
+                made.append(make(name, arg, out_dir))
+            except MissingPackage as e:
+                say(str(e))
+    return made
