@@ -184,6 +184,9 @@ _RERUN_ON_LOAD = frozenset({
     # (the machine 93 % busy, 2026-12-07 night); 3 of 3 beside two busy loops and 11 of 11 alone read "cpu". The
     # assertion now prints both verdicts' summaries, so the next one says why.
     "test_attach_rotation.py::test_verdict_is_the_same_rotated_or_not",
+    # Its 3-s window is sampled by the restarted py-spy; in a full suite run (2026-12-07 night) the restart's start-up
+    # under load took the whole window: 0 samples, stopped by our signal. The restart itself is what it checks.
+    "test_hardening4.py::test_a_py_spy_record_that_fails_before_its_first_sample_is_started_again",
 })
 
 
