@@ -323,3 +323,14 @@ MONITOR_MAX_CHANGES = 200
 # monitor.json is rewritten at a cut at most this often (seconds): live `report` sees a record this fresh, and a
 # 1 MB write every few seconds would cost the job more than the monitor's 1 % budget.
 MONITOR_WRITE_EVERY_S = 10.0
+
+# --- The monitor across ranks (profiler/monitor/ranks.py) ------------------------------------------------------------
+# A rank's input *lags* at some steps when its wait share there is above the others' median by at least this share of
+# its time (and, with three or more others, by STRAGGLER_SPREAD_K of their robust spread). Why 10 points: the same
+# step a single rank's change points use for a wait spike (MONITOR_SPIKE_FROM), and the size at which a run's verdict
+# calls input a bottleneck worth fixing; ranks of one job differ by a few points from scheduling alone.
+MONITOR_RANK_LAG_SHARE = 0.10
+# Rank 0 of a monitored torchrun job draws the ranks side by side at its end, from the rank folders it can see; the
+# others end within seconds of it (DDP meets in every all-reduce). It waits at most this long for a rank still
+# "running" to write its final record, then draws what that rank has written so far (rewritten every cut) and says so.
+MONITOR_RANKS_WAIT_S = 5.0

@@ -473,7 +473,9 @@ print("VAL", in_val)
 def test_torchrun_ranks_each_monitored_into_one_folder(tmp_path: Path, data_file: Path) -> None:
     """`torchrun -m profiler monitor` failed: both ranks claimed one --out. Each rank now monitors itself into
     <out>/rank<k>, TensorBoard gets every rank in DIR/rank<k>, rank 0 prints the summary (the other ranks a line
-    each), and `report` on the folder draws every rank's report again."""
+    each) and then the ranks side by side, and `report` on the folder draws every rank's report again. The ranks meet
+    in an all-reduce every step (as DDP's do) and only rank 1 gets the io phase: rank 0 waits for it in the
+    all-reduce, and the side by side names rank 1, io, over the io phase's steps."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from _util import free_port, repo_env
@@ -482,22 +484,34 @@ def test_torchrun_ranks_each_monitored_into_one_folder(tmp_path: Path, data_file
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
            "-m", "profiler", "monitor", "--window", str(window), "--detail", "4", "--no-status", "--out", "mon",
            "--tensorboard", "tb", str(JOB), str(data_file), str(phase), "0", "4"]
-    p = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=repo_env(), timeout=300)
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                       env=repo_env({"MON_PHASES_IO_RANK": "1", "MON_PHASES_SYNC": "1"}))
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
-    for k in (0, 1):
-        rec = load(tmp_path / "mon" / f"rank{k}")
+    recs = {k: load(tmp_path / "mon" / f"rank{k}") for k in (0, 1)}
+    for k, rec in recs.items():
         assert rec.status == "ended" and rec.steps_total == 3 * phase and rec.job["rank"] == k
-        assert any(w.bottleneck == "io" for w in rec.windows), [w.bottleneck for w in rec.windows]
         acc = EventAccumulator(str(tmp_path / "tb" / f"rank{k}"), size_guidance={"scalars": 0})
         acc.Reload()
         assert len(acc.Scalars("profiler/idle_io")) == len(rec.windows)
+    assert any(w.bottleneck == "io" for w in recs[1].windows), [w.bottleneck for w in recs[1].windows]
+    assert not any(w.bottleneck == "io" for w in recs[0].windows), [w.bottleneck for w in recs[0].windows]
     assert "rank 1: 60 steps in" in p.stdout and p.stdout.count("Monitored ") == 1
+    side = p.stdout[p.stdout.index("Across the 2 ranks"):]
+    assert side.startswith("Across the 2 ranks: Rank 1 waited") and "mostly io" in side, side
+    from profiler.monitor.ranks import analyze
+
+    lag = analyze(recs).lags[0]  # the io phase is steps 20-39: named within a window of it
+    assert lag.rank == 1 and lag.cause == "io" and abs(lag.step_first - phase) <= window \
+        and abs(lag.step_last - (2 * phase - 1)) <= window, lag
     for k in (0, 1):
         (tmp_path / "mon" / f"rank{k}" / "monitor.html").unlink()
+    (tmp_path / "mon" / "monitor_ranks.html").unlink()
     r = subprocess.run([sys.executable, "-m", "profiler", "report", "mon"], capture_output=True, text=True,
                        cwd=tmp_path, env=repo_env(), timeout=120)
     assert r.returncode == 0 and "rank1: 60 steps" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "Across the 2 ranks: Rank 1 waited" in r.stdout, r.stdout[-2000:]
     assert all((tmp_path / "mon" / f"rank{k}" / "monitor.html").is_file() for k in (0, 1))
+    assert (tmp_path / "mon" / "monitor_ranks.html").is_file() and (tmp_path / "mon" / "monitor_ranks.png").is_file()
 
 
 def test_status_line(phased: tuple[Path, subprocess.CompletedProcess[str]]) -> None:

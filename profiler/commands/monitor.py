@@ -22,7 +22,8 @@ MONITOR_EPILOG = """examples:
   python -m profiler monitor --wandb --mlflow -m mypkg.train --config cfg.yaml
       the job's own active W&B / MLflow run is used when it has one
   torchrun --nproc-per-node 2 -m profiler monitor --tensorboard runs/exp1 train.py
-      every rank into <out>/rank<k>, TensorBoard in runs/exp1/rank<k>; W&B and MLflow get rank 0's windows
+      every rank into <out>/rank<k>, TensorBoard in runs/exp1/rank<k>; W&B and MLflow get rank 0's windows;
+      at the end rank 0 names the rank whose input lagged the others' (<out>/monitor_ranks.html and .png)
   python -m profiler report reports/<folder>       # renders the record so far, while the job still runs
 """
 
@@ -135,6 +136,10 @@ def main(args: argparse.Namespace) -> int:
 
     if main_rank:
         print_monitor(mon.rec, files)
+        if denv is not None:
+            from ..monitor.side_by_side import after_the_job
+
+            after_the_job(out.parent, plots=not args.no_plots)
     else:
         print(rank_line(mon.rec, f"rank {denv.rank if denv is not None else '?'}", str(out)))
     if outcome.status == "interrupted":

@@ -91,9 +91,11 @@ def _monitored_ranks(folder: Path) -> list[Path]:
 
 
 def _monitor_ranks(args: argparse.Namespace) -> int:
-    """``report FOLDER`` of a torchrun job under ``monitor``: each rank's monitor.html and monitor.png again, and the
-    full summary of rank 0 (one line for each other rank). Not merged: each rank's windows are its own."""
+    """``report FOLDER`` of a torchrun job under ``monitor``: each rank's monitor.html and monitor.png again, the
+    full summary of rank 0 (one line for each other rank), then the ranks side by side (render/monitor_ranks.py:
+    which rank's input lagged the others', monitor_ranks.png and .html in the folder)."""
     from ..monitor.record import load
+    from ..monitor.side_by_side import write_ranks
     from ..render.monitor_html import write_monitor
     from ..render.monitor_terminal import print_monitor, rank_line
 
@@ -106,6 +108,7 @@ def _monitor_ranks(args: argparse.Namespace) -> int:
             print_monitor(rec, files)
         else:
             print(rank_line(rec, d.name, ", ".join(files)))
+    write_ranks(Path(args.run_json))
     return 0
 
 

@@ -116,6 +116,11 @@ class MonitorBlock:
                     from ..render.monitor_html import write_monitor
 
                     self.files += [str(f) for f in write_monitor(mon.rec, self.out)]
+                if self._denv is not None and self._denv.is_main and self.out is not None:
+                    from .side_by_side import after_the_job
+
+                    self.files += [str(f) for f in after_the_job(self.out.parent, self.plots,
+                                                                 (lambda _: None) if self.quiet else print)]
         except KeyboardInterrupt:
             if exc is None:
                 raise

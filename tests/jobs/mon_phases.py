@@ -1,6 +1,8 @@
 """A job whose input cause changes mid-run, keyed on the step (sequential sampler): cpu-bound (the dataset spins a
 core), then io-bound (it evicts a file from the page cache and reads it back, then blocks: a sleep), then cpu-bound
-again. argv: DATA_FILE STEPS_PER_PHASE [WORKERS] [BATCH] [STEPS_OF_THE_LAST_PHASE] (default: STEPS_PER_PHASE)."""
+again. argv: DATA_FILE STEPS_PER_PHASE [WORKERS] [BATCH] [STEPS_OF_THE_LAST_PHASE] (default: STEPS_PER_PHASE).
+Under torchrun, MON_PHASES_IO_RANK=k gives the io phase to rank k alone (the others stay cpu-bound), and
+MON_PHASES_SYNC=1 makes the ranks meet every step in an all-reduce (gloo), as DDP's do."""
 import hashlib
 import os
 import sys
@@ -20,6 +22,8 @@ SPIN_S = 0.010  # per sample, on a core
 # as cpu: right for that machine, not the cause this phase plants. Twice as long a block keeps it io beside that load.
 BLOCK_S = 0.025
 CHUNK = bytes(65536)
+IO_RANK = os.environ.get("MON_PHASES_IO_RANK")
+IO_HERE = IO_RANK is None or IO_RANK == os.environ.get("RANK")
 
 
 class Phased(Dataset):
@@ -28,7 +32,7 @@ class Phased(Dataset):
 
     def __getitem__(self, i):
         step = i // BATCH
-        if PHASE <= step < 2 * PHASE:
+        if IO_HERE and PHASE <= step < 2 * PHASE:
             fd = os.open(PATH, os.O_RDONLY)
             try:
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
@@ -49,8 +53,17 @@ class Phased(Dataset):
 
 if __name__ == "__main__":
     raise_at = int(os.environ.get("MON_PHASES_RAISE_AT") or -1)  # a crash at this step (the record must survive it)
+    sync = os.environ.get("MON_PHASES_SYNC") == "1"
+    if sync:
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
     loader = DataLoader(Phased(), batch_size=BATCH, num_workers=WORKERS)
     for step, x in enumerate(loader):
         if step == raise_at:
             raise RuntimeError(f"the job's own failure at step {step}")
         time.sleep(0.0005)  # the model's step: short, so input sets the pace
+        if sync:
+            dist.all_reduce(x.sum())  # the gradients' all-reduce: every rank waits here for the slowest
+    if sync:
+        dist.destroy_process_group()
