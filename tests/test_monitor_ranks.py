@@ -109,3 +109,20 @@ def test_report_draws_the_ranks_side_by_side_from_saved_records(tmp_path: Path) 
     assert "Rank 1&#x27;s input lagged from step 200 to the end: io" in html and "rank 1 waited 50 %" in html \
         and "rank0/monitor.html" in html
     assert (tmp_path / "job" / "monitor_ranks.png").stat().st_size > 5000
+
+
+def test_a_long_job_of_many_ranks_is_compared_on_a_bounded_grid() -> None:
+    """32 ranks of 512 windows each, every rank cutting elsewhere: 16,000 boundaries, drawn on at most MAX_BINS bins;
+    the one rank whose cache ran out for 100 of its windows is still named over those steps."""
+    import random
+
+    from profiler.monitor.ranks import MAX_BINS
+
+    rng = random.Random(1)
+    recs = {r: _rec([0.2 + rng.uniform(-0.02, 0.02) for _ in range(512)], per=100 + r, offset=r * 7)
+            for r in range(32)}
+    recs[5] = _rec([0.2] * 200 + [0.6] * 100 + [0.2] * 212, per=105, offset=35)
+    v = analyze(recs)
+    assert len(v.bins) <= MAX_BINS and [g.rank for g in v.lags] == [5], v.lags
+    first, last = 35 + 200 * 105, 35 + 300 * 105 - 1  # its slow windows' steps
+    assert abs(v.lags[0].step_first - first) < 200 and abs(v.lags[0].step_last - last) < 200, v.lags[0]

@@ -22,6 +22,7 @@ say whether its node read from disk where they read from cache.
 """
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from statistics import median
 from typing import TYPE_CHECKING
@@ -35,6 +36,9 @@ if TYPE_CHECKING:
 
 MAD_TO_SIGMA = 1.4826  # a normal distribution's standard deviation is 1.4826 x its median absolute deviation
 CAUSES = ("io", "cpu", "transfer", "other")
+# The aligned grid's bins at most: the union of every rank's window boundaries grows with ranks x windows (64 ranks of
+# 512 windows: 32,768); a plot and a lag rule need no finer grid than the windows of one rank (MONITOR_MAX_WINDOWS).
+MAX_BINS = 1024
 READ_SAID_FROM_MB_S = 0.1  # device reads below this on every side say nothing (a log file's writes, metadata)
 
 
@@ -127,9 +131,16 @@ class _Acc:
 
 
 def _covering(ws: list[WindowSummary], a: int, b: int) -> list[tuple[WindowSummary, int]]:
-    """The windows of ``ws`` (in step order) that overlap the steps [a, b], with the steps of each inside them."""
-    return [(w, min(b, w.step_last) - max(a, w.step_first) + 1) for w in ws
-            if w.step_first <= b and w.step_last >= a and w.steps > 0]
+    """The windows of ``ws`` (in step order, not overlapping) that overlap the steps [a, b], with the steps of each
+    inside them (a bisection: a week-long job's ranks hold hundreds of windows each)."""
+    i = max(0, bisect_right(ws, a, key=lambda w: w.step_first) - 1)
+    out = []
+    while i < len(ws) and ws[i].step_first <= b:
+        w = ws[i]
+        if w.step_last >= a:
+            out.append((w, min(b, w.step_last) - max(a, w.step_first) + 1))
+        i += 1
+    return out
 
 
 def _lags(share: float, others: list[float]) -> bool:
@@ -151,6 +162,9 @@ def analyze(recs: dict[int, MonitorRecord]) -> RanksView:
     rows = [_row(r, recs[r], ws) for r, ws in windows.items()]
     edges = sorted({w.step_first for ws in windows.values() for w in ws}
                    | {w.step_last + 1 for ws in windows.values() for w in ws})
+    if len(edges) > MAX_BINS + 1:  # many ranks, each cut elsewhere: a coarser grid (every k-th boundary, both ends)
+        k = -(-(len(edges) - 1) // MAX_BINS)
+        edges = edges[:-1:k] + [edges[-1]]
     bins: list[Bin] = []
     for a, b1 in zip(edges, edges[1:]):
         b = Bin(a, b1 - 1)
