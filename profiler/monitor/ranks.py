@@ -193,7 +193,7 @@ def _row(rank: int, rec: MonitorRecord, ws: list[WindowSummary]) -> RankRow:
 
 def _episodes(bins: list[Bin], windows: dict[int, list[WindowSummary]]) -> list[RankLag]:
     out: list[RankLag] = []
-    for r, ws in windows.items():
+    for r in windows:
         run: list[Bin] = []
         covered = [b for b in bins if r in b.share]
         for i, b in enumerate(covered):
@@ -201,20 +201,15 @@ def _episodes(bins: list[Bin], windows: dict[int, list[WindowSummary]]) -> list[
                 run.append(b)
             if run and (r not in b.lagging or i == len(covered) - 1):
                 lag = _episode(r, run, windows, to_end=r in b.lagging)
-                if len(lag.windows_seen) >= MONITOR_PERSIST_WINDOWS:
-                    out.append(lag.lag)
+                if lag.windows >= MONITOR_PERSIST_WINDOWS:  # (one window is a burst)
+                    out.append(lag)
                 run = []
     out.sort(key=lambda x: (x.step_first, x.rank))
     return out
 
 
-@dataclass
-class _Seen:
-    lag: RankLag
-    windows_seen: set[int]
-
-
-def _episode(r: int, run: list[Bin], windows: dict[int, list[WindowSummary]], to_end: bool) -> _Seen:
+def _episode(r: int, run: list[Bin], windows: dict[int, list[WindowSummary]], to_end: bool) -> RankLag:
+    """Rank ``r``'s lagging bins in a row (``run``) as one episode: its figures and the others' over those steps."""
     a, b = run[0].step_first, run[-1].step_last
     own = _Acc()
     for w, n in _covering(windows[r], a, b):
@@ -232,7 +227,7 @@ def _episode(r: int, run: list[Bin], windows: dict[int, list[WindowSummary]], to
                   median(o.share for o in others) if others else 0.0, own.cause, own.read_mb_s,
                   median(o.read_mb_s for o in others) if others else 0.0, to_end, len(others))
     lag.summary = _sentence(lag)
-    return _Seen(lag, own.windows)
+    return lag
 
 
 def _clock(s: float) -> str:
