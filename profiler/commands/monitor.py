@@ -120,9 +120,14 @@ def main(args: argparse.Namespace) -> int:
         outdir.discard_if_empty(out)
         print(f"profiler: {target} iterated no DataLoader: nothing monitored, no record written", file=sys.stderr)
         return 1 if outcome.status == "failed" else (outcome.exit_code or 0)
+    from ..render.monitor_terminal import print_monitor, rank_line
+
     with signals.deferred():
         rec_path = mon.finish(outcome.status, session.loader.to_dict() if session.loader is not None else None)
         files = [str(rec_path)]
+        if not main_rank:  # its line now, before its drawing: rank 0 prints the ranks side by side once the others'
+            # records are final, and a line printed after the drawing landed in the middle of that
+            print(rank_line(mon.rec, f"rank {denv.rank if denv is not None else '?'}", str(out)), flush=True)
         if not args.no_plots:
             try:
                 from ..render.monitor_html import write_monitor
@@ -132,16 +137,12 @@ def main(args: argparse.Namespace) -> int:
                 print(f"profiler monitor: could not draw the report ({type(e).__name__}: {e})", file=sys.stderr)
     if show:
         print(file=sys.stderr)
-    from ..render.monitor_terminal import print_monitor, rank_line
-
     if main_rank:
         print_monitor(mon.rec, files)
         if denv is not None:
             from ..monitor.side_by_side import after_the_job
 
             after_the_job(out.parent, plots=not args.no_plots)
-    else:
-        print(rank_line(mon.rec, f"rank {denv.rank if denv is not None else '?'}", str(out)))
     if outcome.status == "interrupted":
         return signals.exit_status(outcome.error)
     if outcome.status == "failed":
