@@ -46,7 +46,8 @@ def write_ranks(folder: Path, wait_s: float = 0.0, plots: bool = True, say: Any 
         say(line)
     still = [r for r, (_, rec) in found.items() if rec.status == "running"]
     if still:
-        say(f"  (still running, drawn as far as recorded: rank {', '.join(map(str, still))})")
+        say(f"  (still running, drawn as far as recorded: rank{'s' if len(still) > 1 else ''} "
+            f"{', '.join(map(str, still))})")
     if not plots:
         return []
     png = write_png(view, folder / "monitor_ranks.png") if view.bins else None
