@@ -91,7 +91,7 @@ def test_a_rank_that_crashed_drops_out_of_the_later_steps() -> None:
 
 
 @pytest.mark.slow
-def test_report_draws_the_ranks_side_by_side_from_saved_records(tmp_path: Path) -> None:
+def test_report_draws_the_ranks_side_by_side_from_saved_records_live_or_ended(tmp_path: Path) -> None:
     import subprocess
     import sys
 
@@ -100,11 +100,13 @@ def test_report_draws_the_ranks_side_by_side_from_saved_records(tmp_path: Path) 
     base = [0.05] * 6
     for r, rec in {0: _rec(base), 1: _rec([0.05, 0.05, 0.5, 0.5, 0.5, 0.5]), 2: _rec(base)}.items():
         rec.job = {"target": "job.py", "rank": r, "world_size": 3}
+        rec.status = "running" if r == 2 else "ended"  # a live folder: rank 2 still writing
         rec.save(tmp_path / "job" / f"rank{r}")
     p = subprocess.run([sys.executable, "-m", "profiler", "report", "job"], capture_output=True, text=True,
                        cwd=tmp_path, env=repo_env(), timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
     assert "Across the 3 ranks" in p.stdout and "Rank 1 waited 50 %" in p.stdout, p.stdout[-3000:]
+    assert "(still running, drawn as far as recorded: rank 2)" in p.stdout, p.stdout[-3000:]
     html = (tmp_path / "job" / "monitor_ranks.html").read_text()
     assert "Rank 1&#x27;s input lagged from step 200 to the end: io" in html and "rank 1 waited 50 %" in html \
         and "rank0/monitor.html" in html
