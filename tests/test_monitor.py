@@ -131,7 +131,13 @@ def test_report_renders_the_folder(phased: tuple[Path, subprocess.CompletedProce
     rec = load(out / "rec")
     h1 = unescape(html[html.index('<h1 id="headline">') + 18:html.index("</h1>")])
     assert h1 == headline(rec) and len(h1.split()) <= 20, h1
-    assert h1.endswith("input-bound on CPU work (was input-bound on storage reads).")
+    last = rec.changes[-1]
+    if last.kind == "cause":
+        assert h1.endswith("input-bound on CPU work (was input-bound on storage reads).")
+    else:  # a neighbour's burst of load (another test's jobs) slowed the last phase: a throughput change after it
+        assert f"the latest: from step {last.step:,}" in h1, h1
+        cause = [c for c in rec.changes if c.kind == "cause"][-1]
+        assert (cause.before, cause.after) == ("io", "cpu"), rec.changes
     assert " ".join(r.out.split()).startswith(h1)
     assert 'src="data:image/png;base64,' in html and 'src="monitor.png"' not in html
     from profiler.render.monitor_html import cards
@@ -633,3 +639,43 @@ def test_detail_per_window_is_bounded_whatever_the_step_rate(workers: int, rate:
         assert sum(w.detail_steps for w in ws) == _planned(plan["recent"], length)
     # Bounded by windows, not by steps: the detail is a small share of a fast job's steps.
     assert sum(w.detail_steps for w in ws) <= (len(ws) + 1) * 8
+
+
+_SIGNAL_IN_A_CUT_JOB = """
+import os, signal, sys
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+import profiler.monitor.runner as runner
+
+summarize, cuts = runner.summarize, [0]
+
+def summarize_then_signal(*a, **k):  # the second cut is half done when SIGTERM arrives
+    w = summarize(*a, **k)
+    cuts[0] += 1
+    if cuts[0] == 2:
+        signal.raise_signal(signal.SIGTERM)
+    return w
+
+runner.summarize = summarize_then_signal
+for step, (x,) in enumerate(DataLoader(TensorDataset(torch.randn(400, 4)), batch_size=4)):
+    if step == 35:
+        sys.exit(f"SIGTERM never stopped the job (cuts: {cuts[0]})")
+"""
+
+
+def test_a_signal_in_the_middle_of_a_cut_loses_no_window(tmp_path: Path) -> None:
+    """SIGTERM landing inside a cut (between the window's summary and its place in the record) ended the job with
+    that window lost: the next window began where it would have ended, so the record's steps no longer added up
+    (seen once in a full CI run, 2026-12-07: windows of steps 0-9 and 20-20, 11 steps in all). A cut now holds the
+    signal until it is done: the window is kept, then the job stops (143)."""
+    job = tmp_path / "job.py"
+    job.write_text(_SIGNAL_IN_A_CUT_JOB)
+    p = subprocess.run([sys.executable, "-m", "profiler", "monitor", "--window", "10", "--detail", "4", "--no-status",
+                        "--no-plots", "--out", str(tmp_path / "rec"), str(job)], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert p.returncode == 128 + signal.SIGTERM, p.stderr[-2000:]
+    rec = load(tmp_path / "rec")
+    assert rec.status == "interrupted"
+    assert [(w.step_first, w.step_last) for w in rec.windows][:2] == [(0, 9), (10, 19)], \
+        [(w.step_first, w.step_last) for w in rec.windows]
+    assert rec.windows[-1].step_last + 1 == rec.steps_total == sum(w.steps for w in rec.windows)

@@ -48,6 +48,7 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Any, Callable
 
+from .. import signals
 from .. import thresholds as th
 from . import torch_hooks
 
@@ -219,6 +220,10 @@ class Gaps:
         ``iter()``, the job's end): the step in progress, if the epoch has one, stays open from ``t_ns``."""
         if not self.open:
             return
+        with signals.deferred():  # (a signal half-way would lose the gap's steps: the record's counts hold them)
+            self._close(t_ns, boundary)
+
+    def _close(self, t_ns: int, boundary: bool) -> None:
         self.open = self.closing = False
         self.probe = 0
         torch_hooks.hook_next(True)

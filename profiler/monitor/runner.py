@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from .. import signals
 from .. import thresholds as th
 from ..errors import UserError
 from ..instrument.batch import detail_margin, set_detail_range, set_sampling
@@ -246,23 +247,24 @@ class Monitor:
             return True
         t = self.chunk_ns = time.perf_counter_ns()
         try:
-            epoch = len(s.epochs)
-            at = s._epoch_batches  # the epoch's index of the batch the next step waits for
-            if s.sampling is not None:
-                if epoch == self.range_epoch and at < self.range_hi:
-                    return False
-                li = s.loader
-                loader = s._loader_ref() if s._loader_ref is not None else None
-                workers = li.num_workers if li is not None else 0
-                lo = at + detail_margin(workers, getattr(loader, "prefetch_factor", None))
-                set_detail_range(lo, lo + self.per_chunk)
-                self.range_epoch, self.range_hi = epoch, lo + self.per_chunk
-                self.chunks_set += 1
-                self.recent.append((epoch - 1, lo, lo + self.per_chunk))
-                del self.recent[:-CHUNKS_KEPT]
-            s._materialize()
-            if s.sampling is None:  # sampled in the fetchers, the Session's boundary stays put (attach)
-                s.detail_steps = max(0, s._n_steps - s.warmup) + self.per_chunk
+            with signals.deferred():  # (as a cut: the detail range, its record and the Session's boundary together)
+                epoch = len(s.epochs)
+                at = s._epoch_batches  # the epoch's index of the batch the next step waits for
+                if s.sampling is not None:
+                    if epoch == self.range_epoch and at < self.range_hi:
+                        return False
+                    li = s.loader
+                    loader = s._loader_ref() if s._loader_ref is not None else None
+                    workers = li.num_workers if li is not None else 0
+                    lo = at + detail_margin(workers, getattr(loader, "prefetch_factor", None))
+                    set_detail_range(lo, lo + self.per_chunk)
+                    self.range_epoch, self.range_hi = epoch, lo + self.per_chunk
+                    self.chunks_set += 1
+                    self.recent.append((epoch - 1, lo, lo + self.per_chunk))
+                    del self.recent[:-CHUNKS_KEPT]
+                s._materialize()
+                if s.sampling is None:  # sampled in the fetchers, the Session's boundary stays put (attach)
+                    s.detail_steps = max(0, s._n_steps - s.warmup) + self.per_chunk
         except Exception as e:  # noqa: BLE001 - the monitor must never crash the job it watches
             self.failed = f"{type(e).__name__}: {e}"
             self.due_n = FOREVER
@@ -278,7 +280,10 @@ class Monitor:
             return None
         t = time.perf_counter_ns()
         try:
-            return self._cut(s, end_ns, final)
+            # Signals held until the cut is done: SIGTERM between the window's summary and its place in the record
+            # lost the window (the next one began where it would have ended); the job stops right after instead.
+            with signals.deferred():
+                return self._cut(s, end_ns, final)
         except Exception as e:  # noqa: BLE001 - the monitor must never crash the job it watches
             self.failed = f"{type(e).__name__}: {e}"
             print(f"profiler monitor: stopped watching after an error of its own ({self.failed}); the job goes on",
