@@ -80,14 +80,14 @@ def _monitor(args: argparse.Namespace) -> int:
     return 0
 
 
-def _monitored_ranks(folder: Path) -> list[Path]:
-    """The rank folders of a torchrun job run under ``monitor`` (each holds monitor.json, none run.json)."""
+def _monitored_ranks(folder: Path) -> dict[int, Path]:
+    """rank -> its folder, of a torchrun job run under ``monitor`` (each holds monitor.json, none run.json)."""
     from ..distributed.layout import find_ranks
 
     ranks = find_ranks(folder)
     if any((d / "run.json").exists() for d in ranks.values()):
-        return []
-    return [d for d in ranks.values() if (d / "monitor.json").is_file()]
+        return {}
+    return {r: d for r, d in ranks.items() if (d / "monitor.json").is_file()}
 
 
 def _monitor_ranks(args: argparse.Namespace) -> int:
@@ -101,14 +101,16 @@ def _monitor_ranks(args: argparse.Namespace) -> int:
 
     if args.out:
         raise UserError("report FOLDER of several monitored ranks writes next to each rank's record; leave out --out")
-    for i, d in enumerate(_monitored_ranks(Path(args.run_json))):
+    found = {}
+    for i, (r, d) in enumerate(_monitored_ranks(Path(args.run_json)).items()):
         rec = load(d)
+        found[r] = (d, rec)  # read once: for its own report and for the side by side
         files = [str(f) for f in write_monitor(rec, d)]
         if i == 0:
             print_monitor(rec, files)
         else:
             print(rank_line(rec, d.name, ", ".join(files)))
-    write_ranks(Path(args.run_json))
+    write_ranks(Path(args.run_json), found=found)
     return 0
 
 

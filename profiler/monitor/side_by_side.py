@@ -34,10 +34,13 @@ def load_ranks(folder: Path, wait_s: float = 0.0) -> dict[int, tuple[Path, Monit
         time.sleep(0.2)
 
 
-def write_ranks(folder: Path, wait_s: float = 0.0, plots: bool = True, say: Any = print) -> list[Path]:
+def write_ranks(folder: Path, wait_s: float = 0.0, plots: bool = True, say: Any = print,
+                found: dict[int, tuple[Path, MonitorRecord]] | None = None) -> list[Path]:
     """The ranks of the monitored job in ``folder`` side by side: the lines said (``say``), and with ``plots``
-    monitor_ranks.png and monitor_ranks.html written there. Nothing with fewer than two ranks' records."""
-    found = load_ranks(folder, wait_s)
+    monitor_ranks.png and monitor_ranks.html written there (``found``: the ranks' records already read, as
+    load_ranks returns them). Nothing with fewer than two ranks' records."""
+    if found is None:
+        found = load_ranks(folder, wait_s)
     if len(found) < 2:
         return []
     view = analyze({r: rec for r, (_, rec) in found.items()})

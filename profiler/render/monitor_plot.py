@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import vocab
+from . import output
 
 if TYPE_CHECKING:
     from ..monitor.record import MonitorRecord
@@ -40,8 +41,7 @@ def write_png(rec: MonitorRecord, path: Path) -> Path:
                     color="#c03030", rotation=90, va="top", ha="right")
     a1.set_title("Input wait over the whole job, by cause (change points dashed)", fontsize=10)
     fig.tight_layout()
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    tmp.replace(path)
-    return path
+    try:
+        return output.write_png(fig, path, dpi=100)
+    finally:
+        plt.close(fig)

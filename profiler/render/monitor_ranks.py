@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import vocab
+from . import output
 
 if TYPE_CHECKING:
     from ..monitor.ranks import RanksView
@@ -63,11 +64,10 @@ def write_png(view: RanksView, path: Path) -> Path:
     ax.legend(loc="upper right", fontsize=8, ncol=2)
     ax.set_title("Each rank's input wait over the job (a rank's lagging steps shaded)", fontsize=10)
     fig.tight_layout()
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    tmp.replace(path)
-    return path
+    try:
+        return output.write_png(fig, path, dpi=100)
+    finally:
+        plt.close(fig)
 
 
 def write_html(view: RanksView, folders: dict[int, Path], out: Path, png: Path | None) -> Path:
@@ -105,8 +105,4 @@ ul.cards b{{display:block;font-size:1.3em}}ul.cards span{{color:#555;font-size:.
 <p><small>A rank lags where its input wait is at least 10 points above the other ranks' median at the same job
 steps (beyond their spread with four or more ranks) over two of its windows or more. Causes: {e(causes)}.</small></p>
 </body></html>"""
-    path = out / "monitor_ranks.html"
-    tmp = out / ".monitor_ranks.html.tmp"
-    tmp.write_text(page)
-    tmp.replace(path)
-    return path
+    return output.write_atomic(out / "monitor_ranks.html", page)
