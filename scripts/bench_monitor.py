@@ -6,7 +6,7 @@ profiler/instrument/gaps.py: the hook off the path, looks on the job's thread ev
 what share did.
 
     python scripts/bench_monitor.py [--rounds 7] [--seconds S] [--workers 0,2] [--method slices|shared|apart]
-                                    [--clock-share auto|X]
+                                    [--clock-share auto|X] [--control]
 
 Per setting: the median over rounds of the paired difference in the process tree's CPU per step, as a share of the
 plain loop's, each round with the monitor's cuts its interval missed (below). Last line: ``monitor_overhead_pct: N``
@@ -36,6 +36,10 @@ process tree's CPU time per batch (``getrusage``: this process over the measured
 life, prorated); the monitor's start, the loop's first SKIP (100) steps and its final write are left out of both
 loops alike, and one default window's cut is added as a share (a loop of a few seconds holds none). It also prints
 the fastest rounds' difference (each loop's least CPU per batch).
+
+``--control``: the same pairs with both children plain (an A/A test): the method's own noise floor on this machine
+today, to read the monitored figure against (2026-12-08, workers=0, 7 rounds: median +0.52 %, rounds -1.2 .. +1.1,
+where the monitored pairs of the same hour gave +2.81 % and +1.47 %). Last line then ``monitor_control_pct: N``.
 
 ``--long N``: one monitored light loop of N steps (workers=0) instead: the record's size and the process's RSS at
 every window (from the record), first vs last quarter — the bounded-record claim (a 1,000,000-step job's record
@@ -252,17 +256,22 @@ def child(role: str, start_at: float, stop_at: float, workers: int, share: float
 
 
 def concurrent(workers: int, rounds: int, seconds: float, window: int | None, method: str = "slices",
-               share: float = 1.0) -> float:
+               share: float = 1.0, control: bool = False) -> float:
     """Concurrent pairs (module docstring) for one ``workers`` setting: the median over rounds of the paired %, each
     with the cuts its interval missed; ``share``: the monitor's clock scaled in the children (and here, for the
     missed cuts' count) by it."""
     from paired_processes import pair_setup, run_pairs, split_difference, summary
 
     cpus, slice_s = pair_setup(workers, method)
-    pct, got = run_pairs(__file__, ["--workers", str(workers), "--share", repr(share)], ("plain", "monitored"),
+    roles = ("plain", "control") if control else ("plain", "monitored")
+    pct, got = run_pairs(__file__, ["--workers", str(workers), "--share", repr(share)], roles,
                          rounds, seconds, cpus,
                          log=lambda s: print(f"workers={workers} {s}", flush=True),
                          slice_s=slice_s)
+    if control:  # an A/A test: two plain loops, the bench's own noise floor (module docstring)
+        print(f"workers={workers}: control (plain vs plain), paired processes ({method}), {summary(pct)}; load "
+              f"{os.getloadavg()[0]:.1f}", flush=True)
+        return statistics.median(pct)
     cut_pct = []
     for g in got:
         m = g["monitored"]
@@ -303,6 +312,9 @@ def main() -> int:
     p.add_argument("--per-step", action="store_true", help="per-step CPU: plain, gaps, hook every step (see above)")
     p.add_argument("--sequential", action="store_true", help="alternate the loops in one process (the method before "
                                                              "2026-12-06) instead of concurrent pairs")
+    p.add_argument("--control", action="store_true",
+                   help="concurrent pairs of two plain loops (an A/A test: the method's noise floor; last line "
+                        "monitor_control_pct)")
     p.add_argument("--seconds", type=float, default=None,
                    help="concurrent pairs: the measured interval per round (default: one default window, 10 s "
                         "divided by the clock's share)")
@@ -316,8 +328,11 @@ def main() -> int:
         print(f"the monitor's clock scaled by the share of the wall clock each child runs ({share:g}): "
               + ", ".join(f"{k} {v:g}" for k, v in scaled.items()), flush=True)
         seconds = a.seconds if a.seconds is not None else th.MONITOR_MIN_WINDOW_S
-        medians = {w: concurrent(w, a.rounds, seconds, a.window, method_of(a), share)
+        medians = {w: concurrent(w, a.rounds, seconds, a.window, method_of(a), share, a.control)
                    for w in (int(x) for x in a.workers.split(","))}
+        if a.control:
+            print(f"monitor_control_pct: {max(medians.values(), key=abs):.2f}")
+            return 0
         print(f"monitor_overhead_pct: {max(medians.values()):.2f}")
         return 0
     torch.set_num_threads(1)
