@@ -219,11 +219,7 @@ class ProfileRun:
             return  # written when the window closed
         if not session.rows and session.loader is None:
             if self._premade and self._premade[0]:
-                _say(f"profile(): the block iterated a DataLoader iterator made before it ({self._premade[0]} "
-                     "batches by next(it) on an `it = iter(loader)` from outside the block), and no loader was "
-                     "iterated from inside it; nothing recorded: the profiler measures a loader from its iter() on, "
-                     "so its workers and fetches were started unprofiled. Call iter(loader) (or `for b in loader`) "
-                     "inside the block")
+                _say(premade_message("profile()", self._premade[0]))
                 return
             _say("profile(): no DataLoader was iterated inside the block; nothing recorded")
             return
@@ -253,6 +249,14 @@ def _own_thread(session: Any) -> None:
     if hasattr(session, "_owner_thread") and hasattr(session, "_main_thread"):
         session._owner_thread = me.ident
         session._main_thread = me
+
+
+def premade_message(who: str, batches: int) -> str:
+    """What a block says that stepped only iterators made before it (_watch_premade)."""
+    return (f"{who}: the block iterated a DataLoader iterator made before it ({batches} batches by next(it) on an "
+            "`it = iter(loader)` from outside the block), and no loader was iterated from inside it; nothing "
+            "recorded: the profiler measures a loader from its iter() on, so its workers and fetches were started "
+            "unprofiled. Call iter(loader) (or `for b in loader`) inside the block")
 
 
 def _watch_premade(session: Any) -> list[int]:

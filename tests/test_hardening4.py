@@ -589,3 +589,16 @@ def test_a_py_spy_record_that_fails_before_its_first_sample_is_started_again(tmp
             rec.result(target_alive=True)
     finally:
         rec.kill()
+
+
+def test_the_monitor_names_an_iterator_made_before_its_block_too(tmp_path, capsys):
+    import profiler
+
+    it = iter(_loader(1))
+    with profiler.profile(out=str(tmp_path / "m"), monitor=True, plots=False, quiet=True) as block:
+        for _ in range(6):
+            next(it)
+    err = capsys.readouterr().err
+    assert not block.files
+    assert "profile(monitor=True): the block iterated a DataLoader iterator made before it (6 batches" in err
+    assert "no DataLoader was iterated" not in err and len(err.strip().splitlines()) == 1

@@ -40,6 +40,7 @@ class MonitorBlock:
         self.record: Any = None
         self._mon: Any = None
         self._session: Any = None
+        self._premade: list[int] = []  # batches next() gave from iterators made before the block (api._watch_premade)
         self._pid = os.getpid()
         self._denv: Any = None  # the torchrun rank this block runs in (distributed.env.RankEnv), if any
 
@@ -90,6 +91,9 @@ class MonitorBlock:
             self._mon.attach(session)
             session.start()
             self._session = session
+            from ..api import _watch_premade
+
+            self._premade = _watch_premade(session)
         except Exception as e:  # noqa: BLE001 - the user's block runs unmonitored rather than not at all
             _say(f"profile(monitor=True): could not start; the block runs unmonitored ({type(e).__name__}: {e})")
             self._session = self._mon = None
@@ -106,7 +110,12 @@ class MonitorBlock:
             status = "ended" if exc is None else "interrupted" if isinstance(exc, KeyboardInterrupt) else \
                 "exit" if isinstance(exc, SystemExit) else "failed"
             if session.loader is None and not mon.rec.windows_total:
-                _say("profile(monitor=True): no DataLoader was iterated inside the block; nothing recorded")
+                if self._premade and self._premade[0]:
+                    from ..api import premade_message
+
+                    _say(premade_message("profile(monitor=True)", self._premade[0]))
+                else:
+                    _say("profile(monitor=True): no DataLoader was iterated inside the block; nothing recorded")
                 return False
             from .. import signals
 
