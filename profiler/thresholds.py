@@ -180,6 +180,9 @@ RANK_SUMMARY_MAX_STEPS = 512
 # than STRAGGLER_SPREAD_K robust standard deviations of the others (1.4826 x their median absolute deviation): 4
 # sigma, so that among 1,024 normally-spread ranks a false alarm is rarer than 1 in 10 (p(z < -4) = 3e-5 per rank).
 STRAGGLER_SPREAD_K = 4.0
+# (Not a choice: a normal distribution's standard deviation is 1.4826 x its median absolute deviation, the factor that
+# turns a MAD into the robust sigma the rules above and the monitor's change points, MONITOR_ROBUST_Z, are stated in.)
+MAD_TO_SIGMA = 1.4826
 # A host whose ranks are all stragglers (two ranks at least) is reported as a slow node: its storage, CPU, network or
 # thermal state, a different fix from one rank's data.
 SLOW_HOST_MIN_RANKS = 2

@@ -23,9 +23,14 @@ from typing import Any
 import numpy as np
 
 from .. import vocab
-from ..thresholds import SLOW_HOST_MIN_RANKS, STRAGGLER_CONSISTENT_FROM, STRAGGLER_SPREAD_K, STRAGGLER_WAIT_SHARE
+from ..thresholds import (
+    MAD_TO_SIGMA,
+    SLOW_HOST_MIN_RANKS,
+    STRAGGLER_CONSISTENT_FROM,
+    STRAGGLER_SPREAD_K,
+    STRAGGLER_WAIT_SHARE,
+)
 
-MAD_TO_SIGMA = 1.4826  # a normal distribution's standard deviation is 1.4826 x its median absolute deviation
 NAMED_MAX = 8  # rank lists longer than this are said as a count (a sentence naming 1,023 ranks is unreadable)
 
 

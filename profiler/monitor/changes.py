@@ -51,7 +51,7 @@ class ChangePoint:
 def _robust(xs: list[float]) -> tuple[float, float]:
     """(median, 1.4826·MAD): the normal-consistent robust scale."""
     med = statistics.median(xs)
-    return med, 1.4826 * statistics.median(abs(x - med) for x in xs)
+    return med, th.MAD_TO_SIGMA * statistics.median(abs(x - med) for x in xs)
 
 
 def _hms(s: float) -> str:

@@ -28,13 +28,12 @@ from statistics import median
 from typing import TYPE_CHECKING
 
 from .. import vocab
-from ..thresholds import MONITOR_PERSIST_WINDOWS, MONITOR_RANK_LAG_SHARE, STRAGGLER_SPREAD_K
+from ..thresholds import MAD_TO_SIGMA, MONITOR_PERSIST_WINDOWS, MONITOR_RANK_LAG_SHARE, STRAGGLER_SPREAD_K
 
 if TYPE_CHECKING:
     from .record import MonitorRecord
     from .windows import WindowSummary
 
-MAD_TO_SIGMA = 1.4826  # a normal distribution's standard deviation is 1.4826 x its median absolute deviation
 CAUSES = ("io", "cpu", "transfer", "other")
 # The aligned grid's bins at most: the union of every rank's window boundaries grows with ranks x windows (64 ranks of
 # 512 windows: 32,768); a plot and a lag rule need no finer grid than the windows of one rank (MONITOR_MAX_WINDOWS).
