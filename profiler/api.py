@@ -31,6 +31,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from .config import RunConfig
+from .instrument.premade import premade_message, watch_premade
 from .instrument.session import WindowClosed
 from .instrument.substages import stage
 
@@ -74,7 +75,7 @@ class ProfileRun:
         self.files: list[str] = []
         self._run: ExternalRun | None = None
         self._pid = os.getpid()
-        self._premade: list[int] = []  # batches next() gave from iterators made before the block (_watch_premade)
+        self._premade: list[int] = []  # batches next() gave from iterators made before the block (instrument.premade)
 
     @property
     def verdict(self) -> Verdict | None:
@@ -136,7 +137,7 @@ class ProfileRun:
                               on_window_closed=self._write, loader=self.loader,
                               torch_profiler_out=self.out if self.torch_profiler else None)
             _own_thread(run.session)
-            self._premade = _watch_premade(run.session)
+            self._premade = watch_premade(run.session)
             run.sampler.start()
             run.start_torch_profiler()
             run.session.start()
@@ -251,33 +252,6 @@ def _own_thread(session: Any) -> None:
         session._main_thread = me
 
 
-def premade_message(who: str, batches: int) -> str:
-    """What a block says that stepped only iterators made before it (_watch_premade)."""
-    return (f"{who}: the block iterated a DataLoader iterator made before it ({batches} batches by next(it) on an "
-            "`it = iter(loader)` from outside the block), and no loader was iterated from inside it; nothing "
-            "recorded: the profiler measures a loader from its iter() on, so its workers and fetches were started "
-            "unprofiled. Call iter(loader) (or `for b in loader`) inside the block")
-
-
-def _watch_premade(session: Any) -> list[int]:
-    """Count the batches the block takes from DataLoader iterators made before it (``it = iter(loader)`` outside,
-    ``next(it)`` inside), which the session passes through unmeasured: their workers started before the hooks, so
-    nothing of them can be timed, and the block must say that rather than that no DataLoader was iterated. Only
-    iterators the session does not know (not the profiled one's, not another loader's) reach this wrapper, and only
-    until the session adopts a loader."""
-    seen = [0]
-    other_next = getattr(session, "_other_next", None)
-    iters = getattr(session, "_other_iters", None)
-    if other_next is None or iters is None:
-        return seen
-
-    def counted(it: Any, orig: Any) -> Any:
-        if getattr(session, "loader", None) is None and iters.get(it) is None:
-            seen[0] += 1
-        return other_next(it, orig)
-
-    session._other_next = counted
-    return seen
 
 
 @overload

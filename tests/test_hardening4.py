@@ -604,3 +604,20 @@ def test_the_monitor_names_an_iterator_made_before_its_block_too(tmp_path, capsy
     assert not block.files
     assert "profile(monitor=True): the block iterated a DataLoader iterator made before it (6 batches" in err
     assert "no DataLoader was iterated" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_monitor_block_that_recorded_nothing_leaves_run_as_it_was(tmp_path):
+    """A profile(monitor=True) block that iterated no loader of its own writes nothing, but must leave the process as
+    its normal end does: a `profile()` after it in the same process still times every batch in its workers."""
+    import profiler
+
+    with profiler.profile(out=str(tmp_path / "m"), monitor=True, plots=False, quiet=True):
+        pass
+    with profiler.profile(out=str(tmp_path / "r"), warmup=1, steps=4, plots=False, quiet=True) as run:
+        for _ in _loader(2):
+            pass
+    rec = run.record
+    assert rec is not None
+    # every batch timed in its worker, as in a process that never ran a monitor (was: no batch, the sampling left on)
+    assert set(rec.timeline["batches"]["worker"]) == {0, 1}, rec.timeline["batches"]["worker"]
+    assert len(rec.timeline["sample_spans"]["start"]) >= 4 * 8

@@ -40,7 +40,7 @@ class MonitorBlock:
         self.record: Any = None
         self._mon: Any = None
         self._session: Any = None
-        self._premade: list[int] = []  # batches next() gave from iterators made before the block (api._watch_premade)
+        self._premade: list[int] = []  # batches next() gave from iterators made before the block (instrument.premade)
         self._pid = os.getpid()
         self._denv: Any = None  # the torchrun rank this block runs in (distributed.env.RankEnv), if any
 
@@ -72,6 +72,7 @@ class MonitorBlock:
             return self
         try:
             from ..instrument.loaders import LoaderSelector
+            from ..instrument.premade import watch_premade
             from ..instrument.session import Session
             from .exporters import make_asked
             from .runner import FOREVER, Monitor, status_printer
@@ -91,11 +92,16 @@ class MonitorBlock:
             self._mon.attach(session)
             session.start()
             self._session = session
-            from ..api import _watch_premade
-
-            self._premade = _watch_premade(session)
+            self._premade = watch_premade(session)
         except Exception as e:  # noqa: BLE001 - the user's block runs unmonitored rather than not at all
             _say(f"profile(monitor=True): could not start; the block runs unmonitored ({type(e).__name__}: {e})")
+            try:
+                if self._session is not None:
+                    self._session.stop()
+                if self._mon is not None:
+                    self._mon.abandon()
+            except Exception:  # noqa: BLE001, S110 - said above; the block runs unmonitored
+                pass
             self._session = self._mon = None
         return self
 
@@ -110,8 +116,9 @@ class MonitorBlock:
             status = "ended" if exc is None else "interrupted" if isinstance(exc, KeyboardInterrupt) else \
                 "exit" if isinstance(exc, SystemExit) else "failed"
             if session.loader is None and not mon.rec.windows_total:
+                mon.abandon()  # nothing to write; the process's fetchers back to run's way, the exporters closed
                 if self._premade and self._premade[0]:
-                    from ..api import premade_message
+                    from ..instrument.premade import premade_message
 
                     _say(premade_message("profile(monitor=True)", self._premade[0]))
                 else:

@@ -343,6 +343,17 @@ class Monitor:
         self.rec.monitor_cost = {"cuts": self.cuts, "seconds": round(self.cost_ns / 1e9, 6)}
         return self.rec.save(self.out)
 
+    def abandon(self) -> None:
+        """The block recorded nothing (no loader iterated) or could not start: write nothing, but leave the process as
+        ``finish`` does — its fetchers back to recording every batch (a later ``run`` or ``profile()`` in this process
+        must not find the monitor's sampling still on) and the exporters closed."""
+        set_sampling(False)
+        for e in self.exporters:
+            try:
+                e.close()
+            except Exception:  # noqa: BLE001, S110 - nothing was logged to them; the job goes on
+                pass
+
     def finish(self, status: str, loader: dict[str, Any] | None = None) -> Path:
         """The job ended (``status``: ended | interrupted | failed | exit): the last window, the record, the
         exporters closed. Call after the Session stopped (its open step ended)."""
