@@ -252,8 +252,6 @@ def _own_thread(session: Any) -> None:
         session._main_thread = me
 
 
-
-
 @overload
 def profile(out: str | None = None, warmup: int = 5, steps: int = 30, then: str = "continue", plots: bool = True,
             quiet: bool = False, loader: str | None = None, monitor: Literal[False] = False,

@@ -348,11 +348,14 @@ class Monitor:
         ``finish`` does — its fetchers back to recording every batch (a later ``run`` or ``profile()`` in this process
         must not find the monitor's sampling still on) and the exporters closed."""
         set_sampling(False)
+        self._close_exporters()
+
+    def _close_exporters(self) -> None:
         for e in self.exporters:
             try:
                 e.close()
-            except Exception:  # noqa: BLE001, S110 - nothing was logged to them; the job goes on
-                pass
+            except Exception as err:  # noqa: BLE001 - the record is written all the same
+                print(f"profiler monitor: --{e.name} could not close ({type(err).__name__}: {err})", file=sys.stderr)
 
     def finish(self, status: str, loader: dict[str, Any] | None = None) -> Path:
         """The job ended (``status``: ended | interrupted | failed | exit): the last window, the record, the
@@ -364,11 +367,7 @@ class Monitor:
         self.rec.status = status
         if loader is not None:
             self.rec.job["loader"] = loader
-        for e in self.exporters:
-            try:
-                e.close()
-            except Exception as err:  # noqa: BLE001 - the record is written all the same
-                print(f"profiler monitor: --{e.name} could not close ({type(err).__name__}: {err})", file=sys.stderr)
+        self._close_exporters()
         return self._write()
 
 
